@@ -1,0 +1,14 @@
+"""Linear chains (HMMs, linear-chain CRFs) with the exact, low-rank, rank-space and randomized backends."""
+
+from zoo.inference.chain.distribution import LinearChain
+from zoo.inference.chain.factors import DenseChain, EmbeddingChain, LowRankChain, RankSpaceChain
+from zoo.inference.chain.randomized import RDPOptions
+
+__all__ = [
+    "DenseChain",
+    "EmbeddingChain",
+    "LinearChain",
+    "LowRankChain",
+    "RDPOptions",
+    "RankSpaceChain",
+]

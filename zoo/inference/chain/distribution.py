@@ -1,0 +1,146 @@
+"""``LinearChain``: the distribution-style surface of the chain engine, for every backend."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import torch
+from torch import Tensor
+
+from zoo.inference.backend import Backend
+from zoo.inference.chain.engine import ChainEngine, ExactEngine
+from zoo.inference.chain.factors import (
+    ChainFactors,
+    DenseChain,
+    EmbeddingChain,
+    LowRankChain,
+    RankSpaceChain,
+)
+from zoo.inference.chain.low_rank import LowRankEngine
+from zoo.inference.chain.randomized import RandomizedEngine, RDPOptions
+from zoo.inference.chain.rank_space import RankSpaceEngine
+from zoo.inference.checks import check_lengths
+
+NATIVE_BACKEND = {
+    DenseChain: Backend.EXACT,
+    EmbeddingChain: Backend.EXACT,
+    LowRankChain: Backend.LOW_RANK,
+    RankSpaceChain: Backend.RANK_SPACE,
+}
+
+ENGINES: dict[Backend, type[ChainEngine]] = {
+    Backend.EXACT: ExactEngine,
+    Backend.LOW_RANK: LowRankEngine,
+    Backend.RANK_SPACE: RankSpaceEngine,
+    Backend.RANDOMIZED: RandomizedEngine,
+}
+
+
+def make_engine(backend: Backend, options: RDPOptions | None) -> ChainEngine:
+    """The engine object of ``backend`` (the randomized one needs ``options``)."""
+    if backend is Backend.RANDOMIZED:
+        if not isinstance(options, RDPOptions):
+            raise ValueError(
+                "the 'randomized' backend needs options=RDPOptions(k1=..., k2=...), "
+                f"got {options!r}"
+            )
+        return RandomizedEngine(options)
+    if options is not None:
+        raise ValueError(f"options are only used by the 'randomized' backend, not {backend.value!r}")
+    return ENGINES[backend]()
+
+
+class LinearChain:
+    """A distribution over state sequences of a linear chain (HMM or linear-chain CRF).
+
+    Args:
+        factors: a DenseChain, EmbeddingChain, LowRankChain or RankSpaceChain (B x T x N).
+        lengths: (B,) lengths in 1..T; None means every sequence has length T.
+        backend: "exact", "low-rank", "rank-space" or "randomized" (a ``Backend`` or its string);
+            None picks the factors' own backend. "exact" accepts every container (it materializes
+            low-rank and rank-space factors densely).
+        options: ``RDPOptions`` for the randomized backend. A randomized LinearChain draws its
+            kept states once, so all its estimates share one DP graph.
+
+    Operations: ``log_partition`` (B,), ``marginals`` (B x T x N), ``pairwise_marginals``
+    (B x (T-1) x N x N), ``entropy`` (B,), ``log_prob(states)``, ``argmax`` (B x T, -1 past each
+    length), ``max_score`` (B,), ``sample(n)`` (n x B x T), ``rsample(temperature)`` (B x T x N).
+    """
+
+    def __init__(
+        self,
+        factors: ChainFactors,
+        lengths: Tensor | None = None,
+        backend: str | Backend | None = None,
+        options: RDPOptions | None = None,
+    ):
+        if not isinstance(factors, ChainFactors):
+            raise TypeError(
+                "factors must be a DenseChain, EmbeddingChain, LowRankChain or RankSpaceChain, "
+                f"got {type(factors).__name__}"
+            )
+        self.backend = NATIVE_BACKEND[type(factors)] if backend is None else Backend.parse(backend)
+        self.engine = make_engine(self.backend, options)
+        self.lengths = check_lengths(
+            lengths, factors.batch, factors.max_length, factors.unary.device
+        )
+        self.factors = self.engine.prepare(factors)
+
+    @cached_property
+    def log_partition(self) -> Tensor:
+        """log Z: (B,). For the randomized backend, log of the unbiased estimate Z_hat."""
+        return self.engine.log_partition(self.factors, self.lengths)
+
+    @cached_property
+    def marginals(self) -> Tensor:
+        """p(z_t = i): B x T x N, zero past each length."""
+        return self.engine.marginals(self.factors, self.lengths)
+
+    @cached_property
+    def pairwise_marginals(self) -> Tensor:
+        """p(z_{t-1} = i, z_t = j) at [b, t-2, i, j]: B x (T-1) x N x N, zero past each length."""
+        return self.engine.pairwise_marginals(self.factors, self.lengths)
+
+    @cached_property
+    def entropy(self) -> Tensor:
+        """Entropy of the distribution over state sequences: (B,)."""
+        return self.engine.entropy(self.factors, self.lengths)
+
+    @cached_property
+    def _viterbi(self) -> tuple[Tensor, Tensor]:
+        return self.engine.argmax(self.factors, self.lengths)
+
+    @property
+    def argmax(self) -> Tensor:
+        """The most probable state sequence: B x T long, -1 past each length."""
+        return self._viterbi[1]
+
+    @property
+    def max_score(self) -> Tensor:
+        """score(argmax): (B,)."""
+        return self._viterbi[0]
+
+    def log_prob(self, states: Tensor) -> Tensor:
+        """log p(states): states B x T or S x B x T (entries past a length are ignored)."""
+        B, T = self.factors.batch, self.factors.max_length
+        if not isinstance(states, Tensor) or states.is_floating_point():
+            raise TypeError("states must be an integer tensor of shape B x T or S x B x T")
+        if states.dim() not in (2, 3) or tuple(states.shape[-2:]) != (B, T):
+            raise ValueError(
+                f"states must have shape B x T = ({B}, {T}) or S x B x T, got {tuple(states.shape)}"
+            )
+        return self.engine.log_prob(self.factors, self.lengths, states.long())
+
+    def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
+        """n exact samples (forward filtering, backward sampling): n x B x T, -1 past each length."""
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be a positive int, got {n!r}")
+        return self.engine.sample(self.factors, self.lengths, n, generator)
+
+    def rsample(
+        self, temperature: float = 1.0, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """A Gumbel-softmax relaxed sample: B x T x N one-hot-like rows, differentiable."""
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature!r}")
+        return self.engine.rsample(self.factors, self.lengths, temperature, generator)

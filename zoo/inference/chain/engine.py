@@ -1,0 +1,255 @@
+"""What every chain backend shares: operations derived from log Z and forward variables.
+
+A backend (``ChainEngine`` subclass) supplies two primitives on its own factors:
+
+* ``log_partition(factors, lengths, twice_differentiable)``: log Z, (B,);
+* ``log_alphas(factors, lengths)``: state-space log forward variables, B x T x N.
+
+From these the base class derives every operation, once, for all backends: marginals (gradient of
+log Z w.r.t. a zero unary probe), pairwise marginals (the same on a per-position probe of the dense
+form), entropy (log Z - <marginals, potentials>), log_prob, Viterbi (on the dense form), exact
+forward-filtering backward-sampling with the Gumbel-max trick, and the Gumbel-softmax relaxed sample.
+A backend overrides an operation only where it has a better algorithm, and declares in
+``capabilities`` how each operation is computed (the README's capability table is generated from it).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.chain import exact
+from zoo.inference.chain.factors import ChainFactors, DenseChain
+
+NATIVE, FALLBACK, ESTIMATE = "native", "exact fallback", "estimate"
+
+
+def gumbel_noise(shape: tuple, like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Standard Gumbel noise of ``shape`` with ``like``'s dtype and device."""
+    u = torch.rand(shape, generator=generator, dtype=like.dtype, device=like.device)
+    tiny = torch.finfo(like.dtype).tiny
+    return -(-(u.clamp_min(tiny)).log()).clamp_min(tiny).log()
+
+
+def gumbel_backward(
+    log_alphas: Tensor,
+    column,
+    lengths: Tensor,
+    num_samples: int,
+    temperature: float | None,
+    generator: torch.Generator | None,
+) -> tuple[Tensor, Tensor | None]:
+    """Backward sampling from forward variables with Gumbel noise (exact FFBS via Gumbel-max).
+
+    Args:
+        log_alphas: B x T x K log forward variables.
+        column: ``column(step, nxt)`` -> S x B x K log-potentials log Psi_step(:, nxt) of the
+            transition into position ``step`` (1-based) given S x B next states.
+        lengths: (B,).
+        num_samples: S.
+        temperature: None for hard samples only; else also return the relaxed one-hots
+            softmax((logits + g) / temperature) (Fu et al. 2020, Gumbel-CRF).
+    Returns:
+        hard S x B x T (long, -1 past each length) and relaxed S x B x T x K (or None).
+    """
+    B, T, K = log_alphas.shape
+    S = num_samples
+    hard = torch.full((S, B, T), -1, dtype=torch.long, device=log_alphas.device)
+    soft = log_alphas.new_zeros(S, B, T, K) if temperature is not None else None
+    nxt = torch.zeros(S, B, dtype=torch.long, device=log_alphas.device)
+    for t in range(T - 1, -1, -1):
+        logits = log_alphas[:, t].expand(S, B, K)
+        inner = lengths - 1 > t  # B
+        if t < T - 1 and bool(inner.any()):
+            logits = torch.where(inner.view(1, B, 1), logits + column(t + 2, nxt), logits)
+        noisy = logits + gumbel_noise((S, B, K), log_alphas, generator)
+        pick = noisy.argmax(-1)
+        active = (lengths - 1 >= t).view(1, B)
+        hard[:, :, t] = torch.where(active, pick, -1)
+        nxt = torch.where(active, pick, nxt)
+        if soft is not None:
+            relaxed = torch.softmax(noisy / temperature, -1)
+            soft[:, :, t] = torch.where(active.unsqueeze(-1), relaxed, 0.0)
+    return hard, soft
+
+
+def _finite(x: Tensor) -> Tensor:
+    """x with -inf replaced by 0 (a forbidden entry contributes nothing to an expectation)."""
+    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+
+
+def sequence_score(factors: ChainFactors, states: Tensor, lengths: Tensor) -> Tensor:
+    """score(z) = init + unary + transitions of ... x B x T states, masked by lengths -> ... x B."""
+    B, T, N = factors.unary.shape
+    valid = torch.arange(T, device=states.device) < lengths.unsqueeze(-1)  # B x T
+    z = torch.where(valid, states, 0)
+    if ((z < 0) | (z >= N)).any():
+        raise ValueError(f"states must lie in 0..N-1 = 0..{N - 1} within each length")
+    unary = factors.unary.expand(*z.shape, N).gather(-1, z.unsqueeze(-1)).squeeze(-1)
+    init = factors.init.expand(*z.shape[:-1], N).gather(-1, z[..., :1]).squeeze(-1)
+    score = init + (unary * valid).sum(-1)
+    if T > 1:
+        trans = factors.transition_entries(z[..., :-1], z[..., 1:])
+        score = score + torch.where(valid[:, 1:], trans, 0).sum(-1)
+    return score
+
+
+class ChainEngine:
+    """Base class of the chain backends; see the module docstring."""
+
+    name: str = ""
+    factor_types: tuple = ()
+    capabilities: dict[str, tuple[str, str]] = {}
+
+    def prepare(self, factors: ChainFactors) -> ChainFactors:
+        """Check (and convert) the factors this backend consumes."""
+        if not isinstance(factors, self.factor_types):
+            wanted = " or ".join(t.__name__ for t in self.factor_types)
+            raise TypeError(
+                f"the {self.name!r} backend needs {wanted} factors, got {type(factors).__name__}"
+            )
+        return factors
+
+    # --- primitives -------------------------------------------------------------------------
+    def log_partition(
+        self, factors: ChainFactors, lengths: Tensor, twice_differentiable: bool = False
+    ) -> Tensor:
+        raise NotImplementedError
+
+    def log_alphas(self, factors: ChainFactors, lengths: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    # --- derived operations -----------------------------------------------------------------
+    def marginals(self, factors: ChainFactors, lengths: Tensor) -> Tensor:
+        """p(z_t = i): B x T x N, the gradient of log Z w.r.t. a zero unary probe."""
+        differentiable = torch.is_grad_enabled() and _requires_grad(factors)
+        with torch.enable_grad():
+            probe = torch.zeros_like(factors.unary, requires_grad=True)
+            log_z = self.log_partition(
+                factors.with_unary(factors.unary + probe), lengths, differentiable
+            )
+            (grad,) = torch.autograd.grad(log_z.sum(), probe, create_graph=differentiable)
+        return grad
+
+    def pairwise_marginals(self, factors: ChainFactors, lengths: Tensor) -> Tensor:
+        """p(z_{t-1} = i, z_t = j): B x (T-1) x N x N, by a probe on the dense per-position form."""
+        dense = factors.dense()
+        differentiable = torch.is_grad_enabled() and _requires_grad(factors)
+        with torch.enable_grad():
+            probe = torch.zeros_like(dense.per_position(), requires_grad=True)
+            per_pos = DenseChain(dense.unary, dense.per_position() + probe, dense.init)
+            log_z, _ = exact.log_forward(per_pos, lengths)
+            (grad,) = torch.autograd.grad(log_z.sum(), probe, create_graph=differentiable)
+        return grad
+
+    def entropy(self, factors: ChainFactors, lengths: Tensor) -> Tensor:
+        """H = log Z - E[score], computed on the dense form; differentiable."""
+        return dense_entropy(factors.dense(), lengths)
+
+    def log_prob(self, factors: ChainFactors, lengths: Tensor, states: Tensor) -> Tensor:
+        return sequence_score(factors, states, lengths) - self.log_partition(factors, lengths)
+
+    def argmax(self, factors: ChainFactors, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """Viterbi on the dense form: (best score (B,), states B x T)."""
+        return exact.viterbi(factors.dense(), lengths)
+
+    def sample(
+        self, factors: ChainFactors, lengths: Tensor, n: int, generator=None
+    ) -> Tensor:
+        """Exact forward-filtering backward-sampling: n x B x T."""
+        with torch.no_grad():
+            alphas = self.log_alphas(factors, lengths)
+            hard, _ = gumbel_backward(
+                alphas, factors.transition_columns, lengths, n, None, generator
+            )
+        return hard
+
+    def rsample(
+        self, factors: ChainFactors, lengths: Tensor, temperature: float, generator=None
+    ) -> Tensor:
+        """Gumbel-softmax relaxed FFBS sample: B x T x N, differentiable."""
+        alphas = self.log_alphas(factors, lengths)
+        _, soft = gumbel_backward(
+            alphas, factors.transition_columns, lengths, 1, temperature, generator
+        )
+        return soft[0]
+
+
+def _requires_grad(factors: ChainFactors) -> bool:
+    return any(
+        isinstance(v, Tensor) and v.requires_grad for v in vars(factors).values()
+    )
+
+
+def dense_entropy(chain: DenseChain, lengths: Tensor, log_weights: Tensor | None = None) -> Tensor:
+    """Entropy of a dense chain, H = log Z - E[score], differentiable.
+
+    With ``log_weights`` (B x T x N, already folded into ``chain.unary``) it returns the randomized
+    entropy of Fu et al. 2022 (Alg. 3): unrolled, Alg. 3's recursion H_t(j) = sum_i p(i|j) [H(i) -
+    log p(i|j)] over the importance-weighted forward equals log Z_hat minus the expected score under
+    the weighted chain, with the weights excluded from the score.
+    """
+    unary = chain.unary if log_weights is None else chain.unary - log_weights
+    if chain.shared:
+        # the shared transition's gradient sums over the batch: score each sequence on its own
+        parts = [
+            _expected_score(
+                DenseChain(chain.unary[b : b + 1], chain.transition, chain.init[b : b + 1]),
+                lengths[b : b + 1],
+                unary[b : b + 1],
+            )
+            for b in range(chain.batch)
+        ]
+        log_z, expected = (torch.cat(x) for x in zip(*parts))
+    else:
+        log_z, expected = _expected_score(chain, lengths, unary)
+    return log_z - expected
+
+
+def _expected_score(chain: DenseChain, lengths: Tensor, unary: Tensor) -> tuple[Tensor, Tensor]:
+    """(log Z, E[init + unary + transitions]) with ``unary`` scored in place of chain.unary."""
+    differentiable = torch.is_grad_enabled()
+    with torch.enable_grad():
+        probes = [
+            torch.zeros_like(x, requires_grad=True)
+            for x in (chain.unary, chain.transition, chain.init)
+        ]
+        probed = DenseChain(
+            chain.unary + probes[0], chain.transition + probes[1], chain.init + probes[2]
+        )
+        log_z, _ = exact.log_forward(probed, lengths)
+        g_u, g_t, g_i = torch.autograd.grad(log_z.sum(), probes, create_graph=differentiable)
+    trans = g_t * _finite(chain.transition)
+    # shared: called per sequence (batch of 1), so the N x N sum belongs to that sequence
+    trans = trans.sum().reshape(1) if chain.shared else trans.sum((1, 2, 3))
+    expected = (g_u * _finite(unary)).sum((1, 2)) + (g_i * _finite(chain.init)).sum(-1) + trans
+    return log_z, expected
+
+
+class ExactEngine(ChainEngine):
+    """The classical forward on dense potentials; accepts every container by materializing it."""
+
+    name = "exact"
+    factor_types = (ChainFactors,)
+    capabilities = {
+        "log_partition": (NATIVE, "shared N x N: scaled probability space, one matmul a step; "
+                          "per position: log-einsum-exp"),
+        "marginals": (NATIVE, "autograd of log Z"),
+        "pairwise_marginals": (NATIVE, "autograd of log Z, B x (T-1) x N x N"),
+        "entropy": (NATIVE, "log Z - E[score], differentiable"),
+        "log_prob": (NATIVE, "score - log Z"),
+        "argmax": (NATIVE, "Viterbi"),
+        "sample": (NATIVE, "forward filtering, backward sampling"),
+        "rsample": (NATIVE, "Gumbel-softmax backward sampling"),
+    }
+
+    def prepare(self, factors: ChainFactors) -> DenseChain:
+        return super().prepare(factors).dense()
+
+    def log_partition(self, factors, lengths, twice_differentiable=False):
+        if factors.shared and not twice_differentiable:
+            return exact.shared_log_partition(factors, lengths)
+        return exact.log_forward(factors, lengths)[0]
+
+    def log_alphas(self, factors, lengths):
+        return exact.log_forward(factors, lengths)[1]

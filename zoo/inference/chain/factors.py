@@ -1,0 +1,425 @@
+"""Containers for linear-chain potentials, one per parameterization.
+
+A chain over positions 1..T with N states scores a state sequence z as
+
+    score(z) = init(z_1) + sum_t unary_t(z_t) + sum_{t>=2} log Psi_t(z_{t-1}, z_t)
+
+and defines p(z) = exp(score(z)) / Z. The containers differ only in how log Psi is given:
+
+* ``DenseChain``: log Psi as one shared N x N matrix (HMM) or per position, B x (T-1) x N x N (CRF).
+* ``EmbeddingChain``: log Psi(i, j) = e_i . e_j from state embeddings (Fu et al. 2022, Eq. 31).
+* ``LowRankChain``: Psi_t = diag(c) L diag(w_t) R^T with non-negative features (Chiu et al. 2021).
+* ``RankSpaceChain``: the CPD of the merged transition-emission factor (Yang et al. 2022, Sec. 4.3).
+
+Every container checks its shapes and values at construction, can materialize itself densely
+(``dense()``; used by exact fallbacks and cross-backend tests), and gathers transition entries,
+columns and K x K blocks without building N x N where its parameterization allows.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.checks import (
+    as_tensor,
+    check_finite,
+    check_nonnegative,
+    check_shape,
+)
+
+
+def _batched_init(init: Tensor | None, batch: int, states: int, like: Tensor) -> Tensor:
+    """Return a B x N initial log-potential (zeros when ``init`` is None)."""
+    if init is None:
+        return like.new_zeros(batch, states)
+    init = as_tensor("init", init)
+    if init.dim() == 1:
+        check_shape("init", init, (states,), "N")
+        init = init.expand(batch, states)
+    else:
+        check_shape("init", init, (batch, states), "B x N")
+    check_finite("init", init)
+    return init
+
+
+def _safe_log(x: Tensor) -> Tensor:
+    """log of a non-negative tensor, with log 0 = -inf and no NaN gradient at 0."""
+    tiny = torch.finfo(x.dtype).tiny
+    return torch.where(x > 0, x.clamp_min(tiny).log(), torch.full_like(x, float("-inf")))
+
+
+class ChainFactors:
+    """Base class: the unary and initial log-potentials every chain parameterization carries.
+
+    Attributes:
+        unary: B x T x N log-potentials of each state at each position (emissions).
+        init: B x N log-potentials of the first state.
+    """
+
+    unary: Tensor
+    init: Tensor
+
+    @property
+    def batch(self) -> int:
+        return self.unary.shape[0]
+
+    @property
+    def max_length(self) -> int:
+        return self.unary.shape[1]
+
+    @property
+    def num_states(self) -> int:
+        return self.unary.shape[2]
+
+    def _check_unary(self, unary: Tensor) -> Tensor:
+        unary = as_tensor("unary", unary)
+        if unary.dim() != 3:
+            raise ValueError(f"unary must have shape B x T x N, got {tuple(unary.shape)}")
+        if 0 in unary.shape:
+            raise ValueError(f"unary must be non-empty in B, T and N, got {tuple(unary.shape)}")
+        check_finite("unary", unary)
+        return unary
+
+    def with_unary(self, unary: Tensor) -> ChainFactors:
+        """A copy with the unary log-potentials replaced (same shape)."""
+        raise NotImplementedError
+
+    def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
+        """log Psi_t(prev_t, nxt_t) for the transitions into positions 2..T.
+
+        Args:
+            prev, nxt: ... x B x (T-1) long state indices.
+        Returns:
+            ... x B x (T-1) log-potentials.
+        """
+        raise NotImplementedError
+
+    def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
+        """log Psi_step(:, nxt) for the transition into position ``step`` (1-based: 2..T).
+
+        Args:
+            nxt: S x B long indices of the state at position ``step``.
+        Returns:
+            S x B x N log-potentials of every previous state.
+        """
+        raise NotImplementedError
+
+    def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
+        """log Psi_t(rows_{t-1}, cols_t) as K x K blocks, never building N x N.
+
+        Args:
+            rows: B x (T-1) x K indices of the kept states at positions 1..T-1.
+            cols: B x (T-1) x K indices of the kept states at positions 2..T.
+        Returns:
+            B x (T-1) x K x K log-potentials.
+        """
+        raise NotImplementedError
+
+    def state_prior(self) -> Tensor:
+        """B x N log-weights of how much mass each state passes on (the "global" RDP proposal)."""
+        raise NotImplementedError
+
+    def dense(self) -> DenseChain:
+        """The same distribution with log Psi materialized (N x N shared, or B x (T-1) x N x N)."""
+        raise NotImplementedError
+
+
+class DenseChain(ChainFactors):
+    """Dense log-potentials: the HMM case (one shared transition) or the CRF case (per position).
+
+    Args:
+        unary: B x T x N log-potentials (emissions log p(x_t | z_t), or CRF unary scores).
+        transition: N x N shared log-potentials (log p(z_t = j | z_{t-1} = i) at [i, j]) or
+            B x (T-1) x N x N per-position log-potentials (entry [b, t-1, i, j] scores i -> j into
+            position t+1).
+        init: N or B x N log-potentials of z_1 (log p(z_1)); None means zeros.
+    Entries may be -inf (a forbidden state or transition); NaN and +inf are rejected.
+    """
+
+    def __init__(self, unary: Tensor, transition: Tensor, init: Tensor | None = None):
+        self.unary = self._check_unary(unary)
+        B, T, N = self.unary.shape
+        transition = as_tensor("transition", transition)
+        if transition.dim() == 2:
+            check_shape("transition", transition, (N, N), "N x N")
+        elif transition.dim() == 4:
+            check_shape("transition", transition, (B, T - 1, N, N), "B x (T-1) x N x N")
+        else:
+            raise ValueError(
+                "transition must have shape N x N (shared) or B x (T-1) x N x N (per position), "
+                f"got {tuple(transition.shape)} for unary of shape {(B, T, N)}"
+            )
+        check_finite("transition", transition)
+        self.transition = transition
+        self.init = _batched_init(init, B, N, self.unary)
+
+    @property
+    def shared(self) -> bool:
+        """True when one N x N transition serves every position (the HMM case)."""
+        return self.transition.dim() == 2
+
+    def with_unary(self, unary: Tensor) -> DenseChain:
+        return DenseChain(unary, self.transition, self.init)
+
+    def per_position(self) -> Tensor:
+        """B x (T-1) x N x N log-potentials (a broadcast view when shared)."""
+        if self.shared:
+            B, T, N = self.unary.shape
+            return self.transition.expand(B, T - 1, N, N)
+        return self.transition
+
+    def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
+        if self.shared:
+            return self.transition[prev, nxt]
+        B, Tm1 = prev.shape[-2:]
+        b = torch.arange(B, device=prev.device).view(B, 1).expand(B, Tm1)
+        t = torch.arange(Tm1, device=prev.device).view(1, Tm1).expand(B, Tm1)
+        return self.transition[b, t, prev, nxt]
+
+    def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
+        if self.shared:
+            return self.transition[:, nxt].permute(1, 2, 0)
+        S, B = nxt.shape
+        b = torch.arange(B, device=nxt.device).view(1, B).expand(S, B)
+        return self.transition[b, step - 2, :, nxt]
+
+    def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
+        r, c = rows.unsqueeze(-1), cols.unsqueeze(-2)
+        if self.shared:
+            return self.transition[r, c]
+        B, Tm1, K = rows.shape
+        b = torch.arange(B, device=rows.device).view(B, 1, 1, 1)
+        t = torch.arange(Tm1, device=rows.device).view(1, Tm1, 1, 1)
+        return self.transition[b, t, r, c]
+
+    def state_prior(self) -> Tensor:
+        out = self.per_position().logsumexp(-1)  # B x (T-1) x N
+        if out.shape[1] == 0:
+            return torch.zeros_like(self.init)
+        return out.mean(1)
+
+    def dense(self) -> DenseChain:
+        return self
+
+
+class EmbeddingChain(ChainFactors):
+    """A CRF whose transition log-potentials are dot products of state embeddings.
+
+    log Psi(i, j) = e_i . e_j (Fu et al. 2022, Eq. 31); the randomized backend builds only the
+    K x K blocks of kept states, so N x N is never formed.
+
+    Args:
+        unary: B x T x N log-potentials (e.g. e_i . r_t from a contextual encoder).
+        states: N x D state embeddings.
+        init: N or B x N log-potentials of z_1; None means zeros.
+    """
+
+    def __init__(self, unary: Tensor, states: Tensor, init: Tensor | None = None):
+        self.unary = self._check_unary(unary)
+        B, T, N = self.unary.shape
+        states = as_tensor("states", states)
+        check_shape("states", states, (N, None), "N x D")
+        check_finite("states", states, allow_neg_inf=False)
+        self.states = states
+        self.init = _batched_init(init, B, N, self.unary)
+
+    def with_unary(self, unary: Tensor) -> EmbeddingChain:
+        return EmbeddingChain(unary, self.states, self.init)
+
+    def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
+        return (self.states[prev] * self.states[nxt]).sum(-1)
+
+    def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
+        return self.states[nxt] @ self.states.T
+
+    def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
+        return self.states[rows] @ self.states[cols].transpose(-1, -2)
+
+    def state_prior(self) -> Tensor:
+        l1 = self.states.abs().sum(-1)
+        return (l1 / l1.sum()).log().expand(self.batch, self.num_states)
+
+    def dense(self) -> DenseChain:
+        return DenseChain(self.unary, self.states @ self.states.T, self.init)
+
+
+class LowRankChain(ChainFactors):
+    """Low-rank transitions Psi_t = diag(c) L diag(w_t) R^T with non-negative features.
+
+    With ``normalize=True`` (and no ``log_rank_weights``), c_i = 1 / (L_i . sum_j R_j) makes every
+    row a distribution: p(z_t = j | z_{t-1} = i) = phi(u_i) . phi(v_j) / sum_k phi(u_i) . phi(v_k)
+    (Chiu et al. 2021, Eq. 3-5). Each DP step is two skinny products, O(N R); N x N is never built.
+
+    Args:
+        unary: B x T x N log-potentials (emissions).
+        left: N x R non-negative features phi(u_i) of the previous state.
+        right: N x R non-negative features phi(v_j) of the next state.
+        init: N or B x N log-potentials of z_1; None means zeros.
+        normalize: divide each row of L R^T by its sum (a transition matrix).
+        log_rank_weights: optional B x (T-1) x R log-weights w_t on the rank components of the
+            transition into positions 2..T (the rank-space chain uses these to carry emissions).
+    """
+
+    def __init__(
+        self,
+        unary: Tensor,
+        left: Tensor,
+        right: Tensor,
+        init: Tensor | None = None,
+        normalize: bool = True,
+        log_rank_weights: Tensor | None = None,
+    ):
+        self.unary = self._check_unary(unary)
+        B, T, N = self.unary.shape
+        left, right = as_tensor("left", left), as_tensor("right", right)
+        check_shape("left", left, (N, None), "N x R")
+        check_shape("right", right, (N, left.shape[1]), "N x R")
+        check_nonnegative("left", left)
+        check_nonnegative("right", right)
+        self.left, self.right = left, right
+        self.init = _batched_init(init, B, N, self.unary)
+        if log_rank_weights is not None:
+            log_rank_weights = as_tensor("log_rank_weights", log_rank_weights)
+            check_shape(
+                "log_rank_weights", log_rank_weights, (B, T - 1, left.shape[1]), "B x (T-1) x R"
+            )
+            check_finite("log_rank_weights", log_rank_weights)
+            if normalize:
+                raise ValueError(
+                    "normalize=True needs position-independent transitions; "
+                    "pass normalize=False together with log_rank_weights"
+                )
+        self.log_rank_weights = log_rank_weights
+        self.normalize = normalize
+        if normalize:
+            mass = left @ right.sum(0)
+            if (mass <= 0).any():
+                raise ValueError(
+                    "normalize=True needs every row of left @ right.T to have positive mass; "
+                    f"{int((mass <= 0).sum())} rows sum to 0"
+                )
+            self.log_scale = -mass.log()
+        else:
+            self.log_scale = left.new_zeros(N)
+
+    @property
+    def rank(self) -> int:
+        return self.left.shape[1]
+
+    def with_unary(self, unary: Tensor) -> LowRankChain:
+        return LowRankChain(
+            unary, self.left, self.right, self.init, self.normalize, self.log_rank_weights
+        )
+
+    def scaled_left(self) -> Tensor:
+        """diag(c) L: N x R."""
+        return self.left * self.log_scale.exp().unsqueeze(-1)
+
+    def _rank_weights(self) -> Tensor:
+        """B x (T-1) x R weights w_t (ones when absent)."""
+        B, T, _ = self.unary.shape
+        if self.log_rank_weights is None:
+            return self.left.new_ones(1, 1, self.rank).expand(B, T - 1, self.rank)
+        return self.log_rank_weights.exp()
+
+    def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
+        w = self._rank_weights()
+        inner = (self.left[prev] * w * self.right[nxt]).sum(-1)
+        return self.log_scale[prev] + _safe_log(inner)
+
+    def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
+        w = self._rank_weights()[:, step - 2]  # B x R
+        cols = self.right[nxt] * w  # S x B x R
+        return self.log_scale + _safe_log(cols @ self.left.T)
+
+    def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
+        w = self._rank_weights().unsqueeze(-2)  # B x (T-1) x 1 x R
+        inner = (self.left[rows] * w) @ self.right[cols].transpose(-1, -2)
+        return self.log_scale[rows].unsqueeze(-1) + _safe_log(inner)
+
+    def state_prior(self) -> Tensor:
+        mass = self.scaled_left() @ self.right.sum(0)
+        return _safe_log(mass).expand(self.batch, self.num_states)
+
+    def dense(self) -> DenseChain:
+        if self.log_rank_weights is None:
+            trans = self.log_scale.unsqueeze(-1) + _safe_log(self.left @ self.right.T)
+        else:
+            w = self.log_rank_weights.exp().unsqueeze(-2)  # B x (T-1) x 1 x R
+            inner = (self.left * w) @ self.right.T  # B x (T-1) x N x N
+            trans = self.log_scale.unsqueeze(-1) + _safe_log(inner)
+        return DenseChain(self.unary, trans, self.init)
+
+
+class RankSpaceChain(ChainFactors):
+    """The HMM with a CPD of its merged transition-emission factor (Yang et al. 2022, Sec. 4.3).
+
+    p(z_t, x_t | z_{t-1}) = sum_r U[z_{t-1}, r] V[z_t, r] W[x_t, r]: U holds p(r | z_{t-1}) (rows
+    sum to 1), V holds p(z_t | r) (columns sum to 1) and W holds p(x | r). The first state is drawn
+    through the same factor from a start distribution s over a virtual z_0. Marginalizing the state
+    nodes leaves a chain over rank nodes with the R x R transition V^T U, so the forward costs
+    O(N R^2) once plus O(T R^2), independent of N per step.
+
+    Args:
+        start: N or B x N non-negative start weights s(z_0) (a distribution for an HMM).
+        U: N x R non-negative, V: N x R non-negative (normalization is the caller's choice; the DP
+            is exact for any non-negative values).
+        emission: B x T x R log-weights log W[x_t, r] of each position's observation.
+    """
+
+    def __init__(self, start: Tensor, U: Tensor, V: Tensor, emission: Tensor):
+        emission = as_tensor("emission", emission)
+        if emission.dim() != 3 or 0 in emission.shape:
+            raise ValueError(f"emission must have shape B x T x R, got {tuple(emission.shape)}")
+        check_finite("emission", emission)
+        B, T, R = emission.shape
+        U, V = as_tensor("U", U), as_tensor("V", V)
+        check_shape("U", U, (None, R), "N x R")
+        N = U.shape[0]
+        check_shape("V", V, (N, R), "N x R")
+        check_nonnegative("U", U)
+        check_nonnegative("V", V)
+        start = as_tensor("start", start)
+        if start.dim() == 1:
+            check_shape("start", start, (N,), "N")
+            start = start.expand(B, N)
+        else:
+            check_shape("start", start, (B, N), "B x N")
+        check_nonnegative("start", start)
+        self.start, self.U, self.V, self.emission = start, U, V, emission
+        self.unary = emission.new_zeros(B, T, N)
+        self.init = _safe_log((start @ U * emission[:, 0].exp()) @ V.T)
+
+    @property
+    def rank(self) -> int:
+        return self.U.shape[1]
+
+    def low_rank_view(self, unary: Tensor | None = None) -> LowRankChain:
+        """The same chain over states: Psi_t = U diag(W[x_t]) V^T, first state from s U diag(W[x_1]) V^T."""
+        return LowRankChain(
+            self.unary if unary is None else unary,
+            self.U,
+            self.V,
+            init=self.init,
+            normalize=False,
+            log_rank_weights=self.emission[:, 1:],
+        )
+
+    def with_unary(self, unary: Tensor) -> LowRankChain:
+        return self.low_rank_view(unary)
+
+    def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
+        return self.low_rank_view().transition_entries(prev, nxt)
+
+    def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
+        return self.low_rank_view().transition_columns(step, nxt)
+
+    def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
+        return self.low_rank_view().transition_blocks(rows, cols)
+
+    def state_prior(self) -> Tensor:
+        return _safe_log(self.U.sum(-1)).expand(self.batch, self.num_states)
+
+    def dense(self) -> DenseChain:
+        return self.low_rank_view().dense()

@@ -1,0 +1,201 @@
+"""Randomized dynamic programming on chains (Fu, Cunningham, Lapata 2022).
+
+At every position t a proposal q_t over the N states picks the top-K1 states (summed exactly) and
+K2 states drawn i.i.d. from q_t restricted to the rest (renormalized) and weighted by
+1 / (K2 q_tail(delta)) (Eq. 4-8). The DP then runs over the K = K1 + K2 kept states only:
+
+* the randomized forward (Alg. 1) is the forward of the reduced K-state chain whose unary carries
+  the log importance weights; exp(log Z_hat) is unbiased, log Z_hat is a lower bound on average;
+* the randomized entropy (Alg. 3) is that chain's entropy with the weights kept out of the score;
+* randomized Gumbel backward sampling (Alg. 4) samples backward through the reduced chain.
+
+Index selection runs under ``no_grad`` (outside autograd); the K x K transition blocks are gathered
+from the factors, and from state embeddings they are built on the fly, so N x N is never formed.
+K2 = 0 gives the top-K baseline (Sun et al. 2019); K1 = N recovers the exact DP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from zoo.inference.chain import exact
+from zoo.inference.chain.engine import (
+    ESTIMATE,
+    FALLBACK,
+    ChainEngine,
+    ExactEngine,
+    dense_entropy,
+    gumbel_backward,
+)
+from zoo.inference.chain.factors import ChainFactors, DenseChain
+from zoo.inference.checks import check_shape
+
+PROPOSALS = ("uniform", "local", "global", "local+global")
+
+
+@dataclass(frozen=True)
+class RDPOptions:
+    """Options of the randomized backend.
+
+    Args:
+        k1: states summed exactly at each position (the proposal's top K1).
+        k2: states sampled at each position from the proposal's tail (0: the top-K baseline).
+        proposal: "uniform", "local" (softmax of the unary), "global" (each state's outgoing mass;
+            the normalized L1 norm of the state embeddings for an EmbeddingChain), "local+global"
+            (their average, Eq. 34), or a B x T x N tensor of non-negative proposal weights.
+        generator: a torch.Generator for the index draws and Gumbel noise (reproducible runs).
+    """
+
+    k1: int
+    k2: int
+    proposal: str | Tensor = "local+global"
+    generator: torch.Generator | None = None
+
+    def __post_init__(self):
+        for name in ("k1", "k2"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if self.k1 + self.k2 < 1:
+            raise ValueError(f"k1 + k2 must be at least 1, got k1={self.k1}, k2={self.k2}")
+        if isinstance(self.proposal, str) and self.proposal not in PROPOSALS:
+            raise ValueError(
+                f"unknown proposal {self.proposal!r}; expected one of {PROPOSALS} or a B x T x N tensor"
+            )
+
+
+@dataclass
+class KeptStates:
+    """The states the randomized DP keeps: indices B x T x K and log weights B x T x K
+    (0 for the top-K1, -log(K2 q_tail) for the sampled)."""
+
+    index: Tensor
+    log_weights: Tensor
+
+
+def proposal_weights(factors: ChainFactors, proposal: str | Tensor) -> Tensor:
+    """q_t(i): B x T x N, each row a distribution."""
+    B, T, N = factors.unary.shape
+    if isinstance(proposal, Tensor):
+        check_shape("proposal", proposal, (B, T, N), "B x T x N")
+        if not torch.isfinite(proposal).all() or (proposal < 0).any():
+            raise ValueError("proposal weights must be finite and non-negative")
+        total = proposal.sum(-1, keepdim=True)
+        if (total <= 0).any():
+            raise ValueError("proposal weights must have positive mass at every position")
+        return proposal / total
+    unary = torch.cat([factors.unary[:, :1] + factors.init.unsqueeze(1), factors.unary[:, 1:]], 1)
+    local = torch.softmax(unary, -1)
+    glob = torch.softmax(factors.state_prior(), -1).unsqueeze(1).expand(B, T, N)
+    return {
+        "uniform": torch.full_like(local, 1.0 / N),
+        "local": local,
+        "global": glob,
+        "local+global": 0.5 * local + 0.5 * glob,
+    }[proposal]
+
+
+def select_states(
+    q: Tensor, k1: int, k2: int, generator: torch.Generator | None = None
+) -> KeptStates:
+    """Top-K1 of q plus K2 i.i.d. draws from q's renormalized tail (Eq. 5-7), per position."""
+    B, T, N = q.shape
+    if k1 + k2 > N:
+        raise ValueError(f"k1 + k2 must be at most N = {N} states, got k1={k1}, k2={k2}")
+    top = q.topk(k1, -1).indices if k1 > 0 else q.new_zeros(B, T, 0, dtype=torch.long)
+    index, log_w = [top], [q.new_zeros(B, T, k1)]
+    if k2 > 0:
+        tail = q.scatter(-1, top, 0.0)
+        mass = tail.sum(-1, keepdim=True)
+        if (mass <= 0).any():
+            raise ValueError(
+                "the proposal gives no mass to the states outside its top k1; "
+                "use a proposal with full support or k2 = 0"
+            )
+        tail = tail / mass
+        drawn = torch.multinomial(tail.view(-1, N), k2, replacement=True, generator=generator)
+        drawn = drawn.view(B, T, k2)
+        index.append(drawn)
+        log_w.append(-(k2 * tail.gather(-1, drawn)).log())
+    return KeptStates(torch.cat(index, -1), torch.cat(log_w, -1))
+
+
+def reduced_chain(factors: ChainFactors, kept: KeptStates) -> DenseChain:
+    """The K-state chain over the kept states, importance weights folded into its unary."""
+    unary = torch.cat([factors.unary[:, :1] + factors.init.unsqueeze(1), factors.unary[:, 1:]], 1)
+    small = unary.gather(-1, kept.index) + kept.log_weights
+    idx = kept.index
+    blocks = factors.transition_blocks(idx[:, :-1], idx[:, 1:])
+    return DenseChain(small, blocks)
+
+
+class RandomizedEngine(ChainEngine):
+    """RDP estimators over the states kept at each position; see the module docstring."""
+
+    name = "randomized"
+    factor_types = (ChainFactors,)
+    capabilities = {
+        "log_partition": (ESTIMATE, "Alg. 1 in log space: O(T K^2); exp is unbiased"),
+        "marginals": (ESTIMATE, "autograd of the Alg. 1 estimate (non-zero on kept states)"),
+        "pairwise_marginals": (FALLBACK, "exact, on the materialized N x N"),
+        "entropy": (ESTIMATE, "Alg. 3: O(T K^2)"),
+        "log_prob": (FALLBACK, "exact log Z on the materialized chain"),
+        "argmax": (FALLBACK, "exact Viterbi on the materialized chain"),
+        "sample": (ESTIMATE, "FFBS on the reduced chain (Alg. 4, hard)"),
+        "rsample": (ESTIMATE, "Alg. 4: randomized Gumbel backward sampling"),
+    }
+
+    def __init__(self, options: RDPOptions):
+        self.options = options
+        self._kept: KeptStates | None = None
+
+    def kept_states(self, factors: ChainFactors) -> KeptStates:
+        """The index sets, drawn once per engine (so all estimators share one DP graph)."""
+        if self._kept is None:
+            o = self.options
+            with torch.no_grad():
+                q = proposal_weights(factors, o.proposal)
+                self._kept = select_states(q, o.k1, o.k2, o.generator)
+        return self._kept
+
+    def prepare(self, factors):
+        factors = super().prepare(factors)
+        self.kept_states(factors)
+        return factors
+
+    def log_partition(self, factors, lengths, twice_differentiable=False):
+        return exact.log_forward(reduced_chain(factors, self.kept_states(factors)), lengths)[0]
+
+    def log_alphas(self, factors, lengths):
+        return exact.log_forward(reduced_chain(factors, self.kept_states(factors)), lengths)[1]
+
+    def entropy(self, factors, lengths):
+        kept = self.kept_states(factors)
+        return dense_entropy(reduced_chain(factors, kept), lengths, kept.log_weights)
+
+    def log_prob(self, factors, lengths, states):
+        return ExactEngine().log_prob(factors.dense(), lengths, states)
+
+    def _backward(self, factors, lengths, n, temperature, generator):
+        kept = self.kept_states(factors)
+        small = reduced_chain(factors, kept)
+        alphas = exact.log_forward(small, lengths)[1]
+        hard, soft = gumbel_backward(
+            alphas, small.transition_columns, lengths, n, temperature,
+            generator if generator is not None else self.options.generator,
+        )
+        index = kept.index.expand(n, *kept.index.shape)
+        states = torch.where(hard >= 0, index.gather(-1, hard.clamp_min(0).unsqueeze(-1))[..., 0], -1)
+        return states, soft, index
+
+    def sample(self, factors, lengths, n, generator=None):
+        with torch.no_grad():
+            return self._backward(factors, lengths, n, None, generator)[0]
+
+    def rsample(self, factors, lengths, temperature, generator=None):
+        _, soft, index = self._backward(factors, lengths, 1, temperature, generator)
+        out = soft.new_zeros(*soft.shape[:-1], factors.num_states)
+        return out.scatter_add(-1, index, soft)[0]

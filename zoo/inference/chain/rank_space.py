@@ -1,0 +1,60 @@
+"""The rank-space forward (Yang et al. 2022, Sec. 4.3): the DP runs over rank nodes only.
+
+With the state nodes marginalized, the rank-to-rank transition is H = V^T U (R x R, computed once
+per batch in O(N R^2)); then beta_1 = (s U) * W[x_1], beta_t = (beta_{t-1} H) * W[x_t] and
+Z = beta_T . (1^T V). Each step costs O(R^2), independent of the number of states N.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from zoo.inference.chain.engine import FALLBACK, NATIVE, ChainEngine
+from zoo.inference.chain.factors import RankSpaceChain
+from zoo.inference.chain.low_rank import LowRankEngine
+from zoo.inference.chain.scaled import pull_max, scaled_forward
+
+
+def rank_transition(chain: RankSpaceChain) -> Tensor:
+    """H = V^T U, R x R: the once-per-batch precomputation of the rank-space forward."""
+    return chain.V.T @ chain.U
+
+
+def rank_space_log_partition(
+    chain: RankSpaceChain, lengths: Tensor, transition: Tensor | None = None
+) -> Tensor:
+    """log Z (B,) in O(N R^2 + T R^2); pass ``transition`` to reuse a precomputed V^T U."""
+    H = rank_transition(chain) if transition is None else transition
+    e, m = pull_max(chain.emission)  # B x T x R
+    first = (chain.start @ chain.U) * e[:, 0]
+    log_z, _ = scaled_forward(
+        first, lambda t, a: (a @ H) * e[:, t + 1], m, lengths, final=chain.V.sum(0)
+    )
+    return log_z
+
+
+class RankSpaceEngine(LowRankEngine):
+    """Rank-space HMM inference: log Z over rank nodes in O(T R^2); operations on states (which
+    rank nodes do not carry) run exactly on the equivalent state chain U diag(W[x_t]) V^T."""
+
+    name = "rank-space"
+    factor_types = (RankSpaceChain,)
+    capabilities = {
+        **LowRankEngine.capabilities,
+        "log_partition": (NATIVE, "DP over rank nodes: O(N R^2) once + O(T R^2)"),
+        "marginals": (FALLBACK, "autograd through the state chain, O(T N R)"),
+        "log_prob": (FALLBACK, "scores gathered on the state chain, O(T R)"),
+        "sample": (FALLBACK, "FFBS on the state chain, O(T N R)"),
+        "rsample": (FALLBACK, "Gumbel-softmax FFBS on the state chain, O(T N R)"),
+    }
+
+    def prepare(self, factors):
+        return ChainEngine.prepare(self, factors)
+
+    def log_partition(self, factors, lengths, twice_differentiable=False):
+        if isinstance(factors, RankSpaceChain):
+            return rank_space_log_partition(factors, lengths)
+        return super().log_partition(factors, lengths)
+
+    def log_alphas(self, factors, lengths):
+        return super().log_alphas(factors.low_rank_view(), lengths)

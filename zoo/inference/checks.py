@@ -1,0 +1,71 @@
+"""Boundary checks shared by every structure: shapes, lengths, finiteness, non-negativity.
+
+Every check raises ``ValueError`` (or ``TypeError``) whose message says what was expected and what
+was given, so a bad input never reaches a DP as a cryptic shape error or a silent wrong answer.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def as_tensor(name: str, value) -> Tensor:
+    """Return ``value`` if it is a floating-point tensor, else raise a TypeError naming it."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if not value.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
+    return value
+
+
+def check_shape(name: str, value: Tensor, expected: tuple, names: str) -> None:
+    """Check ``value.shape`` against ``expected`` (ints or None for "any"); ``names`` like "B x T x N"."""
+    ok = value.dim() == len(expected) and all(
+        e is None or e == s for e, s in zip(expected, value.shape)
+    )
+    if not ok:
+        want = " x ".join("?" if e is None else str(e) for e in expected)
+        raise ValueError(
+            f"{name} must have shape {names} = ({want}), got {tuple(value.shape)}"
+        )
+
+
+def check_finite(name: str, value: Tensor, allow_neg_inf: bool = True) -> None:
+    """Reject NaN and +inf (and -inf unless ``allow_neg_inf``: a log-potential of -inf is a zero)."""
+    if torch.isnan(value).any():
+        raise ValueError(f"{name} contains NaN")
+    bad = torch.isinf(value) if not allow_neg_inf else (value == float("inf"))
+    if bad.any():
+        what = "infinite values" if not allow_neg_inf else "+inf"
+        raise ValueError(f"{name} contains {what}; log-potentials must be finite or -inf")
+
+
+def check_nonnegative(name: str, value: Tensor) -> None:
+    """Reject negative or non-finite entries of a feature / probability matrix."""
+    if not torch.isfinite(value).all():
+        raise ValueError(f"{name} must be finite, got NaN or inf entries")
+    if (value < 0).any():
+        raise ValueError(
+            f"{name} must be non-negative (a feature map such as exp or softmax), got minimum "
+            f"{value.min().item():.4g}"
+        )
+
+
+def check_lengths(lengths: Tensor | None, batch: int, max_len: int, device) -> Tensor:
+    """Return lengths as a long tensor of shape (B,), each in 1..T; None means all T."""
+    if lengths is None:
+        return torch.full((batch,), max_len, dtype=torch.long, device=device)
+    if not isinstance(lengths, Tensor):
+        lengths = torch.as_tensor(lengths)
+    if lengths.is_floating_point():
+        if not torch.equal(lengths, lengths.round()):
+            raise ValueError(f"lengths must be integers, got {lengths.tolist()}")
+    lengths = lengths.to(device=device, dtype=torch.long)
+    if lengths.shape != (batch,):
+        raise ValueError(f"lengths must have shape (B,) = ({batch},), got {tuple(lengths.shape)}")
+    if (lengths < 1).any() or (lengths > max_len).any():
+        raise ValueError(
+            f"lengths must lie in 1..T = 1..{max_len}, got {lengths.tolist()}"
+        )
+    return lengths
