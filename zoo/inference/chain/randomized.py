@@ -144,8 +144,8 @@ class RandomizedEngine(ChainEngine):
         "entropy": (ESTIMATE, "Alg. 3: O(T K^2)"),
         "log_prob": (FALLBACK, "exact log Z on the materialized chain"),
         "argmax": (FALLBACK, "exact Viterbi on the materialized chain"),
-        "sample": (ESTIMATE, "FFBS on the reduced chain (Alg. 4, hard)"),
-        "rsample": (ESTIMATE, "Alg. 4: randomized Gumbel backward sampling"),
+        "sample": (FALLBACK, "exact FFBS on the materialized chain"),
+        "rsample": (ESTIMATE, "Alg. 4: randomized Gumbel backward sampling (argmax = hard sample)"),
     }
 
     def __init__(self, options: RDPOptions):
@@ -179,23 +179,22 @@ class RandomizedEngine(ChainEngine):
     def log_prob(self, factors, lengths, states):
         return ExactEngine().log_prob(factors.dense(), lengths, states)
 
-    def _backward(self, factors, lengths, n, temperature, generator):
+    def sample(self, factors, lengths, n, generator=None):
+        return ExactEngine().sample(factors.dense(), lengths, n, generator)
+
+    def rsample(self, factors, lengths, temperature, generator=None):
+        """Alg. 4 on the kept states, scattered back to B x T x N.
+
+        Alg. 4 as printed leaves the importance weights out of p_hat; we keep them (they are folded
+        into the reduced chain), so that the sampled tail states carry the mass they stand for and
+        K1 = N gives exact Gumbel-FFBS.
+        """
         kept = self.kept_states(factors)
         small = reduced_chain(factors, kept)
         alphas = exact.log_forward(small, lengths)[1]
-        hard, soft = gumbel_backward(
-            alphas, small.transition_columns, lengths, n, temperature,
-            generator if generator is not None else self.options.generator,
+        generator = generator if generator is not None else self.options.generator
+        _, soft = gumbel_backward(
+            alphas, small.transition_columns, lengths, 1, temperature, generator
         )
-        index = kept.index.expand(n, *kept.index.shape)
-        states = torch.where(hard >= 0, index.gather(-1, hard.clamp_min(0).unsqueeze(-1))[..., 0], -1)
-        return states, soft, index
-
-    def sample(self, factors, lengths, n, generator=None):
-        with torch.no_grad():
-            return self._backward(factors, lengths, n, None, generator)[0]
-
-    def rsample(self, factors, lengths, temperature, generator=None):
-        _, soft, index = self._backward(factors, lengths, 1, temperature, generator)
         out = soft.new_zeros(*soft.shape[:-1], factors.num_states)
-        return out.scatter_add(-1, index, soft)[0]
+        return out.scatter_add(-1, kept.index.unsqueeze(0), soft)[0]
