@@ -1,0 +1,180 @@
+"""Statistical tests of the randomized backend (Fu et al. 2022), all with fixed seeds.
+
+Independent estimates come cheaply from one LinearChain whose batch repeats the same sequence:
+every batch row draws its own kept states.
+"""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from zoo.inference import DenseChain, EmbeddingChain, LinearChain, RDPOptions
+from zoo.inference.chain import exact
+from zoo.inference.chain.randomized import KeptStates, proposal_weights, reduced_chain
+
+N, T, D = 24, 6, 4
+
+
+def chain(repeats, seed=0, scale=1.0):
+    """One random embedding CRF (N states, length T) repeated ``repeats`` times in the batch."""
+    g = torch.Generator().manual_seed(seed)
+    states = torch.randn(N, D, generator=g, dtype=torch.float64) * scale
+    unary = (torch.randn(1, T, N, generator=g, dtype=torch.float64) * 2 * scale).expand(repeats, T, N)
+    return EmbeddingChain(unary.contiguous(), states)
+
+
+def estimates(factors, k1, k2, proposal="local+global", seed=0, lengths=None):
+    opts = RDPOptions(k1, k2, proposal, torch.Generator().manual_seed(seed))
+    return LinearChain(factors, lengths, backend="randomized", options=opts)
+
+
+def exact_value(factors, lengths=None):
+    return LinearChain(factors, lengths)
+
+
+def test_k1_equal_to_n_is_exact():
+    factors = chain(3)
+    lengths = torch.tensor([6, 2, 4])
+    rdp, ex = estimates(factors, N, 0, lengths=lengths), exact_value(factors, lengths)
+    torch.testing.assert_close(rdp.log_partition, ex.log_partition)
+    torch.testing.assert_close(rdp.entropy, ex.entropy)
+    torch.testing.assert_close(rdp.marginals, ex.marginals)
+
+
+@pytest.mark.parametrize("proposal", ["uniform", "local", "global", "local+global"])
+def test_expectation_over_every_possible_draw_is_exactly_z(proposal):
+    """Enumerate all K2 = 1 draws (N = 4, T = 3, K1 = 1) and weight them by their probability."""
+    g = torch.Generator().manual_seed(23)
+    n, t = 4, 3
+    factors = EmbeddingChain(
+        torch.randn(1, t, n, generator=g, dtype=torch.float64) * 2,
+        torch.randn(n, 3, generator=g, dtype=torch.float64),
+    )
+    q = proposal_weights(factors, proposal)[0]
+    top = q.argmax(-1)
+    tail = q.scatter(-1, top.unsqueeze(-1), 0.0)
+    tail = tail / tail.sum(-1, keepdim=True)
+    expectation = 0.0
+    for draw in itertools.product(range(n), repeat=t):
+        if any(draw[i] == top[i] for i in range(t)):
+            continue
+        drawn = torch.tensor(draw)
+        p_draw = tail[torch.arange(t), drawn]
+        kept = KeptStates(
+            torch.stack([top, drawn], -1).unsqueeze(0),
+            torch.stack([torch.zeros(t, dtype=torch.float64), -p_draw.log()], -1).unsqueeze(0),
+        )
+        z_hat = exact.log_forward(reduced_chain(factors, kept), torch.tensor([t]))[0].exp()
+        expectation = expectation + p_draw.prod() * z_hat
+    torch.testing.assert_close(expectation.log(), exact_value(factors).log_partition, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("proposal", ["uniform", "local", "global", "local+global", "tensor"])
+def test_probability_space_estimate_is_unbiased(proposal):
+    runs = 4000
+    factors = chain(runs, seed=1, scale=0.25)
+    if proposal == "tensor":
+        g = torch.Generator().manual_seed(5)
+        proposal = torch.rand(runs, T, N, generator=g, dtype=torch.float64) + 0.1
+    z_hat = estimates(factors, 4, 3, proposal, seed=2).log_partition
+    log_z = exact_value(factors).log_partition[0]
+    ratio = (z_hat - log_z).exp()  # Z_hat / Z, mean 1 if unbiased
+    se = ratio.std() / math.sqrt(runs)
+    assert abs(ratio.mean() - 1) < 4 * se, (ratio.mean().item(), se.item())
+
+
+def test_log_space_estimate_is_below_exact_on_average():
+    runs = 2000
+    factors = chain(runs, seed=3)
+    log_z_hat = estimates(factors, 3, 2, seed=4).log_partition
+    log_z = exact_value(factors).log_partition[0]
+    gap = log_z_hat - log_z
+    assert gap.mean() + 4 * gap.std() / math.sqrt(runs) < 0
+
+
+def test_error_falls_as_k_grows():
+    runs = 500
+    factors = chain(runs, seed=6)
+    exact = exact_value(factors)
+    mse_z, mse_h = [], []
+    for k in (2, 6, 12, 20):
+        rdp = estimates(factors, k - 1, 1, seed=k)
+        mse_z.append(((rdp.log_partition - exact.log_partition) ** 2).mean().item())
+        mse_h.append(((rdp.entropy - exact.entropy) ** 2).mean().item())
+    assert mse_z == sorted(mse_z, reverse=True), mse_z
+    assert mse_h == sorted(mse_h, reverse=True), mse_h
+
+
+def test_top_k_baseline_underestimates_and_on_dense_chains_randomization_has_less_bias():
+    runs = 500
+    factors = chain(runs, seed=8, scale=0.25)
+    log_z = exact_value(factors).log_partition
+    top_k = estimates(factors, 6, 0).log_partition
+    assert (top_k < log_z).all()
+    rdp = estimates(factors, 5, 1, seed=9).log_partition
+    assert (rdp - log_z).mean().abs() < (top_k - log_z).mean().abs()
+
+
+def test_marginals_live_on_kept_states_and_gradients_flow():
+    factors = chain(2, seed=10)
+    unary = factors.unary.clone().requires_grad_()
+    states = factors.states.clone().requires_grad_()
+    rdp = estimates(EmbeddingChain(unary, states), 3, 2, seed=11)
+    kept = torch.zeros(2, T, N, dtype=torch.bool)
+    kept.scatter_(-1, rdp.engine.kept_states(rdp.factors).index, True)
+    assert (rdp.marginals[~kept] == 0).all()
+    torch.testing.assert_close(rdp.marginals.sum(-1), torch.ones(2, T, dtype=torch.float64))
+    (rdp.log_partition.sum() + rdp.entropy.sum()).backward()
+    assert torch.isfinite(unary.grad).all() and torch.isfinite(states.grad).all()
+    assert states.grad.abs().sum() > 0
+
+
+def test_rsample_with_all_states_kept_matches_exact_marginals():
+    runs = 4000
+    factors = chain(runs, seed=12, scale=0.5)
+    rdp = estimates(factors, N, 0, seed=13)
+    relaxed = rdp.rsample(temperature=0.5, generator=torch.Generator().manual_seed(14))
+    torch.testing.assert_close(relaxed.sum(-1), torch.ones(runs, T, dtype=torch.float64))
+    hard = torch.nn.functional.one_hot(relaxed.argmax(-1), N).double().mean(0)
+    marg = exact_value(factors).marginals[0]
+    assert (hard - marg).abs().max() < 0.04
+
+
+def test_rsample_is_differentiable_and_supported_on_kept_states():
+    factors = chain(2, seed=15)
+    states = factors.states.clone().requires_grad_()
+    rdp = estimates(EmbeddingChain(factors.unary, states), 4, 2, seed=16)
+    relaxed = rdp.rsample(temperature=1.0)
+    kept = torch.zeros(2, T, N, dtype=torch.bool)
+    kept.scatter_(-1, rdp.engine.kept_states(rdp.factors).index, True)
+    assert (relaxed[~kept] == 0).all()
+    (relaxed * torch.randn_like(relaxed)).sum().backward()
+    assert states.grad.abs().sum() > 0
+
+
+def test_embedding_chain_never_builds_n_by_n():
+    """N = 200000: an N x N float32 matrix would need 160 GB, so any dense step would fail."""
+    g = torch.Generator().manual_seed(17)
+    n = 200_000
+    factors = EmbeddingChain(torch.randn(2, 5, n, generator=g), torch.randn(n, 8, generator=g) * 0.1)
+    rdp = estimates(factors, 16, 4, seed=18)
+    assert torch.isfinite(rdp.log_partition).all()
+    assert torch.isfinite(rdp.entropy).all()
+    assert rdp.rsample().shape == (2, 5, n)
+
+
+def test_same_seed_same_estimate():
+    factors = chain(3, seed=19)
+    a = estimates(factors, 3, 2, seed=20).log_partition
+    b = estimates(factors, 3, 2, seed=20).log_partition
+    torch.testing.assert_close(a, b)
+
+
+def test_dense_chain_randomized_matches_its_embedding_form_on_the_same_draw():
+    factors = chain(3, seed=21)
+    dense = DenseChain(factors.unary, factors.states @ factors.states.T)
+    a = estimates(factors, 3, 2, proposal="local", seed=22).log_partition
+    b = estimates(dense, 3, 2, proposal="local", seed=22).log_partition
+    torch.testing.assert_close(a, b)
