@@ -1,0 +1,20 @@
+"""The README's generated table is current and its usage example runs."""
+
+import re
+from pathlib import Path
+
+import torch
+
+from scripts.readme_tables import README, render
+
+
+def test_capability_table_is_current():
+    text = README.read_text()
+    assert render(text) == text, "run: python scripts/readme_tables.py"
+
+
+def test_usage_example_runs():
+    text = README.read_text()
+    block = re.search(r"## Use the engine.*?```python\n(.*?)```", text, re.S).group(1)
+    torch.manual_seed(0)
+    exec(compile(block, str(Path(README)), "exec"), {})
