@@ -134,6 +134,8 @@ class ChainEngine:
     def pairwise_marginals(self, factors: ChainFactors, lengths: Tensor) -> Tensor:
         """p(z_{t-1} = i, z_t = j): B x (T-1) x N x N, by a probe on the dense per-position form."""
         dense = factors.dense()
+        if dense.max_length == 1:
+            return dense.unary.new_zeros(dense.batch, 0, dense.num_states, dense.num_states)
         differentiable = torch.is_grad_enabled() and _requires_grad(factors)
         with torch.enable_grad():
             probe = torch.zeros_like(dense.per_position(), requires_grad=True)
@@ -218,7 +220,9 @@ def _expected_score(chain: DenseChain, lengths: Tensor, unary: Tensor) -> tuple[
             chain.unary + probes[0], chain.transition + probes[1], chain.init + probes[2]
         )
         log_z, _ = exact.log_forward(probed, lengths)
-        g_u, g_t, g_i = torch.autograd.grad(log_z.sum(), probes, create_graph=differentiable)
+        g_u, g_t, g_i = torch.autograd.grad(
+            log_z.sum(), probes, create_graph=differentiable, materialize_grads=True
+        )
     trans = g_t * _finite(chain.transition)
     # shared: called per sequence (batch of 1), so the N x N sum belongs to that sequence
     trans = trans.sum().reshape(1) if chain.shared else trans.sum((1, 2, 3))
