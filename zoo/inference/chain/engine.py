@@ -149,7 +149,9 @@ class ChainEngine:
         return dense_entropy(factors.dense(), lengths)
 
     def log_prob(self, factors: ChainFactors, lengths: Tensor, states: Tensor) -> Tensor:
-        return sequence_score(factors, states, lengths) - self.log_partition(factors, lengths)
+        """log p(states) = score - log Z, clamped at 0 so round-off never gives log p > 0."""
+        log_p = sequence_score(factors, states, lengths) - self.log_partition(factors, lengths)
+        return log_p.clamp_max(0.0)
 
     def argmax(self, factors: ChainFactors, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """Viterbi on the dense form: (best score (B,), states B x T)."""
