@@ -1,9 +1,7 @@
 """Exact linear-chain dynamic programs on dense log-potentials.
 
-* ``shared_log_partition``: the HMM case, one N x N transition. Scaled probability space: each step
-  is one BLAS matrix product of the normalized forward vector with exp(log Psi), and the log
-  normalizers are accumulated. A hand-written backward runs the scaled backward recursion and forms
-  the transition gradient with a single (T B) x N by (T B) x N matrix product at the end.
+* ``shared_log_partition``: the HMM case, one N x N transition, in scaled probability space (each
+  step one BLAS product with exp(log Psi); see ``scaled``), with the hand-written backward.
 * ``log_forward``: log space with log-einsum-exp (subtract a detached max, exponentiate, matmul,
   log, add the max back); handles per-position B x (T-1) x N x N potentials without allocating
   more than one position's block at a time, and is twice differentiable (entropy uses that).
@@ -18,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.inference.chain import scaled
 from zoo.inference.chain.factors import DenseChain
 
 VITERBI_CHUNK = 2**25
@@ -36,68 +35,16 @@ def _column_scaled(transition: Tensor) -> tuple[Tensor, Tensor]:
     return (transition - c).exp(), c.squeeze(-2)
 
 
-class _SharedForward(torch.autograd.Function):
-    """log Z of a chain with one shared transition, in scaled probability space.
-
-    Inputs: u (B x T x N, unary with init and column offsets folded in), P (N x N, >= 0), lengths.
-    The gradient w.r.t. u is the unary marginal; w.r.t. P it is sum_t a_{t-1}^T (b_t * e_t) / s_t.
-    """
-
-    @staticmethod
-    def forward(ctx, u: Tensor, P: Tensor, lengths: Tensor) -> Tensor:
-        B, T, N = u.shape
-        m = u.amax(-1, keepdim=True).clamp_min(-1e30)  # B x T x 1
-        e = (u - m).exp()
-        alphas = u.new_empty(B, T, N)
-        scales = u.new_empty(B, T)
-        a = e[:, 0]
-        for t in range(T):
-            if t > 0:
-                a = (alphas[:, t - 1] @ P) * e[:, t]
-            s = a.sum(-1)
-            if (s[lengths > t] <= 0).any():
-                raise ValueError("the chain has zero probability (no path survives a -inf mask)")
-            s = s.clamp_min(torch.finfo(u.dtype).tiny)
-            alphas[:, t] = a / s.unsqueeze(-1)
-            scales[:, t] = s
-        valid = torch.arange(T, device=u.device) < lengths.unsqueeze(-1)  # B x T
-        log_z = ((scales.log() + m.squeeze(-1)) * valid).sum(-1)
-        ctx.save_for_backward(alphas, scales, e, P, valid)
-        return log_z
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor):
-        alphas, scales, e, P, valid = ctx.saved_tensors
-        B, T, N = alphas.shape
-        betas = torch.ones_like(alphas)
-        weighted = torch.zeros_like(alphas)  # (b_t * e_t) / s_t for t >= 1, masked
-        for t in range(T - 1, 0, -1):
-            w = betas[:, t] * e[:, t] / scales[:, t].unsqueeze(-1) * valid[:, t].unsqueeze(-1)
-            weighted[:, t] = w
-            prev = w @ P.T
-            # positions at or after the end keep beta = 1
-            betas[:, t - 1] = torch.where(valid[:, t].unsqueeze(-1), prev, betas[:, t - 1])
-        g = grad.view(B, 1, 1)
-        grad_u = alphas * betas * valid.unsqueeze(-1) * g
-        grad_P = None
-        if ctx.needs_input_grad[1] and T > 1:
-            a_prev = (alphas[:, :-1] * g).reshape(-1, N)
-            grad_P = a_prev.T @ weighted[:, 1:].reshape(-1, N)
-        return grad_u, grad_P, None
-
-
-def _folded_unary(chain: DenseChain) -> Tensor:
-    """unary with init added at position 1."""
-    return torch.cat([chain.unary[:, :1] + chain.init.unsqueeze(1), chain.unary[:, 1:]], 1)
+def shared_scaled(chain: DenseChain) -> scaled.ScaledChain:
+    """The shared-transition chain as a scaled forward: left = exp(log Psi - c), c folded into u."""
+    P, c = _column_scaled(chain.transition)
+    u = chain.folded_unary()
+    return scaled.ScaledChain(torch.cat([u[:, :1], u[:, 1:] + c], 1), P)
 
 
 def shared_log_partition(chain: DenseChain, lengths: Tensor) -> Tensor:
     """log Z (B,) for a shared-transition chain, scaled probability space, fast backward."""
-    P, c = _column_scaled(chain.transition)
-    u = _folded_unary(chain)
-    u = torch.cat([u[:, :1], u[:, 1:] + c], 1)
-    return _SharedForward.apply(u, P, lengths)
+    return scaled.log_partition(shared_scaled(chain), lengths)
 
 
 def log_forward(chain: DenseChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -107,7 +54,7 @@ def log_forward(chain: DenseChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
         log Z (B,) and the log forward variables alpha (B x T x N), alpha_t(j) = log of the total
         score of prefixes ending in state j at position t (positions past a length are junk).
     """
-    u = _folded_unary(chain)
+    u = chain.folded_unary()
     B, T, N = u.shape
     alphas = [u[:, 0]]
     if chain.shared:
@@ -132,7 +79,7 @@ def viterbi(chain: DenseChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
     Returns:
         the best score (B,) and the best states (B x T, long, -1 past each length).
     """
-    u = _folded_unary(chain)
+    u = chain.folded_unary()
     B, T, N = u.shape
     delta = u[:, 0]
     deltas, pointers = [delta], []

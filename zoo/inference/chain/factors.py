@@ -43,7 +43,7 @@ def _batched_init(init: Tensor | None, batch: int, states: int, like: Tensor) ->
     return init
 
 
-def _safe_log(x: Tensor) -> Tensor:
+def safe_log(x: Tensor) -> Tensor:
     """log of a non-negative tensor, with log 0 = -inf and no NaN gradient at 0."""
     tiny = torch.finfo(x.dtype).tiny
     return torch.where(x > 0, x.clamp_min(tiny).log(), torch.full_like(x, float("-inf")))
@@ -80,6 +80,10 @@ class ChainFactors:
             raise ValueError(f"unary must be non-empty in B, T and N, got {tuple(unary.shape)}")
         check_finite("unary", unary)
         return unary
+
+    def folded_unary(self) -> Tensor:
+        """B x T x N: the unary with the initial log-potentials added at position 1."""
+        return torch.cat([self.unary[:, :1] + self.init.unsqueeze(1), self.unary[:, 1:]], 1)
 
     def with_unary(self, unary: Tensor) -> ChainFactors:
         """A copy with the unary log-potentials replaced (same shape)."""
@@ -326,29 +330,29 @@ class LowRankChain(ChainFactors):
     def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
         w = self._rank_weights()
         inner = (self.left[prev] * w * self.right[nxt]).sum(-1)
-        return self.log_scale[prev] + _safe_log(inner)
+        return self.log_scale[prev] + safe_log(inner)
 
     def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
         w = self._rank_weights()[:, step - 2]  # B x R
         cols = self.right[nxt] * w  # S x B x R
-        return self.log_scale + _safe_log(cols @ self.left.T)
+        return self.log_scale + safe_log(cols @ self.left.T)
 
     def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
         w = self._rank_weights().unsqueeze(-2)  # B x (T-1) x 1 x R
         inner = (self.left[rows] * w) @ self.right[cols].transpose(-1, -2)
-        return self.log_scale[rows].unsqueeze(-1) + _safe_log(inner)
+        return self.log_scale[rows].unsqueeze(-1) + safe_log(inner)
 
     def state_prior(self) -> Tensor:
         mass = self.scaled_left() @ self.right.sum(0)
-        return _safe_log(mass).expand(self.batch, self.num_states)
+        return safe_log(mass).expand(self.batch, self.num_states)
 
     def dense(self) -> DenseChain:
         if self.log_rank_weights is None:
-            trans = self.log_scale.unsqueeze(-1) + _safe_log(self.left @ self.right.T)
+            trans = self.log_scale.unsqueeze(-1) + safe_log(self.left @ self.right.T)
         else:
             w = self.log_rank_weights.exp().unsqueeze(-2)  # B x (T-1) x 1 x R
             inner = (self.left * w) @ self.right.T  # B x (T-1) x N x N
-            trans = self.log_scale.unsqueeze(-1) + _safe_log(inner)
+            trans = self.log_scale.unsqueeze(-1) + safe_log(inner)
         return DenseChain(self.unary, trans, self.init)
 
 
@@ -389,7 +393,7 @@ class RankSpaceChain(ChainFactors):
         check_nonnegative("start", start)
         self.start, self.U, self.V, self.emission = start, U, V, emission
         self.unary = emission.new_zeros(B, T, N)
-        self.init = _safe_log((start @ U * emission[:, 0].exp()) @ V.T)
+        self.init = safe_log((start @ U * emission[:, 0].exp()) @ V.T)
 
     @property
     def rank(self) -> int:
@@ -419,7 +423,7 @@ class RankSpaceChain(ChainFactors):
         return self.low_rank_view().transition_blocks(rows, cols)
 
     def state_prior(self) -> Tensor:
-        return _safe_log(self.U.sum(-1)).expand(self.batch, self.num_states)
+        return safe_log(self.U.sum(-1)).expand(self.batch, self.num_states)
 
     def dense(self) -> DenseChain:
         return self.low_rank_view().dense()

@@ -6,32 +6,21 @@ alpha_t = ((alpha_{t-1} @ diag(c) L) * w_t) @ R^T * exp(unary_t): N x N is never
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
+from zoo.inference.chain import scaled
 from zoo.inference.chain.engine import FALLBACK, NATIVE, ChainEngine
 from zoo.inference.chain.factors import LowRankChain, RankSpaceChain
-from zoo.inference.chain.scaled import pull_max, scaled_forward
 
 
-def low_rank_forward(chain: LowRankChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """log Z (B,) and log alphas (B x T x N) of a low-rank chain: O(T N R) time, O(T B (N + R)) memory."""
-    u = torch.cat([chain.unary[:, :1] + chain.init.unsqueeze(1), chain.unary[:, 1:]], 1)
-    e, m = pull_max(u)  # B x T x N, B x T
-    left = chain.scaled_left()
-    right_t = chain.right.T
-    if chain.log_rank_weights is None:
-        w, wm = None, torch.zeros_like(m)
-    else:
-        w, wmax = pull_max(chain.log_rank_weights)  # B x (T-1) x R
-        wm = torch.cat([torch.zeros_like(m[:, :1]), wmax], 1)
-
-    def step(t: int, a: Tensor) -> Tensor:
-        h = a @ left
-        if w is not None:
-            h = h * w[:, t]
-        return (h @ right_t) * e[:, t + 1]
-
-    return scaled_forward(e[:, 0], step, m + wm, lengths)
+def low_rank_scaled(chain: LowRankChain) -> scaled.ScaledChain:
+    """The low-rank chain as a scaled forward; each step's rank-weight max is folded into u."""
+    u = chain.folded_unary()
+    weights = None
+    if chain.log_rank_weights is not None:
+        m = chain.log_rank_weights.detach().amax(-1, keepdim=True).clamp_min(-1e30)
+        weights = (chain.log_rank_weights - m).exp()
+        u = u + torch.cat([m[:, :1] * 0, m], 1)
+    return scaled.ScaledChain(u, chain.scaled_left(), chain.right, weights)
 
 
 class LowRankEngine(ChainEngine):
@@ -55,7 +44,10 @@ class LowRankEngine(ChainEngine):
         return factors.low_rank_view() if isinstance(factors, RankSpaceChain) else factors
 
     def log_partition(self, factors, lengths, twice_differentiable=False):
-        return low_rank_forward(factors, lengths)[0]
+        problem = low_rank_scaled(factors)
+        if twice_differentiable:
+            return scaled.forward(problem, lengths)[0]
+        return scaled.log_partition(problem, lengths)
 
     def log_alphas(self, factors, lengths):
-        return low_rank_forward(factors, lengths)[1]
+        return scaled.forward(low_rank_scaled(factors), lengths)[1]

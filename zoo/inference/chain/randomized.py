@@ -87,7 +87,7 @@ def proposal_weights(factors: ChainFactors, proposal: str | Tensor) -> Tensor:
         if (total <= 0).any():
             raise ValueError("proposal weights must have positive mass at every position")
         return proposal / total
-    unary = torch.cat([factors.unary[:, :1] + factors.init.unsqueeze(1), factors.unary[:, 1:]], 1)
+    unary = factors.folded_unary()
     local = torch.softmax(unary, -1)
     glob = torch.softmax(factors.state_prior(), -1).unsqueeze(1).expand(B, T, N)
     return {
@@ -125,7 +125,7 @@ def select_states(
 
 def reduced_chain(factors: ChainFactors, kept: KeptStates) -> DenseChain:
     """The K-state chain over the kept states, importance weights folded into its unary."""
-    unary = torch.cat([factors.unary[:, :1] + factors.init.unsqueeze(1), factors.unary[:, 1:]], 1)
+    unary = factors.folded_unary()
     small = unary.gather(-1, kept.index) + kept.log_weights
     idx = kept.index
     blocks = factors.transition_blocks(idx[:, :-1], idx[:, 1:])

@@ -7,12 +7,13 @@ Z = beta_T . (1^T V). Each step costs O(R^2), independent of the number of state
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
+from zoo.inference.chain import scaled
 from zoo.inference.chain.engine import FALLBACK, NATIVE, ChainEngine
-from zoo.inference.chain.factors import RankSpaceChain
+from zoo.inference.chain.factors import RankSpaceChain, safe_log
 from zoo.inference.chain.low_rank import LowRankEngine
-from zoo.inference.chain.scaled import pull_max, scaled_forward
 
 
 def rank_transition(chain: RankSpaceChain) -> Tensor:
@@ -20,17 +21,20 @@ def rank_transition(chain: RankSpaceChain) -> Tensor:
     return chain.V.T @ chain.U
 
 
+def rank_space_scaled(chain: RankSpaceChain, transition: Tensor | None = None) -> scaled.ScaledChain:
+    """The rank-node chain as a scaled forward: u = log W[x_t] (+ log s U at position 1),
+    left = V^T U (or ``transition``, to reuse a precomputed one), end weights 1^T V."""
+    H = rank_transition(chain) if transition is None else transition
+    first = chain.emission[:, :1] + safe_log(chain.start @ chain.U).unsqueeze(1)
+    u = torch.cat([first, chain.emission[:, 1:]], 1)
+    return scaled.ScaledChain(u, H, final=chain.V.sum(0))
+
+
 def rank_space_log_partition(
     chain: RankSpaceChain, lengths: Tensor, transition: Tensor | None = None
 ) -> Tensor:
-    """log Z (B,) in O(N R^2 + T R^2); pass ``transition`` to reuse a precomputed V^T U."""
-    H = rank_transition(chain) if transition is None else transition
-    e, m = pull_max(chain.emission)  # B x T x R
-    first = (chain.start @ chain.U) * e[:, 0]
-    log_z, _ = scaled_forward(
-        first, lambda t, a: (a @ H) * e[:, t + 1], m, lengths, final=chain.V.sum(0)
-    )
-    return log_z
+    """log Z (B,) in O(N R^2 + T R^2) with the hand-written backward."""
+    return scaled.log_partition(rank_space_scaled(chain, transition), lengths)
 
 
 class RankSpaceEngine(LowRankEngine):
@@ -52,9 +56,11 @@ class RankSpaceEngine(LowRankEngine):
         return ChainEngine.prepare(self, factors)
 
     def log_partition(self, factors, lengths, twice_differentiable=False):
-        if isinstance(factors, RankSpaceChain):
-            return rank_space_log_partition(factors, lengths)
-        return super().log_partition(factors, lengths)
+        if not isinstance(factors, RankSpaceChain):  # a state chain (a unary probe was added)
+            return super().log_partition(factors, lengths, twice_differentiable)
+        if twice_differentiable:
+            return scaled.forward(rank_space_scaled(factors), lengths)[0]
+        return rank_space_log_partition(factors, lengths)
 
     def log_alphas(self, factors, lengths):
         return super().log_alphas(factors.low_rank_view(), lengths)
