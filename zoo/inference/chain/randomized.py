@@ -87,35 +87,39 @@ def proposal_weights(factors: ChainFactors, proposal: str | Tensor) -> Tensor:
         if (total <= 0).any():
             raise ValueError("proposal weights must have positive mass at every position")
         return proposal / total
-    unary = factors.folded_unary()
-    local = torch.softmax(unary, -1)
-    glob = torch.softmax(factors.state_prior(), -1).unsqueeze(1).expand(B, T, N)
-    return {
-        "uniform": torch.full_like(local, 1.0 / N),
-        "local": local,
-        "global": glob,
-        "local+global": 0.5 * local + 0.5 * glob,
-    }[proposal]
+    if proposal == "uniform":
+        return factors.unary.new_full((B, T, N), 1.0 / N)
+    glob = torch.softmax(factors.state_prior(), -1).unsqueeze(1)  # B x 1 x N
+    if proposal == "global":
+        return glob.expand(B, T, N).clone()
+    q = torch.softmax(factors.folded_unary(), -1)
+    if proposal == "local+global":  # Eq. 34, in place: q is B x T x N, the largest buffer here
+        q.mul_(0.5).add_(glob, alpha=0.5)
+    return q
 
 
 def select_states(
     q: Tensor, k1: int, k2: int, generator: torch.Generator | None = None
 ) -> KeptStates:
-    """Top-K1 of q plus K2 i.i.d. draws from q's renormalized tail (Eq. 5-7), per position."""
+    """Top-K1 of q plus K2 i.i.d. draws from q's renormalized tail (Eq. 5-7), per position.
+
+    ``q`` (B x T x N) is overwritten (it becomes the tail proposal), to keep the memory at one
+    B x T x N buffer.
+    """
     B, T, N = q.shape
     if k1 + k2 > N:
         raise ValueError(f"k1 + k2 must be at most N = {N} states, got k1={k1}, k2={k2}")
     top = q.topk(k1, -1).indices if k1 > 0 else q.new_zeros(B, T, 0, dtype=torch.long)
     index, log_w = [top], [q.new_zeros(B, T, k1)]
     if k2 > 0:
-        tail = q.scatter(-1, top, 0.0)
+        tail = q.scatter_(-1, top, 0.0)
         mass = tail.sum(-1, keepdim=True)
         if (mass <= 0).any():
             raise ValueError(
                 "the proposal gives no mass to the states outside its top k1; "
                 "use a proposal with full support or k2 = 0"
             )
-        tail = tail / mass
+        tail.div_(mass)
         drawn = torch.multinomial(tail.view(-1, N), k2, replacement=True, generator=generator)
         drawn = drawn.view(B, T, k2)
         index.append(drawn)
