@@ -198,10 +198,12 @@ class DenseChain(ChainFactors):
         return self.transition[b, t, r, c]
 
     def state_prior(self) -> Tensor:
-        out = self.per_position().logsumexp(-1)  # B x (T-1) x N
-        if out.shape[1] == 0:
+        """Outgoing log-mass of each state (averaged over positions when per position)."""
+        if self.shared:
+            return self.transition.logsumexp(-1).expand(self.batch, self.num_states)
+        if self.max_length == 1:
             return torch.zeros_like(self.init)
-        return out.mean(1)
+        return self.transition.logsumexp(-1).mean(1)
 
     def dense(self) -> DenseChain:
         return self
