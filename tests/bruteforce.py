@@ -128,10 +128,7 @@ def potentials(spec: ChainSpec, b: int):
                         if lrw is not None:
                             raise NotImplementedError("normalize=True with log_rank_weights")
                         num = sum(_f(left[i, r]) * _f(right[j, r]) for r in range(R))
-                        den = sum(
-                            _f(left[i, r]) * sum(_f(right[kk, r]) for kk in range(N))
-                            for r in range(R)
-                        )
+                        den = sum(_f(left[i, r]) * sum(_f(right[kk, r]) for kk in range(N)) for r in range(R))
                         m[i][j] = _log(num) - math.log(den)
                     else:
                         tot = 0.0

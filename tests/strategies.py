@@ -24,9 +24,9 @@ def tensors(draw, shape, elements=LOGPOT):
 
 
 @st.composite
-def sizes(draw, max_n=3, max_t=4, min_b=2, max_b=3):
-    N = draw(st.integers(1, max_n))
-    T = draw(st.integers(1, max_t))
+def sizes(draw, max_n=3, max_t=4, min_b=2, max_b=3, min_n=1, min_t=1):
+    N = draw(st.integers(min_n, max_n))
+    T = draw(st.integers(min_t, max_t))
     B = draw(st.integers(min_b, max_b))
     return B, T, N
 
@@ -47,14 +47,16 @@ def init_for(draw, B, N):
 
 
 @st.composite
-def chain_specs(draw, kind, max_n=3, max_t=4, min_b=2, max_b=3, forbid=False, lowrank_mode=None):
+def chain_specs(
+    draw, kind, max_n=3, max_t=4, min_b=2, max_b=3, forbid=False, lowrank_mode=None, min_n=1, min_t=1
+):
     """A ChainSpec of the given kind.
 
     forbid (dense only): some transitions are -inf (never the diagonal, so every sequence that
     stays in one state is valid and log Z is finite).
     lowrank_mode: None = drawn, else one of "normalized", "unnormalized", "weighted".
     """
-    B, T, N = draw(sizes(max_n, max_t, min_b, max_b))
+    B, T, N = draw(sizes(max_n, max_t, min_b, max_b, min_n, min_t))
     lengths = draw(lengths_for(B, T))
     if kind == "dense":
         per_pos = draw(st.booleans())
@@ -105,9 +107,7 @@ def chain_specs(draw, kind, max_n=3, max_t=4, min_b=2, max_b=3, forbid=False, lo
 
 # --------------------------------------------------------------------------- zoo glue
 def native_backend(kind):
-    return {"dense": "exact", "embedding": "exact", "lowrank": "low-rank", "rankspace": "rank-space"}[
-        kind
-    ]
+    return {"dense": "exact", "embedding": "exact", "lowrank": "low-rank", "rankspace": "rank-space"}[kind]
 
 
 def backends_for(kind):

@@ -19,7 +19,7 @@ def low_rank_scaled(chain: LowRankChain) -> scaled.ScaledChain:
     if chain.log_rank_weights is not None:
         m = chain.log_rank_weights.detach().amax(-1, keepdim=True).clamp_min(-1e30)
         weights = (chain.log_rank_weights - m).exp()
-        u = u + torch.cat([m[:, :1] * 0, m], 1)
+        u = u + torch.cat([torch.zeros_like(u[:, :1, :1]), m], 1)  # no weights into position 1
     return scaled.ScaledChain(u, chain.scaled_left(), chain.right, weights)
 
 
