@@ -29,16 +29,21 @@ from zoo.inference.checks import (
 )
 
 
+def _per_sequence(name: str, value: Tensor, batch: int, states: int) -> Tensor:
+    """An N or B x N tensor as B x N (a broadcast view), with its shape checked."""
+    value = as_tensor(name, value)
+    if value.dim() == 1:
+        check_shape(name, value, (states,), "N")
+        return value.expand(batch, states)
+    check_shape(name, value, (batch, states), "B x N")
+    return value
+
+
 def _batched_init(init: Tensor | None, batch: int, states: int, like: Tensor) -> Tensor:
     """Return a B x N initial log-potential (zeros when ``init`` is None)."""
     if init is None:
         return like.new_zeros(batch, states)
-    init = as_tensor("init", init)
-    if init.dim() == 1:
-        check_shape("init", init, (states,), "N")
-        init = init.expand(batch, states)
-    else:
-        check_shape("init", init, (batch, states), "B x N")
+    init = _per_sequence("init", init, batch, states)
     check_finite("init", init)
     return init
 
@@ -386,12 +391,7 @@ class RankSpaceChain(ChainFactors):
         check_shape("V", V, (N, R), "N x R")
         check_nonnegative("U", U)
         check_nonnegative("V", V)
-        start = as_tensor("start", start)
-        if start.dim() == 1:
-            check_shape("start", start, (N,), "N")
-            start = start.expand(B, N)
-        else:
-            check_shape("start", start, (B, N), "B x N")
+        start = _per_sequence("start", start, B, N)
         check_nonnegative("start", start)
         self.start, self.U, self.V, self.emission = start, U, V, emission
         self.unary = emission.new_zeros(B, T, N)
