@@ -20,7 +20,9 @@ def low_rank(n, r, seed=0, weights=False):
     g = _gen(seed)
     kw = {}
     if weights:
-        kw = dict(normalize=False, log_rank_weights=torch.randn(B, T - 1, r, generator=g, dtype=torch.float64))
+        kw = dict(
+            normalize=False, log_rank_weights=torch.randn(B, T - 1, r, generator=g, dtype=torch.float64)
+        )
     return LowRankChain(
         torch.randn(B, T, n, generator=g, dtype=torch.float64),
         torch.randn(n, r, generator=g, dtype=torch.float64).exp(),
@@ -71,9 +73,7 @@ def test_rank_space_equals_its_low_rank_state_chain():
 
 def test_normalized_low_rank_is_a_transition_matrix():
     factors = low_rank(20, 4)
-    torch.testing.assert_close(
-        factors.dense().transition.logsumexp(-1), torch.zeros(20, dtype=torch.float64)
-    )
+    torch.testing.assert_close(factors.dense().transition.logsumexp(-1), torch.zeros(20, dtype=torch.float64))
 
 
 def test_hmm_log_partition_is_a_log_likelihood_below_zero():
@@ -83,7 +83,9 @@ def test_hmm_log_partition_is_a_log_likelihood_below_zero():
     emit = torch.randn(n, v, generator=g).log_softmax(-1)
     words = torch.randint(v, (B, T), generator=g)
     chain = DenseChain(
-        emit.T[words], torch.randn(n, n, generator=g).log_softmax(-1), torch.randn(n, generator=g).log_softmax(-1)
+        emit.T[words],
+        torch.randn(n, n, generator=g).log_softmax(-1),
+        torch.randn(n, generator=g).log_softmax(-1),
     )
     assert (LinearChain(chain, LENGTHS).log_partition <= 0).all()
 

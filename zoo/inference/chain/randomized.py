@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from zoo.inference.chain import exact
 from zoo.inference.chain.engine import (
@@ -34,6 +35,7 @@ from zoo.inference.chain.factors import ChainFactors, DenseChain
 from zoo.inference.checks import check_shape
 
 PROPOSALS = ("uniform", "local", "global", "local+global")
+SAMPLING_ROWS = 64  # positions sampled at a time
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ def proposal_weights(factors: ChainFactors, proposal: str | Tensor) -> Tensor:
     glob = torch.softmax(factors.state_prior(), -1).unsqueeze(1)  # B x 1 x N
     if proposal == "global":
         return glob.expand(B, T, N).clone()
-    q = torch.softmax(factors.folded_unary(), -1)
+    q = torch.softmax(factors.unary, -1)  # no B x T x N copy for the init: fix position 1 alone
+    q[:, 0] = torch.softmax(factors.unary[:, 0] + factors.init, -1)
     if proposal == "local+global":  # Eq. 34, in place: q is B x T x N, the largest buffer here
         q.mul_(0.5).add_(glob, alpha=0.5)
     return q
@@ -120,8 +123,9 @@ def select_states(
                 "use a proposal with full support or k2 = 0"
             )
         tail.div_(mass)
-        drawn = torch.multinomial(tail.view(-1, N), k2, replacement=True, generator=generator)
-        drawn = drawn.view(B, T, k2)
+        rows = tail.view(-1, N).split(SAMPLING_ROWS)  # multinomial copies its input: bound it
+        drawn = [torch.multinomial(r, k2, replacement=True, generator=generator) for r in rows]
+        drawn = torch.cat(drawn).view(B, T, k2)
         index.append(drawn)
         log_w.append(-(k2 * tail.gather(-1, drawn)).log())
     return KeptStates(torch.cat(index, -1), torch.cat(log_w, -1))
@@ -129,10 +133,12 @@ def select_states(
 
 def reduced_chain(factors: ChainFactors, kept: KeptStates) -> DenseChain:
     """The K-state chain over the kept states, importance weights folded into its unary."""
-    unary = factors.folded_unary()
-    small = unary.gather(-1, kept.index) + kept.log_weights
     idx = kept.index
-    blocks = factors.transition_blocks(idx[:, :-1], idx[:, 1:])
+    small = factors.unary.gather(-1, idx) + kept.log_weights  # never a B x T x N temporary
+    first = small[:, :1] + factors.init.gather(-1, idx[:, 0]).unsqueeze(1)
+    small = torch.cat([first, small[:, 1:]], 1)
+    # recomputed in the backward: the gathered embeddings or features (B x T x K x D) are not kept
+    blocks = checkpoint(factors.transition_blocks, idx[:, :-1], idx[:, 1:], use_reentrant=False)
     return DenseChain(small, blocks)
 
 
