@@ -18,6 +18,8 @@ columns and K x K blocks without building N x N where its parameterization allow
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 from torch import Tensor
 
@@ -394,8 +396,29 @@ class RankSpaceChain(ChainFactors):
         start = _per_sequence("start", start, B, N)
         check_nonnegative("start", start)
         self.start, self.U, self.V, self.emission = start, U, V, emission
-        self.unary = emission.new_zeros(B, T, N)
-        self.init = safe_log((start @ U * emission[:, 0].exp()) @ V.T)
+
+    # the state-space view is built only when an operation needs it: log Z over ranks does not
+    @property
+    def batch(self) -> int:
+        return self.emission.shape[0]
+
+    @property
+    def max_length(self) -> int:
+        return self.emission.shape[1]
+
+    @property
+    def num_states(self) -> int:
+        return self.U.shape[0]
+
+    @cached_property
+    def unary(self) -> Tensor:
+        """B x T x N zeros: the emissions live on the rank components."""
+        return self.emission.new_zeros(self.batch, self.max_length, self.num_states)
+
+    @cached_property
+    def init(self) -> Tensor:
+        """B x N: log sum_{z0, r} s(z0) U[z0, r] W[x_1, r] V[z1, r]."""
+        return safe_log((self.start @ self.U * self.emission[:, 0].exp()) @ self.V.T)
 
     @property
     def rank(self) -> int:
