@@ -415,9 +415,10 @@ class RankSpaceChain(ChainFactors):
         """B x T x N zeros: the emissions live on the rank components."""
         return self.emission.new_zeros(self.batch, self.max_length, self.num_states)
 
-    @cached_property
+    @property
     def init(self) -> Tensor:
-        """B x N: log sum_{z0, r} s(z0) U[z0, r] W[x_1, r] V[z1, r]."""
+        """B x N: log sum_{z0, r} s(z0) U[z0, r] W[x_1, r] V[z1, r] (recomputed on each use, so a
+        use under no_grad never leaves a detached copy behind)."""
         return safe_log((self.start @ self.U * self.emission[:, 0].exp()) @ self.V.T)
 
     @property
