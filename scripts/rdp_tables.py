@@ -15,7 +15,7 @@ tables with our numbers beside the paper's.
 Usage:
     python scripts/rdp_tables.py            # N = 2000, Tables 2-4, a few minutes on one core
     python scripts/rdp_tables.py --write    # also write docs/rdp-tables.md
-    python scripts/rdp_tables.py --large    # also N = 10000 for Tables 2-3 (over an hour, ~12 GB RAM)
+    python scripts/rdp_tables.py --large    # also N = 10000 for Tables 2-3 (~45 min, ~12 GB RAM)
 """
 
 from __future__ import annotations
@@ -604,10 +604,10 @@ def header_section(args: argparse.Namespace, sizes: list[int], elapsed: float) -
         "We use `EmbeddingChain` rather than a materialized `DenseChain`: its global proposal is Eq. 34's",
         "normalized L1 norm of the state embeddings, and the K x K blocks are built without an N x N matrix.",
         "",
-        "Cost: the default run (N = 2000) takes a few minutes on one core. `--large` adds N = 10000 for",
-        "Tables 2-3: about 10 s per run at K = 20% N and ~12 GB of peak memory (exact entropy, TopK 50%",
-        "entropy), i.e. over an hour at 100 runs; `--runs` trades accuracy for time. One torch thread is the",
-        "default: the per-run tensors are small and a second thread only adds synchronization overhead.",
+        "Cost: the default run (N = 2000) takes 1-3 minutes on one core. `--large` adds N = 10000 for",
+        "Tables 2-3 at ~11 GB of peak memory (exact entropy, TopK 50% entropy) and up to 10 s per run at",
+        "K = 20% N: 6 min with `--runs 10`, roughly 45 min with the default 100 runs. One torch thread is",
+        "the default: the per-run tensors are small and a second thread only adds synchronization overhead.",
         "",
     ]
 

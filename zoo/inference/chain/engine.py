@@ -212,7 +212,9 @@ def dense_entropy(chain: DenseChain, lengths: Tensor, log_weights: Tensor | None
 
 def _expected_score(chain: DenseChain, lengths: Tensor, unary: Tensor) -> tuple[Tensor, Tensor]:
     """(log Z, E[init + unary + transitions]) with ``unary`` scored in place of chain.unary."""
-    differentiable = torch.is_grad_enabled()
+    differentiable = torch.is_grad_enabled() and any(
+        x.requires_grad for x in (chain.unary, chain.transition, chain.init)
+    )
     with torch.enable_grad():
         probes = [
             torch.zeros_like(x, requires_grad=True)

@@ -45,7 +45,8 @@ class RDPOptions:
     Args:
         k1: states summed exactly at each position (the proposal's top K1).
         k2: states sampled at each position from the proposal's tail (0: the top-K baseline).
-        proposal: "uniform", "local" (softmax of the unary), "global" (each state's outgoing mass;
+        proposal: "uniform" (its top K1 is then an arbitrary fixed set of states: prefer k1 = 0),
+            "local" (softmax of the unary), "global" (each state's outgoing mass;
             the normalized L1 norm of the state embeddings for an EmbeddingChain), "local+global"
             (their average, Eq. 34), or a B x T x N tensor of non-negative proposal weights.
         generator: a torch.Generator for the index draws and Gumbel noise (reproducible runs).
@@ -91,13 +92,12 @@ def proposal_weights(factors: ChainFactors, proposal: str | Tensor) -> Tensor:
         return proposal / total
     if proposal == "uniform":
         return factors.unary.new_full((B, T, N), 1.0 / N)
-    glob = torch.softmax(factors.state_prior(), -1).unsqueeze(1)  # B x 1 x N
     if proposal == "global":
-        return glob.expand(B, T, N).clone()
+        return torch.softmax(factors.state_prior(), -1).unsqueeze(1).expand(B, T, N).clone()
     q = torch.softmax(factors.unary, -1)  # no B x T x N copy for the init: fix position 1 alone
     q[:, 0] = torch.softmax(factors.unary[:, 0] + factors.init, -1)
     if proposal == "local+global":  # Eq. 34, in place: q is B x T x N, the largest buffer here
-        q.mul_(0.5).add_(glob, alpha=0.5)
+        q.mul_(0.5).add_(torch.softmax(factors.state_prior(), -1).unsqueeze(1), alpha=0.5)
     return q
 
 
