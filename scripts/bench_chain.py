@@ -51,6 +51,8 @@ from torch import Tensor
 from zoo.inference import DenseChain, EmbeddingChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
 from zoo.inference.chain.rank_space import rank_transition
 
+from report import write_section
+
 THREADS = 2
 MEMORY_CAP = 20 << 30  # address space of each configuration's process, bytes
 SKIP_ABOVE = 16e9  # configurations needing more than this (from their shapes) are not run, bytes
@@ -579,7 +581,7 @@ def table1(plan: Plan) -> Section:
     pair = {"exact": run(Job("zoo", s, "hmm"), plan), "torch-struct 0.5": run(Job("torch-struct", s), plan)}
     gb = footprint(Job("torch-struct", replace(s, B=8))) / GB
     text = paragraphs(
-        "## Table 1: log Z + backward, B = 8, T = 32, float32",
+        "### Table 1: log Z + backward, B = 8, T = 32, float32",
         TABLE1_NOTE,
         table(["N", "method", "time (ms)", "time / exact", "peak (MB)", "peak / exact"], rows),
         "### Exact against the machine's matmul throughput",
@@ -644,7 +646,7 @@ def table2(plan: Plan) -> Section:
         rows.append([label, *cells(estimate, exact, 1, GB), "—", "—", "—"])
     header = ["method", "total (s)", "total / exact", "peak (GB)", "peak / exact", "precompute (s)"]
     text = paragraphs(
-        f"## Table 2: {s.B * s.T}-token batches, B = {s.B}, T = {s.T}, N = {s.N}",
+        f"### Table 2: {s.B * s.T}-token batches, B = {s.B}, T = {s.T}, N = {s.N}",
         TABLE2_NOTE.format(T=s.T, t1=t1, t2=t2, minutes=FULL_LENGTH_LIMIT_S / 60),
         table([*header, "precompute / total", "timed runs"], rows),
     )
@@ -669,7 +671,7 @@ def table3(plan: Plan) -> Section:
         [f"randomized (K = {s.K}: k1 = {s.K - 1}, k2 = 1)", *cells(randomized, exact, 1e-3, MB)],
     ]
     text = paragraphs(
-        f"## Table 3: memory, EmbeddingChain with N = {N}, D = {EMBED_DIM}, B = 8, T = 32",
+        f"### Table 3: memory, EmbeddingChain with N = {N}, D = {EMBED_DIM}, B = 8, T = 32",
         table(["method", "time (ms)", "time / exact", "peak (MB)", "peak / exact"], rows),
     )
     fraction = randomized.peak_bytes / exact.peak_bytes
@@ -737,9 +739,9 @@ def main() -> None:
         f"- {check}",
     ]
     report = paragraphs(
-        "# Linear-chain engine benchmarks",
+        "## Linear chains",
         "\n".join(header),
-        "## Targets",
+        "### Targets",
         *(
             ["Quick run: targets evaluated at the quick shapes, not at those they name."]
             if args.quick
@@ -750,7 +752,7 @@ def main() -> None:
     )
     print(report)
     if args.write:
-        DOCS.write_text(report + "\n")
+        write_section(DOCS, "bench_chain", report)
     if any(m.status.startswith("error") for section in sections for m in section.measurements):
         sys.exit(1)
 
