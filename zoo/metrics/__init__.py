@@ -1,0 +1,5 @@
+"""Evaluation metrics (torchmetrics ``Metric``s, DDP-safe)."""
+
+from zoo.metrics.parsing import CorpusF1, SentenceF1, span_sets
+
+__all__ = ["CorpusF1", "SentenceF1", "span_sets"]
