@@ -1,0 +1,142 @@
+"""What every inside algorithm shares: scaled vectors, width-batched child slices, the root, CYK.
+
+Inside scores are kept per width: ``chart[w]`` is B x (T-w+1) x K for the spans [i, i+w). The
+children of all spans of width w for split s are then two slices, ``chart[s][:, :n]`` (left, the
+spans [i, i+s)) and ``chart[w-s][:, s:s+n]`` (right, [i+s, i+w)), with n = T-w+1: the width-batched
+CKY of Zhang et al. (2020) without writing into a shared chart in place (autograd-safe).
+
+Scaled vectors: a non-negative vector v with a log-scale m stands for exp(m) * v, m the detached
+maximum of its log-values (0 when that is -inf), so products are plain matmuls in probability
+space (log-einsum-exp) and a row that is all -inf stays an exact zero without NaN gradients.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.chain.factors import safe_log
+
+
+def finite_max(x: Tensor, dim, keepdim: bool = False) -> Tensor:
+    """The detached maximum over ``dim``, with -inf (an all-zero row) replaced by 0."""
+    m = x.detach().amax(dim, keepdim=keepdim)
+    return torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+
+
+def to_scaled(log_v: Tensor) -> tuple[Tensor, Tensor]:
+    """log-values ... x K -> (log-scale ..., non-negative values ... x K with maximum 1)."""
+    m = finite_max(log_v, -1)
+    return m, (log_v - m.unsqueeze(-1)).exp()
+
+
+def safe_logsumexp(x: Tensor, dim: int) -> Tensor:
+    """logsumexp whose gradient is 0, not NaN, where every entry is -inf."""
+    m = finite_max(x, dim, keepdim=True)
+    return safe_log((x - m).exp().sum(dim)) + m.squeeze(dim)
+
+
+def combine(parts: list[tuple[Tensor, Tensor]]) -> Tensor:
+    """log(sum_k exp(scale_k) * values_k) of scaled parts (scale ..., values ... x K): log ... x K."""
+    top = torch.stack([s for s, _ in parts]).amax(0)
+    total = sum((s - top).exp().unsqueeze(-1) * v for s, v in parts)
+    return top.unsqueeze(-1) + safe_log(total)
+
+
+def outer_sum(left: Tensor, right: Tensor) -> tuple[Tensor, Tensor]:
+    """sum over splits of outer products of child inside vectors, scaled.
+
+    Args:
+        left: B x n x s x K1 log inside of the left children, one row per split.
+        right: B x n x s x K2 log inside of the matching right children.
+    Returns:
+        (log-scale B x n, X B x n x K1 x K2) with exp(scale) X = sum_s exp(left_s) exp(right_s)^T.
+    """
+    mL, vL = to_scaled(left)
+    mR, vR = to_scaled(right)
+    pair = mL + mR
+    m = finite_max(pair, -1)
+    weights = (pair - m.unsqueeze(-1)).exp().unsqueeze(-1)
+    return m, (vL * weights).transpose(-1, -2) @ vR
+
+
+def span_diagonal(x: Tensor, width: int) -> Tensor:
+    """The entries [b, i, i+width] of a B x T x (T+1) (x ...) span tensor: B x (T-width+1) (x ...)."""
+    T = x.shape[1]
+    n = T - width + 1
+    i = torch.arange(n, device=x.device)
+    return x[:, i, i + width]
+
+
+def root_chart(chart: list[Tensor | None], lengths: Tensor) -> Tensor:
+    """The inside scores of each sentence's whole span [0, n_b): B x K, from a per-width chart."""
+    tops = torch.stack([chart[w][:, 0] for w in range(2, len(chart))], 1)  # B x (T-1) x K
+    index = (lengths - 2).view(-1, 1, 1).expand(-1, 1, tops.shape[-1])
+    return tops.gather(1, index).squeeze(1)
+
+
+def mask_terms(terms: Tensor, lengths: Tensor) -> Tensor:
+    """terms with the positions past each length zeroed (finite), so padding never makes NaN."""
+    T = terms.shape[1]
+    valid = torch.arange(T, device=terms.device) < lengths.unsqueeze(-1)
+    return torch.where(valid.unsqueeze(-1), terms, torch.zeros_like(terms))
+
+
+def backtrack(choices, lengths: Tensor, root_labels: Tensor, labelled: bool = True) -> Tensor:
+    """Rebuild trees top-down from CKY back-pointers.
+
+    Args:
+        choices: ``choices(width)`` -> (split, left label, right label), each B x (T-width+1) x K
+            long for the spans of that width and their K possible labels; the split is the width of
+            the left child; a child's label is a preterminal index if its width is 1, else a
+            nonterminal index.
+        lengths: (B,).
+        root_labels: (B,) the root's label.
+        labelled: rows (start, end, label) if True, else (start, end).
+    Returns:
+        B x (2T-1) x 3 (or x 2) long, pre-order, -1 past 2n-1.
+    """
+    B = lengths.shape[0]
+    T = int(lengths.max())
+    cols = 3 if labelled else 2
+    out = torch.full((B, 2 * T - 1, cols), -1, dtype=torch.long)
+    cache = {}
+    for b in range(B):
+        stack = [(0, int(lengths[b]), int(root_labels[b]))]
+        row = 0
+        while stack:
+            i, k, label = stack.pop()
+            out[b, row, :2] = torch.tensor([i, k])
+            if labelled:
+                out[b, row, 2] = label
+            row += 1
+            w = k - i
+            if w == 1:
+                continue
+            if w not in cache:
+                cache[w] = [c.cpu() for c in choices(w)]
+            split, left, right = (int(c[b, i, label]) for c in cache[w])
+            stack.append((i + split, k, right))
+            stack.append((i, i + split, left))
+    return out.to(lengths.device)
+
+
+def mbr_tree(span_marginals: Tensor, lengths: Tensor) -> Tensor:
+    """CYK on span marginals (Goodman 1996): the unlabelled tree with the largest expected number of
+    correct spans. span_marginals: B x T x (T+1). Returns B x (2T-1) x 2 long (start, end)."""
+    B, T = span_marginals.shape[:2]
+    gain = span_marginals.detach().double()
+    best: list[Tensor | None] = [None, gain.new_zeros(B, T)]
+    splits: list[Tensor | None] = [None, None]
+    for w in range(2, T + 1):
+        n = T - w + 1
+        cand = torch.stack([best[s][:, :n] + best[w - s][:, s : s + n] for s in range(1, w)], -1)
+        value, arg = cand.max(-1)
+        best.append(value + span_diagonal(gain, w))
+        splits.append(arg + 1)
+
+    def choices(w):
+        split = splits[w].unsqueeze(-1)
+        return split, torch.zeros_like(split), torch.zeros_like(split)
+
+    return backtrack(choices, lengths, torch.zeros_like(lengths), labelled=False)

@@ -1,0 +1,165 @@
+"""``TreeDistribution``: the distribution-style surface of the tree engine, for every backend."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import torch
+from torch import Tensor
+
+from zoo.inference.backend import Backend
+from zoo.inference.chain.randomized import RDPOptions
+from zoo.inference.checks import as_tensor, check_finite, check_lengths
+from zoo.inference.tree.chart import mask_terms
+from zoo.inference.tree.engine import ExactEngine, TreeEngine
+from zoo.inference.tree.factors import DenseGrammar, GrammarFactors, LowRankGrammar, RankSpaceGrammar
+from zoo.inference.tree.low_rank import LowRankEngine
+
+from zoo.inference.tree.rank_space import RankSpaceEngine
+
+NATIVE_BACKEND = {
+    DenseGrammar: Backend.EXACT,
+    LowRankGrammar: Backend.LOW_RANK,
+    RankSpaceGrammar: Backend.RANK_SPACE,
+}
+
+ENGINES: dict[Backend, type[TreeEngine]] = {
+    Backend.EXACT: ExactEngine,
+    Backend.LOW_RANK: LowRankEngine,
+    Backend.RANK_SPACE: RankSpaceEngine,
+
+}
+
+
+def make_engine(backend: Backend, options) -> TreeEngine:
+    """The engine of ``backend``: the randomized one needs ``options=RDPOptions(...)``; the
+    rank-space one takes ``options="state-space"`` to run the state-space CPD inside instead."""
+    if backend is Backend.RANDOMIZED:
+        if not isinstance(options, RDPOptions):
+            raise ValueError(
+                f"the 'randomized' backend needs options=RDPOptions(k1=..., k2=...), got {options!r}"
+            )
+        return RandomizedEngine(options)
+    if backend is Backend.RANK_SPACE and options is not None:
+        return RankSpaceEngine(options)
+    if options is not None:
+        raise ValueError(
+            "options are only used by the 'randomized' (RDPOptions) and 'rank-space' "
+            f"('state-space') backends, not {backend.value!r}"
+        )
+    return ENGINES[backend]()
+
+
+class TreeDistribution:
+    """A distribution over the binary trees of a batch of sentences under a CNF grammar.
+
+    Args:
+        grammar: a DenseGrammar, LowRankGrammar or RankSpaceGrammar (batched or shared).
+        terms: B x T x PT terminal log-scores (``terminal_scores(emission, words)`` for a PCFG).
+        lengths: (B,) sentence lengths in 2..T; None means every sentence has length T.
+        backend: "exact", "low-rank", "rank-space" or "randomized"; None picks the grammar's own.
+            "exact" accepts every grammar (it materializes the rules).
+        options: ``RDPOptions`` for "randomized"; "state-space" for "rank-space" (optional).
+
+    Shapes and formats are fixed in docs/tree-api.md: ``log_partition`` (B,), ``span_marginals``
+    (B x T x (T+1)), ``marginals`` (B x T x (T+1) x NT), ``preterminal_marginals`` (B x T x PT),
+    ``entropy`` (B,), ``argmax`` (B x (2T-1) x 3), ``mbr()`` (B x (2T-1) x 2), ``sample(n)``
+    (n x B x (2T-1) x 3), ``log_prob(trees)``.
+    """
+
+    def __init__(
+        self,
+        grammar: GrammarFactors,
+        terms: Tensor,
+        lengths: Tensor | None = None,
+        backend: str | Backend | None = None,
+        options=None,
+    ):
+        if not isinstance(grammar, GrammarFactors):
+            raise TypeError(
+                "grammar must be a DenseGrammar, LowRankGrammar or RankSpaceGrammar, "
+                f"got {type(grammar).__name__}"
+            )
+        terms = as_tensor("terms", terms)
+        if terms.dim() != 3 or terms.shape[-1] != grammar.num_preterminals or 0 in terms.shape:
+            raise ValueError(
+                f"terms must have shape B x T x PT with PT = {grammar.num_preterminals} preterminals, "
+                f"got {tuple(terms.shape)}"
+            )
+        B, T, _ = terms.shape
+        if grammar.grammar_batch not in (1, B):
+            raise ValueError(
+                f"the grammar has batch size {grammar.grammar_batch} but terms has B = {B}"
+            )
+        if T < 2:
+            raise ValueError(
+                f"sentences need at least 2 words (a CNF tree's root is a nonterminal), got T = {T}"
+            )
+        check_finite("terms", terms)
+        self.lengths = check_lengths(lengths, B, T, terms.device)
+        if (self.lengths < 2).any():
+            raise ValueError(
+                "sentences need at least 2 words (a CNF tree's root is a nonterminal), "
+                f"got lengths {self.lengths.tolist()}"
+            )
+        self.backend = NATIVE_BACKEND[type(grammar)] if backend is None else Backend.parse(backend)
+        self.engine = make_engine(self.backend, options)
+        self.grammar = self.engine.prepare(grammar)
+        self.terms = mask_terms(terms, self.lengths)
+
+    @property
+    def _args(self):
+        return self.grammar, self.terms, self.lengths
+
+    @cached_property
+    def log_partition(self) -> Tensor:
+        """log Z: (B,). For the randomized backend, log of the unbiased estimate Z_hat."""
+        return self.engine.log_partition(*self._args)
+
+    @cached_property
+    def span_marginals(self) -> Tensor:
+        """p(span [i, k) is a constituent) at [b, i, k]: B x T x (T+1)."""
+        return self.engine.span_marginals(*self._args)
+
+    @cached_property
+    def marginals(self) -> Tensor:
+        """p(span [i, k) is a node labelled A) at [b, i, k, A]: B x T x (T+1) x NT."""
+        return self.engine.marginals(*self._args)
+
+    @cached_property
+    def preterminal_marginals(self) -> Tensor:
+        """p(leaf t is labelled P) at [b, t, P]: B x T x PT."""
+        return self.engine.preterminal_marginals(*self._args)
+
+    @cached_property
+    def entropy(self) -> Tensor:
+        """Entropy of the distribution over trees: (B,)."""
+        return self.engine.entropy(*self._args)
+
+    @cached_property
+    def _viterbi(self) -> tuple[Tensor, Tensor]:
+        return self.engine.argmax(*self._args)
+
+    @property
+    def argmax(self) -> Tensor:
+        """The highest-scoring tree (Viterbi): B x (2T-1) x 3 long rows (start, end, label)."""
+        return self._viterbi[1]
+
+    @property
+    def max_score(self) -> Tensor:
+        """score(argmax): (B,)."""
+        return self._viterbi[0]
+
+    def mbr(self) -> Tensor:
+        """Minimum Bayes risk tree (CKY over span marginals): B x (2T-1) x 2 long (start, end)."""
+        return self.engine.mbr(*self._args)
+
+    def log_prob(self, trees: Tensor) -> Tensor:
+        """log p(trees): trees B x (2T-1) x 3 or S x B x (2T-1) x 3 -> (B,) or (S, B)."""
+        return self.engine.log_prob(*self._args, trees)
+
+    def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
+        """n exact samples of p(tree | sentence): n x B x (2T-1) x 3."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"n must be a positive int, got {n!r}")
+        return self.engine.sample(*self._args, n, generator)

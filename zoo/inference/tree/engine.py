@@ -1,0 +1,175 @@
+"""What every tree backend shares: operations derived from log Z by autograd, and the fallbacks.
+
+A backend (``TreeEngine`` subclass) supplies one primitive on its own grammar,
+``log_partition(grammar, terms, lengths, span_scores=None, label_scores=None)``, where the optional
+score tensors are zero probes whose gradients are the span marginals (Eisner 2016). From it the
+base class derives span, labelled and preterminal marginals, MBR decoding and ``log_prob``; entropy,
+Viterbi and exact sampling run on the dense grammar (``ExactEngine``), which a backend inherits as an
+exact fallback or replaces. Each backend declares in ``capabilities`` how it computes every operation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.chain.engine import NATIVE
+from zoo.inference.tree import exact
+from zoo.inference.tree.chart import mbr_tree
+from zoo.inference.tree.factors import DenseGrammar, GrammarFactors
+from zoo.inference.tree.sampling import sample_trees
+from zoo.inference.tree.trees import tree_score
+
+UNSUPPORTED = "unsupported"
+
+
+def _finite(x: Tensor) -> Tensor:
+    """x with -inf replaced by 0 (a forbidden entry contributes nothing to an expectation)."""
+    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+
+
+def _requires_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def probe_gradient(log_partition, probe_shape, like: Tensor, differentiable: bool) -> Tensor:
+    """d log Z / d probe at probe = 0, for ``log_partition(probe)`` -> (B,)."""
+    with torch.enable_grad():
+        probe = like.new_zeros(probe_shape, requires_grad=True)
+        log_z = log_partition(probe)
+        (grad,) = torch.autograd.grad(log_z.sum(), probe, create_graph=differentiable)
+    return grad
+
+
+def grammar_tensors(grammar: GrammarFactors) -> list[Tensor]:
+    return [v for v in vars(grammar).values() if isinstance(v, Tensor)]
+
+
+class TreeEngine:
+    """Base class of the tree backends; see the module docstring."""
+
+    name: str = ""
+    grammar_types: tuple = ()
+    capabilities: dict[str, tuple[str, str]] = {}
+
+    def prepare(self, grammar: GrammarFactors) -> GrammarFactors:
+        """Check (and convert) the grammar this backend consumes."""
+        if not isinstance(grammar, self.grammar_types):
+            wanted = " or ".join(t.__name__ for t in self.grammar_types)
+            raise TypeError(
+                f"the {self.name!r} backend needs {wanted}, got {type(grammar).__name__}"
+            )
+        return grammar
+
+    def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None) -> Tensor:
+        raise NotImplementedError
+
+    # --- marginals by autograd --------------------------------------------------------------
+    def _differentiable(self, grammar, terms) -> bool:
+        return _requires_grad(terms, *grammar_tensors(grammar))
+
+    def span_marginals(self, grammar, terms, lengths) -> Tensor:
+        """p(span [i, k) is a constituent): B x T x (T+1); width-1 spans are 1 within the length."""
+        B, T, _ = terms.shape
+        grad = probe_gradient(
+            lambda p: self.log_partition(grammar, terms, lengths, span_scores=p),
+            (B, T, T + 1),
+            terms,
+            self._differentiable(grammar, terms),
+        )
+        i = torch.arange(T, device=terms.device)
+        leaf = (i < lengths.unsqueeze(-1)).to(grad.dtype)  # B x T
+        return grad + torch.diag_embed(leaf, offset=1)[:, :T]
+
+    def marginals(self, grammar, terms, lengths) -> Tensor:
+        """p(span [i, k) is a node labelled A): B x T x (T+1) x NT."""
+        B, T, _ = terms.shape
+        return probe_gradient(
+            lambda p: self.log_partition(grammar, terms, lengths, label_scores=p),
+            (B, T, T + 1, grammar.num_nonterminals),
+            terms,
+            self._differentiable(grammar, terms),
+        )
+
+    def preterminal_marginals(self, grammar, terms, lengths) -> Tensor:
+        """p(leaf t is labelled P): B x T x PT."""
+        return probe_gradient(
+            lambda p: self.log_partition(grammar, terms + p, lengths),
+            terms.shape,
+            terms,
+            self._differentiable(grammar, terms),
+        )
+
+    def mbr(self, grammar, terms, lengths) -> Tensor:
+        """The unlabelled tree maximizing the expected number of correct spans: B x (2T-1) x 2."""
+        with torch.no_grad():
+            return mbr_tree(self.span_marginals(grammar, terms, lengths), lengths)
+
+    def log_prob(self, grammar, terms, lengths, trees: Tensor) -> Tensor:
+        """log p(tree) = score - log Z, clamped at 0: (B,) or (S, B)."""
+        score = tree_score(grammar, terms, lengths, trees)
+        return (score - self.log_partition(grammar, terms, lengths)).clamp_max(0.0)
+
+    # --- on the dense grammar ---------------------------------------------------------------
+    def entropy(self, grammar, terms, lengths) -> Tensor:
+        """H = log Z - E[score] on the dense grammar, differentiable: (B,)."""
+        return dense_entropy(grammar.dense(), terms, lengths)
+
+    def argmax(self, grammar, terms, lengths) -> tuple[Tensor, Tensor]:
+        """Viterbi on the dense grammar: (best score (B,), tree B x (2T-1) x 3)."""
+        dense = grammar.dense()
+        return exact.viterbi(dense.rules, dense.root, terms, lengths)
+
+    def sample(self, grammar, terms, lengths, n: int, generator=None) -> Tensor:
+        """n exact samples from p(tree | sentence): n x B x (2T-1) x 3."""
+        return sample_trees(grammar.dense(), terms, lengths, n, generator)
+
+
+def dense_entropy(grammar: DenseGrammar, terms: Tensor, lengths: Tensor) -> Tensor:
+    """Entropy of a dense grammar's tree distribution, log Z - E[score], differentiable: (B,).
+
+    The expected score sums the expected rule counts (the gradient of log Z with respect to a
+    per-sentence probe on the rules) times the rules, and likewise for the root and the terms.
+    """
+    B = terms.shape[0]
+    root = grammar.root.expand(B, -1)
+    rules = grammar.rules.expand(B, -1, -1, -1)
+    differentiable = _requires_grad(root, rules, terms)
+    with torch.enable_grad():
+        probes = [torch.zeros_like(x, requires_grad=True) for x in (root, rules, terms)]
+        probed = DenseGrammar(root + probes[0], rules + probes[1])
+        log_z, _ = exact.inside(exact.dense_rule_op(probed), probed.root, terms + probes[2], lengths)
+        g_root, g_rules, g_terms = torch.autograd.grad(
+            log_z.sum(), probes, create_graph=differentiable, materialize_grads=True
+        )
+    expected = (
+        (g_root * _finite(root)).sum(-1)
+        + (g_rules * _finite(rules)).flatten(1).sum(-1)
+        + (g_terms * _finite(terms)).flatten(1).sum(-1)
+    )
+    return log_z - expected
+
+
+class ExactEngine(TreeEngine):
+    """The inside algorithm on dense rules; accepts every grammar by materializing it."""
+
+    name = "exact"
+    grammar_types = (GrammarFactors,)
+    capabilities = {
+        "log_partition": (NATIVE, "width-batched inside, log-einsum-exp: O(T^3 S^2 + T^2 NT S^2)"),
+        "span_marginals": (NATIVE, "autograd of log Z"),
+        "marginals": (NATIVE, "autograd of log Z, B x T x (T+1) x NT"),
+        "entropy": (NATIVE, "log Z - E[score], differentiable"),
+        "log_prob": (NATIVE, "score - log Z"),
+        "argmax": (NATIVE, "Viterbi (max-plus CKY)"),
+        "mbr": (NATIVE, "CKY over span marginals"),
+        "sample": (NATIVE, "top-down sampling from the inside chart"),
+    }
+
+    def prepare(self, grammar):
+        return super().prepare(grammar).dense()
+
+    def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None):
+        op = exact.dense_rule_op(grammar)
+        return exact.inside(op, grammar.root, terms, lengths, span_scores, label_scores)[0]
+

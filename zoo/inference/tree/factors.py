@@ -1,0 +1,280 @@
+"""Containers for the rules of a CNF grammar, one per parameterization (see docs/tree-api.md).
+
+A grammar has NT nonterminals and PT preterminals (S = NT + PT symbols, nonterminals first on
+every symbol axis). It scores a tree by ``root[A] + sum log psi(A, b, c) + sum terms[t, P]``; the
+containers differ in how psi, the binary rule potential, is given:
+
+* ``DenseGrammar``: log psi as a dense NT x S x S tensor (N-PCFG, Kim et al. 2019).
+* ``LowRankGrammar``: psi = head . children for productions whose children are both nonterminals,
+  dense otherwise (LPCFG, Chiu et al. 2021 Eq. 7).
+* ``RankSpaceGrammar``: psi(A, b, c) = sum_r U[A, r] V[b, r] W[c, r] (the TD-PCFG CPD; Yang et al.
+  2021b, 2022).
+
+Every grammar tensor may carry a leading batch axis or none (shared by the batch). The terminal
+scores of a sentence (``terms``, B x T x PT) are not part of the grammar: they come with the
+sentence (``TreeDistribution``), so one grammar serves parsing and generation alike.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.chain.factors import safe_log
+from zoo.inference.checks import as_tensor, check_finite, check_nonnegative, check_shape
+
+#: the most entries a dense NT x S x S rule tensor may have when materialized for an exact fallback
+MAX_DENSE_RULES = 1 << 27
+
+
+def _grammar_tensor(name: str, value: Tensor, shape: tuple, names: str) -> Tensor:
+    """Check a (B x) ``shape`` tensor; return it with a batch axis (of size 1 when shared)."""
+    value = as_tensor(name, value)
+    if value.dim() == len(shape):
+        check_shape(name, value, shape, names)
+        return value.unsqueeze(0)
+    check_shape(name, value, (None, *shape), "B x " + names)
+    if value.shape[0] == 0:
+        raise ValueError(f"{name} has an empty batch axis: {tuple(value.shape)}")
+    return value
+
+
+class GrammarFactors:
+    """Base class: the root log-potentials and the symbol counts every grammar carries.
+
+    Attributes:
+        root: G x NT log-potentials of the root label (G = B, or 1 when shared).
+    """
+
+    root: Tensor
+
+    @property
+    def num_nonterminals(self) -> int:
+        return self.root.shape[-1]
+
+    @property
+    def num_preterminals(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def num_symbols(self) -> int:
+        return self.num_nonterminals + self.num_preterminals
+
+    @property
+    def grammar_batch(self) -> int:
+        """G: the batch size of the grammar tensors (1 when one grammar serves every sentence)."""
+        return self.root.shape[0]
+
+    def _check_root(self, root: Tensor) -> Tensor:
+        root = _grammar_tensor("root", root, (None,), "NT")
+        if root.shape[-1] == 0:
+            raise ValueError("root must have at least one nonterminal, got NT = 0")
+        check_finite("root", root)
+        return root
+
+    def _check_batches(self, **tensors: Tensor) -> None:
+        sizes = {name: t.shape[0] for name, t in tensors.items()}
+        batched = {s for s in sizes.values() if s != 1}
+        if len(batched) > 1:
+            raise ValueError(f"grammar tensors disagree on the batch size: {sizes}")
+
+    def rule_entries(self, g: Tensor, parent: Tensor, left: Tensor, right: Tensor) -> Tensor:
+        """log psi(parent, left, right) for broadcastable long index tensors.
+
+        ``g`` indexes the grammar batch (all 0 when the grammar is shared); ``left`` and ``right``
+        are symbol indices (0..S-1, nonterminals first).
+        """
+        raise NotImplementedError
+
+    def rules_block(self, left_nt: bool, right_nt: bool) -> Tensor:
+        """G x NT x Sl x Sr log psi over one block of children (nonterminal or preterminal each).
+
+        Used by the exact inside for the blocks with a preterminal child, and by the fallbacks.
+        """
+        NT = self.num_nonterminals
+        rules = self.dense_rules()
+        rows = slice(0, NT) if left_nt else slice(NT, None)
+        cols = slice(0, NT) if right_nt else slice(NT, None)
+        return rules[:, :, rows, cols]
+
+    def dense_rules(self) -> Tensor:
+        """G x NT x S x S log psi, materialized (exact fallbacks, cross-backend tests)."""
+        raise NotImplementedError
+
+    def dense(self) -> DenseGrammar:
+        """The same grammar with its rules materialized densely.
+
+        Raises a ValueError naming the size when NT x S x S exceeds ``MAX_DENSE_RULES`` entries.
+        """
+        NT, S = self.num_nonterminals, self.num_symbols
+        if NT * S * S > MAX_DENSE_RULES:
+            raise ValueError(
+                f"materializing the NT x S x S = {NT} x {S} x {S} rule tensor "
+                f"({NT * S * S:,} entries) exceeds the limit of {MAX_DENSE_RULES:,}"
+            )
+        return DenseGrammar(self.root, self.dense_rules())
+
+
+class DenseGrammar(GrammarFactors):
+    """Dense rule log-potentials (N-PCFG).
+
+    Args:
+        root: (B x) NT log-potentials of the root label (log p(S -> A) for a PCFG).
+        rules: (B x) NT x S x S log-potentials of A -> b c (S = NT + PT, nonterminals first).
+    Entries may be -inf (a forbidden rule); NaN and +inf are rejected.
+    """
+
+    def __init__(self, root: Tensor, rules: Tensor):
+        self.root = self._check_root(root)
+        NT = self.root.shape[-1]
+        rules = _grammar_tensor("rules", rules, (NT, None, None), "NT x S x S")
+        S = rules.shape[-1]
+        if rules.shape[-2] != S or S <= NT:
+            raise ValueError(
+                f"rules must have shape (B x) NT x S x S with S = NT + PT > NT = {NT}, "
+                f"got {tuple(rules.shape[1:])}"
+            )
+        check_finite("rules", rules)
+        self._check_batches(root=self.root, rules=rules)
+        self.rules = rules
+
+    @property
+    def num_preterminals(self) -> int:
+        return self.rules.shape[-1] - self.num_nonterminals
+
+    def rule_entries(self, g, parent, left, right):
+        return self.rules[g, parent, left, right]
+
+    def dense_rules(self) -> Tensor:
+        return self.rules
+
+    def dense(self) -> DenseGrammar:
+        return self
+
+
+class LowRankGrammar(GrammarFactors):
+    """LPCFG rules (Chiu et al. 2021, Eq. 7): low rank where both children are nonterminals.
+
+    Args:
+        root: (B x) NT log-potentials of the root label.
+        rules: (B x) NT x S x S log-potentials, used for the productions with a preterminal child
+            (its NT x NT block of two nonterminal children is ignored).
+        head: (B x) NT x R non-negative features of the parent, phi(u_A).
+        children: (B x) NT x NT x R non-negative features of the child pair, phi(v_BC).
+    psi(A, B, C) = sum_r head[A, r] children[B, C, r] for nonterminals B, C.
+    """
+
+    def __init__(self, root: Tensor, rules: Tensor, head: Tensor, children: Tensor):
+        dense = DenseGrammar(root, rules)
+        self.root, self.rules = dense.root, dense.rules
+        NT = self.num_nonterminals
+        self.head = _grammar_tensor("head", head, (NT, None), "NT x R")
+        R = self.head.shape[-1]
+        self.children = _grammar_tensor("children", children, (NT, NT, R), "NT x NT x R")
+        if R == 0:
+            raise ValueError("head and children need a feature dimension R >= 1, got 0")
+        check_nonnegative("head", self.head)
+        check_nonnegative("children", self.children)
+        self._check_batches(root=self.root, rules=self.rules, head=self.head, children=self.children)
+
+    @property
+    def num_preterminals(self) -> int:
+        return self.rules.shape[-1] - self.num_nonterminals
+
+    @property
+    def rank(self) -> int:
+        return self.head.shape[-1]
+
+    def rule_entries(self, g, parent, left, right):
+        NT = self.num_nonterminals
+        both = (left < NT) & (right < NT)
+        lo, ro = left.clamp_max(NT - 1), right.clamp_max(NT - 1)
+        low_rank = safe_log((self.head[g, parent] * self.children[g, lo, ro]).sum(-1))
+        return torch.where(both, low_rank, self.rules[g, parent, left, right])
+
+    def dense_rules(self) -> Tensor:
+        NT = self.num_nonterminals
+        low_rank = safe_log(torch.einsum("gar,gbcr->gabc", self.head, self.children))
+        rules = self.rules.clone()
+        rules[:, :, :NT, :NT] = low_rank.expand(rules.shape[0], -1, -1, -1)
+        return rules
+
+
+class RankSpaceGrammar(GrammarFactors):
+    """The CPD of the binary rule tensor (TD-PCFG; Yang et al. 2021b, 2022).
+
+    Args:
+        root: (B x) NT log-potentials of the root label (log s).
+        U: (B x) NT x r non-negative parent factors.
+        V: (B x) S x r non-negative left-child factors.
+        W: (B x) S x r non-negative right-child factors.
+    psi(A, b, c) = sum_r U[A, r] V[b, r] W[c, r]. For a PCFG, Yang et al. normalize U's rows and
+    the columns of V and W, which makes every psi(A, ., .) a distribution.
+    """
+
+    def __init__(self, root: Tensor, U: Tensor, V: Tensor, W: Tensor):
+        self.root = self._check_root(root)
+        NT = self.num_nonterminals
+        self.U = _grammar_tensor("U", U, (NT, None), "NT x r")
+        r = self.U.shape[-1]
+        self.V = _grammar_tensor("V", V, (None, r), "S x r")
+        S = self.V.shape[-2]
+        self.W = _grammar_tensor("W", W, (S, r), "S x r")
+        if r == 0 or S <= NT:
+            raise ValueError(
+                f"U, V, W need rank r >= 1 and S = NT + PT > NT = {NT} rows in V and W, "
+                f"got r = {r}, S = {S}"
+            )
+        for name in ("U", "V", "W"):
+            check_nonnegative(name, getattr(self, name))
+        self._check_batches(root=self.root, U=self.U, V=self.V, W=self.W)
+
+    @property
+    def num_preterminals(self) -> int:
+        return self.V.shape[-2] - self.num_nonterminals
+
+    @property
+    def rank(self) -> int:
+        return self.U.shape[-1]
+
+    def rule_entries(self, g, parent, left, right):
+        return safe_log((self.U[g, parent] * self.V[g, left] * self.W[g, right]).sum(-1))
+
+    def dense_rules(self) -> Tensor:
+        return safe_log(torch.einsum("gar,gbr,gcr->gabc", self.U, self.V, self.W))
+
+
+def terminal_scores(emission: Tensor, words: Tensor) -> Tensor:
+    """terms[b, t, P] = emission[(b,) P, words[b, t]]: the B x T x PT terminal log-scores.
+
+    Args:
+        emission: (B x) PT x V log-probabilities of each preterminal emitting each word.
+        words: B x T long word ids in 0..V-1 (entries past a sentence's length may be -1).
+    """
+    emission = as_tensor("emission", emission)
+    if not isinstance(words, Tensor) or words.is_floating_point() or words.dim() != 2:
+        raise TypeError(f"words must be a B x T integer tensor, got {_describe(words)}")
+    if emission.dim() not in (2, 3):
+        raise ValueError(f"emission must have shape (B x) PT x V, got {tuple(emission.shape)}")
+    B, T = words.shape
+    V = emission.shape[-1]
+    if emission.dim() == 3 and emission.shape[0] not in (1, B):
+        raise ValueError(
+            f"emission has batch size {emission.shape[0]} but words has B = {B}"
+        )
+    bad = (words >= V) | (words < -1)
+    if bad.any():
+        raise ValueError(
+            f"word ids must lie in 0..V-1 = 0..{V - 1} (or -1 as padding), got {words[bad][:5].tolist()}"
+        )
+    ids = words.clamp_min(0)
+    if emission.dim() == 2:
+        return emission.t()[ids]
+    table = emission.expand(B, -1, -1).transpose(1, 2)  # B x V x PT
+    return table.gather(1, ids.unsqueeze(-1).expand(B, T, table.shape[-1]))
+
+
+def _describe(x) -> str:
+    if isinstance(x, Tensor):
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
+    return type(x).__name__

@@ -1,0 +1,192 @@
+"""Inside algorithms for the CPD grammar psi(A, b, c) = sum_r U[A, r] V[b, r] W[c, r].
+
+Both algorithms project every span onto the rank axis twice, once as a left child (l = V^T beta)
+and once as a right child (r = W^T beta), and sum the splits of a span elementwise,
+gamma_ik = sum_j l_ij * r_jk (an r-vector); they differ in how a span's projections are formed from
+its gamma (``lift``):
+
+* state space (Cohen et al. 2013; Yang et al. 2021b): beta = U gamma over the NT nonterminals,
+  then l = V_NT^T beta and r = W_NT^T beta: O(T^3 r + T^2 NT r).
+* rank space (Yang et al. 2022, Sec. 4.2): the state nodes are marginalized first,
+  H = V_NT^T U and I = W_NT^T U (r x r, once per grammar), then l = H gamma and r = I gamma:
+  O(T^3 r + T^2 r^2 + NT r^2).
+
+Width-1 spans are preterminals: l = V_PT^T exp(terms), r = W_PT^T exp(terms) (J and K in the paper),
+and Z = sum_A exp(root_A) beta_0n(A) = (U^T exp(root)) . gamma_0n (L in the paper). Every vector is
+scaled (``chart.to_scaled``): values with maximum 1 and a log-scale per span.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from zoo.inference.chain.factors import safe_log
+from zoo.inference.chain.engine import FALLBACK, NATIVE
+from zoo.inference.tree.chart import finite_max, span_diagonal, to_scaled
+from zoo.inference.tree.engine import UNSUPPORTED, TreeEngine
+from zoo.inference.tree.exact import grammar_matmul
+from zoo.inference.tree.factors import RankSpaceGrammar
+
+Scaled = tuple[Tensor, Tensor]  # (log-scale ..., non-negative values ... x K)
+
+#: lift(gamma, width) -> (left projection, right projection, root log-value B x n) of the spans
+Lift = Callable[[Scaled, int], tuple[Scaled, Scaled, Tensor]]
+
+
+def rescale(scale: Tensor, values: Tensor) -> Scaled:
+    """Move the maximum of ``values`` into the log-scale (keeps float32 vectors away from 0)."""
+    m = values.detach().amax(-1)
+    ok = m > 0
+    m = torch.where(ok, m, torch.ones_like(m))
+    return scale + torch.where(ok, m.log(), torch.zeros_like(m)), values / m.unsqueeze(-1)
+
+
+def project(x: Scaled, weights: Tensor) -> Scaled:
+    """Scaled vectors B x n x K times grammar weights G x K x M -> scaled B x n x M."""
+    scale, values = x
+    return rescale(scale, grammar_matmul(values, weights))
+
+
+def root_value(x: Scaled, root_weights: Tensor) -> Tensor:
+    """log sum_k root_weights[k] x[k]: x scaled B x n x K, root_weights (log-scale G, G x K)."""
+    (scale, values), (r_scale, r_values) = x, root_weights
+    total = (values * r_values.unsqueeze(1)).sum(-1)
+    return scale + r_scale.unsqueeze(-1) + safe_log(total)
+
+
+def scaled_root(grammar: RankSpaceGrammar) -> tuple[Tensor, Tensor]:
+    """exp(root) as (log-scale G, values G x NT)."""
+    m = finite_max(grammar.root, -1)
+    return m, (grammar.root - m.unsqueeze(-1)).exp()
+
+
+def projected_inside(
+    grammar: RankSpaceGrammar,
+    lift: Lift,
+    terms: Tensor,
+    lengths: Tensor,
+    span_scores: Tensor | None = None,
+) -> Tensor:
+    """log Z (B,) by the projected inside; see the module docstring.
+
+    Args:
+        lift: the rank-space or state-space lift (``rank_space_lift`` / ``state_space_lift``).
+        terms: B x T x PT masked terminal log-scores; lengths: (B,).
+        span_scores: optional B x T x (T+1) log-scores added to the spans [i, k) of width >= 2.
+    """
+    T = terms.shape[1]
+    NT = grammar.num_nonterminals
+    leaves = to_scaled(terms)
+    left: list[Scaled | None] = [None, project(leaves, grammar.V[:, NT:])]
+    right: list[Scaled | None] = [None, project(leaves, grammar.W[:, NT:])]
+    tops = []
+    for w in range(2, T + 1):
+        n = T - w + 1
+        l_scale = torch.stack([left[s][0][:, :n] for s in range(1, w)], 2)  # B x n x (w-1)
+        r_scale = torch.stack([right[w - s][0][:, s : s + n] for s in range(1, w)], 2)
+        l_val = torch.stack([left[s][1][:, :n] for s in range(1, w)], 2)  # B x n x (w-1) x r
+        r_val = torch.stack([right[w - s][1][:, s : s + n] for s in range(1, w)], 2)
+        pair = l_scale + r_scale
+        m = finite_max(pair, -1)
+        gamma = torch.einsum("bns,bnsr,bnsr->bnr", (pair - m.unsqueeze(-1)).exp(), l_val, r_val)
+        if span_scores is not None:
+            m = m + span_diagonal(span_scores, w)
+        l_new, r_new, top = lift(rescale(m, gamma), w)
+        left.append(l_new)
+        right.append(r_new)
+        tops.append(top[:, 0])
+    tops = torch.stack(tops, 1)  # B x (T-1): the root value of [0, w)
+    return tops.gather(1, (lengths - 2).unsqueeze(-1)).squeeze(-1)
+
+
+def rank_space_lift(grammar: RankSpaceGrammar) -> Lift:
+    """Yang et al. 2022: l = H gamma, r = I gamma, root . gamma with L = U^T exp(root)."""
+    NT = grammar.num_nonterminals
+    U = grammar.U
+    H = grammar.V[:, :NT].transpose(1, 2) @ U  # G x r x r: [r', r] = sum_A V[A, r'] U[A, r]
+    I = grammar.W[:, :NT].transpose(1, 2) @ U
+    r_scale, r_values = scaled_root(grammar)
+    L = (r_values.unsqueeze(1) @ U).squeeze(1)  # G x r
+
+    def lift(gamma: Scaled, width: int) -> tuple[Scaled, Scaled, Tensor]:
+        return (
+            project(gamma, H.transpose(1, 2)),
+            project(gamma, I.transpose(1, 2)),
+            root_value(gamma, (r_scale, L)),
+        )
+
+    return lift
+
+
+def state_space_lift(grammar: RankSpaceGrammar, label_scores: Tensor | None = None) -> Lift:
+    """Cohen et al. 2013 / Yang et al. 2021b: beta = U gamma, then l = V_NT^T beta, r = W_NT^T beta.
+
+    ``label_scores`` (B x T x (T+1) x NT, optional) are added to log beta: the probe that gives
+    labelled span marginals.
+    """
+    NT = grammar.num_nonterminals
+    Ut = grammar.U.transpose(1, 2)  # G x r x NT
+    V, W = grammar.V[:, :NT], grammar.W[:, :NT]
+    root = scaled_root(grammar)
+
+    def lift(gamma: Scaled, width: int) -> tuple[Scaled, Scaled, Tensor]:
+        beta = project(gamma, Ut)
+        if label_scores is not None:
+            scale, values = beta
+            log_beta = scale.unsqueeze(-1) + safe_log(values) + span_diagonal(label_scores, width)
+            beta = to_scaled(log_beta)
+        return project(beta, V), project(beta, W), root_value(beta, root)
+
+    return lift
+
+
+def rank_space_log_partition(grammar, terms, lengths, span_scores=None):
+    """log Z by the rank-space inside (Yang et al. 2022, Sec. 4.2): (B,)."""
+    return projected_inside(grammar, rank_space_lift(grammar), terms, lengths, span_scores)
+
+
+def state_space_log_partition(grammar, terms, lengths, span_scores=None, label_scores=None):
+    """log Z by the state-space CPD inside (Yang et al. 2021b): (B,)."""
+    lift = state_space_lift(grammar, label_scores)
+    return projected_inside(grammar, lift, terms, lengths, span_scores)
+
+
+class RankSpaceEngine(TreeEngine):
+    """TD-PCFG inference in rank space; labelled marginals by the state-space CPD inside.
+
+    ``algorithm="state-space"`` runs log Z by the state-space CPD inside instead (the same model and
+    value, O(T^2 NT r) instead of O(NT r^2 + T^2 r^2)).
+    """
+
+    name = "rank-space"
+    grammar_types = (RankSpaceGrammar,)
+    capabilities = {
+        "log_partition": (NATIVE, "rank-space inside (Yang et al. 2022): O(T^3 r + T^2 r^2 + NT r^2)"),
+        "span_marginals": (NATIVE, "autograd of the rank-space log Z"),
+        "marginals": (NATIVE, "autograd of the state-space CPD inside: O(T^3 r + T^2 NT r)"),
+        "entropy": (FALLBACK, "materializes NT x S x S (small grammars only)"),
+        "log_prob": (NATIVE, "rule entries sum_r U V W"),
+        "argmax": (UNSUPPORTED, "Viterbi over rank nodes is not Viterbi over states: use mbr()"),
+        "mbr": (NATIVE, "CKY over span marginals"),
+        "sample": (FALLBACK, "top-down on the materialized NT x S x S (small grammars only)"),
+    }
+
+    def __init__(self, algorithm: str = "rank-space"):
+        if algorithm not in ("rank-space", "state-space"):
+            raise ValueError(f"algorithm must be 'rank-space' or 'state-space', got {algorithm!r}")
+        self.algorithm = algorithm
+
+    def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None):
+        if label_scores is not None or self.algorithm == "state-space":
+            return state_space_log_partition(grammar, terms, lengths, span_scores, label_scores)
+        return rank_space_log_partition(grammar, terms, lengths, span_scores)
+
+    def argmax(self, grammar, terms, lengths):
+        raise ValueError(
+            "the 'rank-space' backend has no Viterbi: a max over rank nodes is not a max over "
+            "trees. Use mbr() (CKY over span marginals), or backend='exact' on a grammar small "
+            "enough to materialize."
+        )

@@ -1,0 +1,126 @@
+"""Exact sampling: trees given a sentence (top-down from the inside chart) and sentences with their
+trees from the grammar.
+
+Top-down sampling draws, for a node [i, k) labelled A, first the split s with probability
+proportional to sum_{b, c} psi(A, b, c) beta_{i,i+s}(b) beta_{i+s,k}(c), then the children's symbols
+(b, c) given s, both with the Gumbel-max trick. All n x B lanes advance together: each keeps a stack
+of open nodes and pops one per step, so the rows come out in pre-order.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.chain.engine import gumbel_noise
+from zoo.inference.tree import exact
+from zoo.inference.tree.chart import finite_max, mask_terms, safe_logsumexp
+from zoo.inference.tree.factors import DenseGrammar
+
+
+def full_chart(chart: list, terms: Tensor) -> Tensor:
+    """B x T x (T+1) x S log inside over all symbols: nonterminals on spans of width >= 2,
+    preterminals (the terms) on width-1 spans, -inf elsewhere."""
+    B, T, PT = terms.shape
+    NT = chart[2].shape[-1] if T >= 2 else 0
+    full = terms.new_full((B, T, T + 1, NT + PT), float("-inf"))
+    i = torch.arange(T, device=terms.device)
+    full[:, i, i + 1, NT:] = terms
+    for w in range(2, T + 1):
+        j = i[: T - w + 1]
+        full[:, j, j + w, :NT] = chart[w]
+    return full
+
+
+def _gumbel_argmax(logits: Tensor, generator) -> Tensor:
+    return (logits + gumbel_noise(logits.shape, logits, generator)).argmax(-1)
+
+
+def sample_trees(
+    grammar: DenseGrammar, terms: Tensor, lengths: Tensor, n: int, generator=None
+) -> Tensor:
+    """n exact samples of p(tree | sentence): n x B x (2T-1) x 3 long (pre-order, -1 padding)."""
+    B, T, PT = terms.shape
+    NT, S = grammar.num_nonterminals, grammar.num_symbols
+    with torch.no_grad():
+        terms = mask_terms(terms, lengths)
+        _, chart = exact.inside(exact.dense_rule_op(grammar), grammar.root, terms, lengths)
+        full = full_chart(chart, terms)
+        lanes = n * B
+        b = torch.arange(lanes, device=terms.device) % B
+        g = b if grammar.grammar_batch > 1 else torch.zeros_like(b)
+        length = lengths[b]
+        out = torch.full((lanes, 2 * T - 1, 3), -1, dtype=torch.long, device=terms.device)
+        stack = torch.zeros(lanes, T + 1, 3, dtype=torch.long, device=terms.device)
+        top = grammar.root[g] + full[b, 0, length, :NT]
+        stack[:, 0] = torch.stack([torch.zeros_like(b), length, _gumbel_argmax(top, generator)], -1)
+        depth = torch.ones_like(b)
+        row = torch.zeros_like(b)
+        lane = torch.arange(lanes, device=terms.device)
+        s = torch.arange(1, T, device=terms.device)  # candidate splits (left widths)
+        while bool((depth > 0).any()):
+            active = depth > 0
+            node = stack[lane, (depth - 1).clamp_min(0)]
+            depth = depth - active.long()
+            i, k, label = node.unbind(-1)
+            out[lane[active], row[active]] = node[active]
+            row = row + active.long()
+            grow = active & (k - i >= 2)
+            if not bool(grow.any()):
+                continue
+            m = lane[grow]
+            i, k, label, bm, gm = i[grow], k[grow], label[grow], b[grow], g[grow]
+            mid = (i.unsqueeze(-1) + s).clamp_max(T)  # M x (T-1)
+            ok = mid < k.unsqueeze(-1)
+            left = full[bm.unsqueeze(-1), i.unsqueeze(-1), mid]  # M x (T-1) x S
+            right = full[bm.unsqueeze(-1), mid.clamp_max(T - 1), k.unsqueeze(-1)]
+            rules = grammar.rules[gm, label]  # M x S x S
+            # p(split) by log-einsum-exp: exp(left) @ exp(rules) . exp(right)
+            ml, mr, mg = finite_max(left, -1), finite_max(right, -1), finite_max(rules.flatten(1), -1)
+            inner = (left - ml.unsqueeze(-1)).exp() @ (rules - mg.view(-1, 1, 1)).exp()
+            mass = (inner * (right - mr.unsqueeze(-1)).exp()).sum(-1)
+            split_logits = torch.where(ok, mass.log() + ml + mr, float("-inf"))
+            pick = _gumbel_argmax(split_logits, generator)  # index into s
+            one = torch.arange(len(m), device=terms.device)
+            pair = left[one, pick].unsqueeze(-1) + rules + right[one, pick].unsqueeze(-2)
+            flat = _gumbel_argmax(pair.flatten(1), generator)
+            lsym, rsym = flat // S, flat % S
+            j = i + pick + 1
+            lab = lambda sym: torch.where(sym >= NT, sym - NT, sym)  # noqa: E731
+            d = depth[m]
+            stack[m, d] = torch.stack([j, k, lab(rsym)], -1)
+            stack[m, d + 1] = torch.stack([i, j, lab(lsym)], -1)
+            depth[m] = d + 2
+    return out.view(n, B, 2 * T - 1, 3)
+
+
+def sample_sentences(
+    grammar: DenseGrammar, emission: Tensor, lengths: Tensor, n: int = 1, generator=None
+) -> tuple[Tensor, Tensor]:
+    """Sentences with their trees, drawn exactly from p(words, tree | length) of a PCFG.
+
+    Args:
+        grammar: the grammar (its dense form is used); emission: (B x) PT x V log-probabilities;
+        lengths: (B,) sentence lengths (>= 2).
+    Returns:
+        words n x B x T long (-1 past each length) and trees n x B x (2T-1) x 3.
+    """
+    if emission.dim() == 2:
+        emission = emission.unsqueeze(0)
+    B, T = lengths.shape[0], int(lengths.max())
+    any_word = safe_logsumexp(emission, -1)  # G x PT: the terms of a word not yet chosen
+    terms = any_word.unsqueeze(1).expand(B, T, -1)
+    trees = sample_trees(grammar, terms, lengths, n, generator)
+    leaf = (trees[..., 1] - trees[..., 0] == 1) & (trees[..., 0] >= 0)  # n x B x M
+    with torch.no_grad():
+        g = torch.arange(B, device=terms.device) if emission.shape[0] > 1 else torch.zeros(
+            B, dtype=torch.long, device=terms.device
+        )
+        pre = trees[..., 2].clamp_min(0)  # n x B x M
+        logits = emission[g.view(1, B, 1), pre]  # n x B x M x V
+        drawn = _gumbel_argmax(logits, generator)
+    words = torch.full((n, B, T), -1, dtype=torch.long, device=terms.device)
+    pos = torch.where(leaf, trees[..., 0], T)  # leaves write at their position, others nowhere
+    padded = torch.cat([words, words[..., :1]], -1)
+    padded.scatter_(-1, pos, torch.where(leaf, drawn, -1))
+    return padded[..., :T], trees
