@@ -9,6 +9,13 @@ from zoo.inference.chain import (
     RankSpaceChain,
     RDPOptions,
 )
+from zoo.inference.semimarkov import (
+    DenseSemiMarkov,
+    EdgeSemiMarkov,
+    LowRankSemiMarkov,
+    RankSpaceSemiMarkov,
+    SemiMarkovChain,
+)
 
 __all__ = [
     "Backend",
@@ -18,4 +25,9 @@ __all__ = [
     "LowRankChain",
     "RDPOptions",
     "RankSpaceChain",
+    "DenseSemiMarkov",
+    "EdgeSemiMarkov",
+    "LowRankSemiMarkov",
+    "RankSpaceSemiMarkov",
+    "SemiMarkovChain",
 ]

@@ -1,0 +1,149 @@
+"""``SemiMarkovChain``: the distribution-style surface of the semi-Markov engine, for every backend."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import torch
+from torch import Tensor
+
+from zoo.inference.backend import Backend
+from zoo.inference.chain.randomized import RDPOptions
+from zoo.inference.checks import check_lengths
+from zoo.inference.semimarkov.engine import SemiMarkovEngine
+from zoo.inference.semimarkov.exact import ExactEngine
+from zoo.inference.semimarkov.factors import (
+    DenseSemiMarkov,
+    EdgeSemiMarkov,
+    LowRankSemiMarkov,
+    RankSpaceSemiMarkov,
+    SemiMarkovFactors,
+)
+from zoo.inference.semimarkov.low_rank import LowRankEngine
+from zoo.inference.semimarkov.randomized import RandomizedEngine
+from zoo.inference.semimarkov.rank_space import RankSpaceEngine
+
+NATIVE_BACKEND = {
+    DenseSemiMarkov: Backend.EXACT,
+    EdgeSemiMarkov: Backend.EXACT,
+    LowRankSemiMarkov: Backend.LOW_RANK,
+    RankSpaceSemiMarkov: Backend.RANK_SPACE,
+}
+
+ENGINES: dict[Backend, type[SemiMarkovEngine]] = {
+    Backend.EXACT: ExactEngine,
+    Backend.LOW_RANK: LowRankEngine,
+    Backend.RANK_SPACE: RankSpaceEngine,
+    Backend.RANDOMIZED: RandomizedEngine,
+}
+
+
+def make_engine(backend: Backend, options: RDPOptions | None) -> SemiMarkovEngine:
+    if backend is Backend.RANDOMIZED:
+        if not isinstance(options, RDPOptions):
+            raise ValueError(
+                f"the 'randomized' backend needs options=RDPOptions(k1=..., k2=...), got {options!r}"
+            )
+        return RandomizedEngine(options)
+    if options is not None:
+        raise ValueError(f"options are only used by the 'randomized' backend, not {backend.value!r}")
+    return ENGINES[backend]()
+
+
+class SemiMarkovChain:
+    """A distribution over segmentations of a sequence into labelled segments of length 1..D (HSMM).
+
+    Args:
+        factors: DenseSemiMarkov, LowRankSemiMarkov, RankSpaceSemiMarkov or EdgeSemiMarkov.
+        lengths: (B,) lengths in 1..T; None means every sequence has length T.
+        backend: "exact", "low-rank", "rank-space" or "randomized"; None picks the factors' own.
+            "exact" accepts every container (materializing low-rank and rank-space factors).
+        options: ``RDPOptions`` for the randomized backend (its kept states are drawn once).
+
+    Segmentations are ... x B x T long tensors: the state of the segment starting at frame t, -1
+    elsewhere (docs/semimarkov-api.md). Operations: ``log_partition`` (B,), ``segment_marginals``
+    (B x T x D x N), ``marginals`` (B x T x N), ``entropy`` (B,), ``log_prob(segmentation)``,
+    ``argmax`` (B x T), ``max_score`` (B,), ``sample(n)`` (n x B x T), ``rsample(temperature)``
+    (B x T x D x N).
+    """
+
+    def __init__(
+        self,
+        factors: SemiMarkovFactors,
+        lengths: Tensor | None = None,
+        backend: str | Backend | None = None,
+        options: RDPOptions | None = None,
+    ):
+        if not isinstance(factors, SemiMarkovFactors):
+            raise TypeError(
+                "factors must be a DenseSemiMarkov, LowRankSemiMarkov, RankSpaceSemiMarkov or "
+                f"EdgeSemiMarkov, got {type(factors).__name__}"
+            )
+        self.backend = NATIVE_BACKEND[type(factors)] if backend is None else Backend.parse(backend)
+        self.engine = make_engine(self.backend, options)
+        self.lengths = check_lengths(lengths, factors.batch, factors.max_length, factors.device)
+        self.factors = self.engine.prepare(factors)
+
+    @cached_property
+    def log_partition(self) -> Tensor:
+        """log Z: (B,); for the randomized backend, log of the unbiased estimate Z_hat."""
+        log_z = self.engine.log_partition(self.factors, self.lengths)
+        return self.engine.checked(log_z, self.factors, self.lengths)
+
+    @cached_property
+    def segment_marginals(self) -> Tensor:
+        """p(segment covering frames s..s+d-1 with state j) at [b, s, d-1, j]: B x T x D x N."""
+        return self.engine.segment_marginals(self.factors, self.lengths)
+
+    @cached_property
+    def marginals(self) -> Tensor:
+        """p(frame t lies in a segment with state j): B x T x N, zero past each length."""
+        return self.engine.marginals(self.factors, self.lengths)
+
+    @cached_property
+    def entropy(self) -> Tensor:
+        """Entropy of the distribution over (segmentation, states): (B,)."""
+        return self.engine.entropy(self.factors, self.lengths)
+
+    @cached_property
+    def _viterbi(self) -> tuple[Tensor, Tensor]:
+        self.log_partition  # noqa: B018  (raises when no segmentation covers a sequence)
+        return self.engine.argmax(self.factors, self.lengths)
+
+    @property
+    def argmax(self) -> Tensor:
+        """The best segmentation: B x T (state at each segment start, -1 elsewhere)."""
+        return self._viterbi[1]
+
+    @property
+    def max_score(self) -> Tensor:
+        """score(argmax): (B,)."""
+        return self._viterbi[0]
+
+    def log_prob(self, segmentation: Tensor) -> Tensor:
+        """log p(segmentation): B x T or S x B x T -> (B,) or (S, B)."""
+        B, T = self.factors.batch, self.factors.max_length
+        if not isinstance(segmentation, Tensor) or segmentation.is_floating_point():
+            raise TypeError("segmentation must be an integer tensor of shape B x T or S x B x T")
+        if segmentation.dim() not in (2, 3) or tuple(segmentation.shape[-2:]) != (B, T):
+            raise ValueError(
+                f"segmentation must have shape B x T = ({B}, {T}) or S x B x T, "
+                f"got {tuple(segmentation.shape)}"
+            )
+        return self.engine.log_prob(self.factors, self.lengths, segmentation.long().to(self.lengths.device))
+
+    def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
+        """n exact samples: n x B x T segmentations."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"n must be a positive int, got {n!r}")
+        if self.backend is not Backend.RANDOMIZED:
+            self.log_partition  # noqa: B018
+        return self.engine.sample(self.factors, self.lengths, n, generator)
+
+    def rsample(self, temperature: float = 1.0, generator: torch.Generator | None = None) -> Tensor:
+        """Relaxed segment indicators B x T x D x N (Gumbel-softmax backward sampling), differentiable."""
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature!r}")
+        if self.backend is not Backend.RANDOMIZED:
+            self.log_partition  # noqa: B018
+        return self.engine.rsample(self.factors, self.lengths, temperature, generator)

@@ -1,0 +1,163 @@
+"""What every semi-Markov backend shares: operations derived from log Z, and the segmentation format.
+
+A backend (``SemiMarkovEngine`` subclass) supplies ``log_partition(factors, lengths, probe)``, where
+``probe`` is an optional B x T x D x N zero tensor added to every segment's score; from it the base
+class derives segment marginals (the probe's gradient), frame-state marginals (segment marginals
+spread over their frames with one cumulative sum), and ``log_prob``. Entropy, Viterbi and sampling
+are per backend (the exact engine's on the dense form by default). Each backend declares in
+``capabilities`` how each operation is computed; the README's capability table is generated from it.
+
+Segmentation format (docs/semimarkov-api.md): ... x B x T long, the state of the segment that starts
+at frame t, -1 elsewhere and past each length.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.semimarkov.factors import SemiMarkovFactors
+
+NATIVE, FALLBACK, ESTIMATE = "native", "exact fallback", "estimate"
+
+
+def check_covered(log_z: Tensor, lengths: Tensor, max_duration: int) -> Tensor:
+    """Raise if some sequence has no segmentation of non-zero potential (log Z = -inf)."""
+    bad = torch.isneginf(log_z.detach())
+    if bool(bad.any()):
+        idx = bad.nonzero().flatten().tolist()
+        raise ValueError(
+            f"no segmentation covers batch elements {idx} (lengths {lengths[bad].tolist()}) with segments "
+            f"of length 1..D = 1..{max_duration} and non-zero potentials: log Z = -inf; check the "
+            "duration and transition potentials (e.g. only even durations allowed for an odd length)"
+        )
+    return log_z
+
+
+def frames_from_segments(segments: Tensor) -> Tensor:
+    """B x T x D x N segment marginals -> B x T x N frame marginals, by a difference array and a cumsum."""
+    B, T, D, N = segments.shape
+    s = torch.arange(T, device=segments.device).view(T, 1)
+    e = (s + torch.arange(1, D + 1, device=segments.device).view(1, D)).flatten()
+    diff = segments.new_zeros(B, T + D + 1, N)
+    diff = diff.index_add(1, torch.arange(T, device=segments.device), segments.sum(2))
+    diff = diff.index_add(1, e, -segments.reshape(B, T * D, N))
+    return diff.cumsum(1)[:, :T]
+
+
+def to_frame_states(segmentation: Tensor, lengths: Tensor | None = None) -> Tensor:
+    """Segmentation (... x B x T, states at segment starts) -> per-frame states, -1 past each length."""
+    T = segmentation.shape[-1]
+    pos = torch.arange(T, device=segmentation.device)
+    last = torch.where(segmentation >= 0, pos, -1).cummax(-1).values
+    frames = segmentation.gather(-1, last.clamp_min(0))
+    if lengths is not None:
+        frames = torch.where(pos < lengths.view(-1, 1).to(segmentation.device), frames, -1)
+    return frames
+
+
+def parse_segmentation(seg: Tensor, lengths: Tensor, num_states: int, max_duration: int):
+    """Segments of ... x B x T segmentations, one entry per frame (valid where ``start``).
+
+    Returns (b, s, d, prev, z, start, too_long), all ... x B x T: d clamped to 1..D (``too_long`` marks a
+    segment longer than D), prev = -1 for the first segment.
+    """
+    B, T = seg.shape[-2:]
+    dev = seg.device
+    pos = torch.arange(T, device=dev)
+    valid = pos < lengths.view(B, 1)
+    seg = torch.where(valid, seg, -1)
+    if bool(((seg < -1) | (seg >= num_states)).any()):
+        raise ValueError(
+            f"segmentation entries must be states in 0..N-1 = 0..{num_states - 1} at segment starts and "
+            f"-1 elsewhere, got values in {int(seg.min())}..{int(seg.max())}"
+        )
+    if bool((seg[..., 0] < 0).any()):
+        raise ValueError(
+            "frame 0 must start a segment: segmentation[..., 0] must be a state in 0..N-1, got -1"
+        )
+    start = seg >= 0
+    nxt = torch.where(start, pos, T)
+    nxt = torch.cat([nxt[..., 1:], torch.full_like(nxt[..., :1], T)], -1)
+    next_start = nxt.flip(-1).cummin(-1).values.flip(-1)
+    end = torch.minimum(next_start, lengths.view(B, 1))
+    d = end - pos
+    last = torch.where(start, pos, -1).cummax(-1).values
+    prev_idx = torch.cat([torch.full_like(last[..., :1], -1), last[..., :-1]], -1)
+    prev = torch.where(prev_idx >= 0, seg.gather(-1, prev_idx.clamp_min(0)), -1)
+    b = torch.arange(B, device=dev).view(B, 1).expand(seg.shape)
+    too_long = start & (d > max_duration)
+    return b, pos.expand(seg.shape), d.clamp(1, max_duration), prev, seg.clamp_min(0), start, too_long
+
+
+def segmentation_score(factors: SemiMarkovFactors, seg: Tensor, lengths: Tensor) -> Tensor:
+    """score(segmentation): ... x B (-inf for a segment longer than D)."""
+    b, s, d, prev, z, start, too_long = parse_segmentation(
+        seg, lengths, factors.num_states, factors.max_duration
+    )
+    scores = factors.segment_scores(b, s, d, prev, z)
+    scores = torch.where(too_long, float("-inf"), scores)
+    return torch.where(start, scores, 0.0).sum(-1)
+
+
+def requires_grad(factors: SemiMarkovFactors) -> bool:
+    return any(isinstance(v, Tensor) and v.requires_grad for v in vars(factors).values())
+
+
+class SemiMarkovEngine:
+    """Base class of the semi-Markov backends; see the module docstring."""
+
+    name: str = ""
+    factor_types: tuple = ()
+    capabilities: dict[str, tuple[str, str]] = {}
+
+    def prepare(self, factors: SemiMarkovFactors) -> SemiMarkovFactors:
+        if not isinstance(factors, self.factor_types):
+            wanted = " or ".join(t.__name__ for t in self.factor_types)
+            raise TypeError(f"the {self.name!r} backend needs {wanted} factors, got {type(factors).__name__}")
+        return factors
+
+    def log_partition(self, factors, lengths: Tensor, probe: Tensor | None = None) -> Tensor:
+        raise NotImplementedError
+
+    def checked(self, log_z: Tensor, factors, lengths: Tensor) -> Tensor:
+        return check_covered(log_z, lengths, factors.max_duration)
+
+    def segment_marginals(self, factors, lengths: Tensor) -> Tensor:
+        """p(segment (s, d, j)): B x T x D x N, the gradient of log Z w.r.t. a zero segment probe."""
+        differentiable = torch.is_grad_enabled() and requires_grad(factors)
+        B, T, D, N = factors.batch, factors.max_length, factors.max_duration, factors.num_states
+        with torch.enable_grad():
+            probe = torch.zeros(
+                B, T, D, N, dtype=self._dtype(factors), device=factors.device, requires_grad=True
+            )
+            log_z = self.checked(self.log_partition(factors, lengths, probe), factors, lengths)
+            (grad,) = torch.autograd.grad(log_z.sum(), probe, create_graph=differentiable)
+        return grad
+
+    @staticmethod
+    def _dtype(factors) -> torch.dtype:
+        for v in vars(factors).values():
+            if isinstance(v, Tensor) and v.is_floating_point():
+                return v.dtype
+        return torch.get_default_dtype()
+
+    def marginals(self, factors, lengths: Tensor) -> Tensor:
+        """p(frame t in a segment with state j): B x T x N."""
+        return frames_from_segments(self.segment_marginals(factors, lengths))
+
+    def log_prob(self, factors, lengths: Tensor, seg: Tensor) -> Tensor:
+        log_z = self.checked(self.log_partition(factors, lengths), factors, lengths)
+        return (segmentation_score(factors, seg, lengths) - log_z).clamp_max(0.0)
+
+    def entropy(self, factors, lengths: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def argmax(self, factors, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+    def sample(self, factors, lengths: Tensor, n: int, generator=None) -> Tensor:
+        raise NotImplementedError
+
+    def rsample(self, factors, lengths: Tensor, temperature: float, generator=None) -> Tensor:
+        raise NotImplementedError

@@ -1,0 +1,213 @@
+"""Exact semi-Markov DPs.
+
+* ``DenseSemiMarkov``: the factorized forward of ``forward.py`` with a dense transition step,
+  O(T (D N + N^2)) time, O(T D N) memory for the backward (never B x T x D x N x N); Viterbi with the
+  max-product step; sampling and decoding by walking back over (duration, previous state).
+* ``EdgeSemiMarkov`` (general per-segment potentials, e.g. the materialized rank-space model): the
+  log-space forward over (duration, previous state) pairs, O(T D N^2); tiny sizes only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.semimarkov.engine import NATIVE, SemiMarkovEngine, requires_grad
+from zoo.inference.semimarkov.factors import (
+    DenseSemiMarkov,
+    EdgeSemiMarkov,
+    FactorizedSemiMarkov,
+    SemiMarkovFactors,
+    cumulative,
+)
+from zoo.inference.semimarkov.forward import (
+    MatrixStep,
+    Problem,
+    backtrack,
+    factorized_choice,
+    forward,
+    lse,
+)
+
+
+def _finite(x: Tensor) -> Tensor:
+    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+
+
+def dense_problem(f: DenseSemiMarkov, unary=None, transition=None, duration=None, init=None) -> Problem:
+    """The forward's operands for a dense HSMM (any argument replaces the factors' own)."""
+    step = MatrixStep(f.transition if transition is None else transition)
+    return Problem(
+        cumulative(f.unary if unary is None else unary),
+        f.duration if duration is None else duration,
+        f.init if init is None else init,
+        step,
+        step.max,
+    )
+
+
+def probed_entropy(f: FactorizedSemiMarkov, lengths: Tensor, build) -> Tensor:
+    """H = log Z - E[score] for a factorized model, E[score] = <grad log Z, potentials>.
+
+    ``build(unary, transition, duration, init)`` -> the log Z (B,) of the model with these potentials
+    (transition B x N x N, a per-sequence copy, so its gradient is per sequence). Differentiable.
+    """
+    dense = f if isinstance(f, DenseSemiMarkov) else f.dense()
+    B, N = dense.batch, dense.num_states
+    thetas = (dense.unary, dense.transition.expand(B, N, N), dense.duration, dense.init)
+    differentiable = torch.is_grad_enabled() and requires_grad(f)
+    with torch.enable_grad():
+        probes = [torch.zeros_like(x, requires_grad=True) for x in thetas]
+        log_z = build(*(x + p for x, p in zip(thetas, probes)))
+        grads = torch.autograd.grad(log_z.sum(), probes, create_graph=differentiable, materialize_grads=True)
+    expected = sum((g * _finite(x)).flatten(1).sum(-1) for g, x in zip(grads, thetas))
+    return log_z - expected
+
+
+def dense_log_partition(f: DenseSemiMarkov, lengths: Tensor, probe: Tensor | None = None) -> Tensor:
+    return forward(dense_problem(f), lengths, probe)[0]
+
+
+def dense_argmax(f: DenseSemiMarkov, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    with torch.no_grad():
+        problem = dense_problem(f)
+        score, ends = forward(problem, lengths, semiring="max")
+        choice = factorized_choice(problem, ends, f.transition_columns)
+        seg, _ = backtrack(ends, None, choice, lengths, f.max_duration, 1, noise=False)
+    return score, seg[0]
+
+
+def factorized_sample(problem: Problem, columns, lengths, n, temperature, generator, max_duration):
+    """Forward filtering, backward sampling (hard when temperature is None, else also relaxed)."""
+    _, ends = forward(problem, lengths)
+    choice = factorized_choice(problem, ends, columns)
+    return backtrack(ends, problem.final, choice, lengths, max_duration, n, True, temperature, generator)
+
+
+# --- the general per-segment form ---------------------------------------------------------------------
+def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: str = "log", first=None, edge=None):
+    """log Z (or the best score) (B,) and ends B x (T+1) x N: ends[:, t, j] = the total score of the
+    prefixes whose last segment ends at frame t with state j."""
+    first = f.first if first is None else first
+    edge = f.edge if edge is None else edge
+    B, D, N = first.shape
+    T = f.max_length
+    reduce = lse if semiring == "log" else (lambda x, dim: x.amax(dim))
+    ends = [first.new_full((B, N), float("-inf"))]
+    for t in range(1, T + 1):
+        parts = [first[:, t - 1]] if t <= D else []
+        n = min(D, t - 1)
+        if n >= 1:
+            s = torch.arange(t - n, t, device=first.device)
+            x = torch.stack(ends[t - n : t], 1).unsqueeze(-1) + edge[:, s - 1, t - s - 1]  # B x n x N x N
+            parts.append(reduce(x.flatten(1, 2), 1))
+        ends.append(reduce(torch.stack(parts, 1), 1))
+    ends = torch.stack(ends, 1)
+    last = ends[torch.arange(B, device=first.device), lengths]
+    return reduce(last, -1), ends
+
+
+def edge_choice(f: EdgeSemiMarkov, ends: Tensor):
+    """``choice(t, j)`` for ``backtrack`` on the per-segment form."""
+    B, D, N = f.first.shape
+    dev = f.first.device
+    dd = torch.arange(1, D + 1, device=dev)
+
+    def choice(t: Tensor, j: Tensor) -> Tensor:
+        S = t.shape[0]
+        b = torch.arange(B, device=dev).view(1, B, 1).expand(S, B, D)
+        s = t.unsqueeze(-1) - dd
+        jj = j.unsqueeze(-1).expand(S, B, D)
+        first = f.first[b, dd - 1, jj]
+        slot0 = torch.arange(N, device=dev) == 0
+        logits = torch.where(slot0, first.unsqueeze(-1), float("-inf"))
+        if f.edge.shape[1] > 0:
+            sc = s.clamp(1, f.edge.shape[1])
+            prev = ends[b, sc] + f.edge[b, sc - 1, dd - 1, :, jj]  # S x B x D x N
+            logits = torch.where((s > 0).unsqueeze(-1), prev, logits)
+        return torch.where((s >= 0).unsqueeze(-1), logits, float("-inf"))
+
+    return choice
+
+
+def edge_entropy(f: EdgeSemiMarkov, lengths: Tensor) -> Tensor:
+    differentiable = torch.is_grad_enabled() and requires_grad(f)
+    with torch.enable_grad():
+        probes = [torch.zeros_like(x, requires_grad=True) for x in (f.first, f.edge)]
+        log_z, _ = edge_forward(f, lengths, first=f.first + probes[0], edge=f.edge + probes[1])
+        g_first, g_edge = torch.autograd.grad(
+            log_z.sum(), probes, create_graph=differentiable, materialize_grads=True
+        )
+    expected = (g_first * _finite(f.first)).flatten(1).sum(-1) + (g_edge * _finite(f.edge)).flatten(1).sum(-1)
+    return log_z - expected
+
+
+def edge_log_partition(f: EdgeSemiMarkov, lengths: Tensor, probe: Tensor | None = None) -> Tensor:
+    first, edge = f.first, f.edge
+    if probe is not None:  # probe B x T x D x N: segment (s, d, j)
+        first = first + probe[:, 0]
+        edge = edge + probe[:, 1:].unsqueeze(-2)
+    return edge_forward(f, lengths, first=first, edge=edge)[0]
+
+
+class ExactEngine(SemiMarkovEngine):
+    """The exact semi-Markov forward; accepts every container by materializing it (``dense()``)."""
+
+    name = "exact"
+    factor_types = (SemiMarkovFactors,)
+    capabilities = {
+        "log_partition": (NATIVE, "O(T (D N + N^2)): log-sum-exp over the D-window, log-einsum-exp "
+                          "transition; rank-space materialized per segment: O(T D N^2)"),
+        "segment_marginals": (NATIVE, "autograd of log Z w.r.t. a segment probe"),
+        "marginals": (NATIVE, "segment marginals spread over their frames (one cumsum)"),
+        "entropy": (NATIVE, "log Z - E[score], differentiable"),
+        "log_prob": (NATIVE, "score - log Z"),
+        "argmax": (NATIVE, "semi-Markov Viterbi"),
+        "sample": (NATIVE, "forward filtering, backward sampling of (duration, previous state)"),
+        "rsample": (NATIVE, "Gumbel-softmax backward sampling"),
+    }
+
+    def prepare(self, factors):
+        return super().prepare(factors).dense()
+
+    def log_partition(self, factors, lengths, probe=None):
+        if isinstance(factors, EdgeSemiMarkov):
+            return edge_log_partition(factors, lengths, probe)
+        return dense_log_partition(factors, lengths, probe)
+
+    def entropy(self, factors, lengths):
+        if isinstance(factors, EdgeSemiMarkov):
+            return edge_entropy(factors, lengths)
+
+        def build(unary, transition, duration, init):
+            return forward(dense_problem(factors, unary, transition, duration, init), lengths)[0]
+
+        return probed_entropy(factors, lengths, build)
+
+    def argmax(self, factors, lengths):
+        if isinstance(factors, EdgeSemiMarkov):
+            with torch.no_grad():
+                score, ends = edge_forward(factors, lengths, "max")
+                seg, _ = backtrack(
+                    ends, None, edge_choice(factors, ends), lengths, factors.max_duration, 1, noise=False
+                )
+            return score, seg[0]
+        return dense_argmax(factors, lengths)
+
+    def _sample(self, factors, lengths, n, temperature, generator):
+        if isinstance(factors, EdgeSemiMarkov):
+            _, ends = edge_forward(factors, lengths)
+            choice = edge_choice(factors, ends)
+            D = factors.max_duration
+            return backtrack(ends, None, choice, lengths, D, n, True, temperature, generator)
+        return factorized_sample(
+            dense_problem(factors), factors.transition_columns, lengths, n, temperature, generator,
+            factors.max_duration,
+        )
+
+    def sample(self, factors, lengths, n, generator=None):
+        with torch.no_grad():
+            return self._sample(factors, lengths, n, None, generator)[0]
+
+    def rsample(self, factors, lengths, temperature, generator=None):
+        return self._sample(factors, lengths, 1, temperature, generator)[1][0]

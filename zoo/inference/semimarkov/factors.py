@@ -1,0 +1,451 @@
+"""Containers for semi-Markov (HSMM) potentials, one per parameterization (docs/semimarkov-api.md).
+
+A segmentation of T frames into segments (s, d, z) of length d in 1..D scores
+
+    score = sum_k seg(s_k, d_k, z_{k-1}, z_k),   seg(s, d, i, j) = trans(i, j) + dur(j, d) + E(s, d, j)
+
+with E(s, d, j) = C[s + d, j] - C[s, j] from the cumulative frame scores C (B x (T+1) x N).
+
+* ``DenseSemiMarkov``: trans as an N x N matrix (-inf on the diagonal forbids self-transitions).
+* ``LowRankSemiMarkov``: trans = log diag(c) phi(U) phi(V)^T, optionally without its diagonal (LHSMM).
+* ``RankSpaceSemiMarkov``: the CPD of the merged transition-duration-emission factor; rank components
+  carry the duration and the emission (docs/semimarkov-rank-space.md).
+* ``EdgeSemiMarkov``: general per-segment potentials B x (T-1) x D x N x N (the materialized form of
+  the rank-space model; tiny sizes only).
+
+Every container checks its shapes and values at construction and materializes itself (``dense()``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.chain.factors import safe_log
+from zoo.inference.checks import as_tensor, check_finite, check_nonnegative, check_shape
+
+
+def _per_sequence(name: str, value: Tensor | None, batch: int, states: int, like: Tensor) -> Tensor:
+    """An N or B x N log-vector as B x N (zeros when None)."""
+    if value is None:
+        return like.new_zeros(batch, states)
+    value = as_tensor(name, value)
+    if value.dim() == 1:
+        check_shape(name, value, (states,), "N")
+        value = value.expand(batch, states)
+    else:
+        check_shape(name, value, (batch, states), "B x N")
+    return value
+
+
+def _check_frames(name: str, value: Tensor, what: str) -> Tensor:
+    value = as_tensor(name, value)
+    if value.dim() != 3 or 0 in value.shape:
+        raise ValueError(
+            f"{name} must have shape B x T x {what} with every size >= 1, got {tuple(value.shape)}"
+        )
+    check_finite(name, value)
+    return value
+
+
+def _check_duration(duration: Tensor, batch: int, states: int, label: str = "N") -> Tensor:
+    """N x D or B x N x D log-probabilities of each duration, returned as B x N x D (a view)."""
+    duration = as_tensor("duration", duration)
+    if duration.dim() not in (2, 3) or duration.shape[-1] < 1:
+        raise ValueError(
+            f"duration must have shape {label} x D or B x {label} x D with D >= 1 (the longest segment), "
+            f"got {tuple(duration.shape)}"
+        )
+    if duration.dim() == 2:
+        check_shape("duration", duration, (states, None), f"{label} x D")
+        duration = duration.expand(batch, *duration.shape)
+    else:
+        check_shape("duration", duration, (batch, states, None), f"B x {label} x D")
+    check_finite("duration", duration)
+    return duration
+
+
+def cumulative(unary: Tensor) -> Tensor:
+    """C: B x (T+1) x K, C[:, t] = sum of unary over frames 0..t-1 (C[:, 0] = 0)."""
+    return torch.cat([unary.new_zeros(unary.shape[0], 1, unary.shape[2]), unary.cumsum(1)], 1)
+
+
+class SemiMarkovFactors:
+    """Base class. ``batch``, ``max_length`` (T), ``num_states`` (N), ``max_duration`` (D)."""
+
+    batch: int
+    max_length: int
+    num_states: int
+    max_duration: int
+
+    def dense(self) -> SemiMarkovFactors:
+        """The same distribution with its transitions materialized."""
+        raise NotImplementedError
+
+    def segment_scores(self, b: Tensor, s: Tensor, d: Tensor, prev: Tensor, z: Tensor) -> Tensor:
+        """seg(s, d, prev, z) for equally shaped long tensors (prev = -1: the first segment); d <= D."""
+        raise NotImplementedError
+
+    @property
+    def device(self):
+        raise NotImplementedError
+
+
+class FactorizedSemiMarkov(SemiMarkovFactors):
+    """Shared by the HSMM containers whose segment score factorizes as trans + dur + emission.
+
+    Attributes:
+        unary: B x T x N frame log-potentials (e.g. Gaussian log-likelihoods of each frame).
+        duration: B x N x D log-potentials of each duration (index d-1), a view when shared.
+        init: B x N log-potentials of the first segment's state.
+    """
+
+    unary: Tensor
+    duration: Tensor
+    init: Tensor
+
+    def _setup(self, unary, duration, init):
+        self.unary = _check_frames("unary", unary, "N")
+        B, T, N = self.unary.shape
+        self.duration = _check_duration(duration, B, N)
+        self.init = _per_sequence("init", init, B, N, self.unary)
+        check_finite("init", self.init)
+
+    @property
+    def batch(self) -> int:
+        return self.unary.shape[0]
+
+    @property
+    def max_length(self) -> int:
+        return self.unary.shape[1]
+
+    @property
+    def num_states(self) -> int:
+        return self.unary.shape[2]
+
+    @property
+    def max_duration(self) -> int:
+        return self.duration.shape[-1]
+
+    @property
+    def device(self):
+        return self.unary.device
+
+    def cumulative(self) -> Tensor:
+        return cumulative(self.unary)
+
+    def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
+        """log trans(prev, nxt) for equally shaped long tensors."""
+        raise NotImplementedError
+
+    def transition_columns(self, nxt: Tensor) -> Tensor:
+        """log trans(:, nxt): ... x N for ... long indices."""
+        raise NotImplementedError
+
+    def transition_rows(self, prev: Tensor) -> Tensor:
+        """log trans(prev, :): ... x N for ... long indices."""
+        raise NotImplementedError
+
+    def state_prior(self) -> Tensor:
+        """B x N log outgoing mass of each state (the "global" RDP proposal)."""
+        raise NotImplementedError
+
+    def segment_scores(self, b, s, d, prev, z):
+        C = self.cumulative()
+        emit = C[b, s + d, z] - C[b, s, z]
+        dur = self.duration[b, z, d - 1]
+        first = self.init[b, z]
+        trans = self.transition_entries(prev.clamp_min(0), z)
+        return torch.where(prev < 0, first, trans) + dur + emit
+
+
+class DenseSemiMarkov(FactorizedSemiMarkov):
+    """An HSMM with dense log-potentials.
+
+    Args:
+        unary: B x T x N frame log-potentials; a segment's emission is their sum over its frames.
+        transition: N x N log-potentials between consecutive segments ([i, j]: i then j); put -inf on
+            the diagonal to forbid self-transitions (the classical explicit-duration HSMM).
+        duration: N x D or B x N x D log-potentials of the duration d (index d-1) given the state.
+        init: N or B x N log-potentials of the first segment's state; None means zeros.
+    """
+
+    def __init__(self, unary: Tensor, transition: Tensor, duration: Tensor, init: Tensor | None = None):
+        self._setup(unary, duration, init)
+        N = self.num_states
+        transition = as_tensor("transition", transition)
+        check_shape("transition", transition, (N, N), "N x N")
+        check_finite("transition", transition)
+        self.transition = transition
+
+    def with_unary(self, unary: Tensor) -> DenseSemiMarkov:
+        return DenseSemiMarkov(unary, self.transition, self.duration, self.init)
+
+    def transition_entries(self, prev, nxt):
+        return self.transition[prev, nxt]
+
+    def transition_columns(self, nxt):
+        return self.transition.T[nxt]
+
+    def transition_rows(self, prev):
+        return self.transition[prev]
+
+    def state_prior(self):
+        return self.transition.logsumexp(-1).expand(self.batch, self.num_states)
+
+    def dense(self) -> DenseSemiMarkov:
+        return self
+
+    def edge_form(self) -> EdgeSemiMarkov:
+        """The per-segment form (B x (T-1) x D x N x N): tests and tiny sizes only."""
+        N, D = self.num_states, self.max_duration
+        seg = segment_emissions(self.cumulative(), D) + self.duration.transpose(1, 2).unsqueeze(1)
+        first = seg[:, 0] + self.init.unsqueeze(1)  # B x D x N
+        edge = seg[:, 1:].unsqueeze(-2) + self.transition.view(1, 1, 1, N, N)
+        return EdgeSemiMarkov(first, edge)
+
+
+def segment_emissions(C: Tensor, D: int) -> Tensor:
+    """E: B x T x D x K, E[b, s, d-1] = C[s + d] - C[s], -inf where s + d > T (small sizes only)."""
+    B, T1, K = C.shape
+    T = T1 - 1
+    s = torch.arange(T, device=C.device).view(T, 1)
+    e = s + torch.arange(1, D + 1, device=C.device).view(1, D)
+    valid = e <= T
+    out = C[:, e.clamp_max(T)] - C[:, s]  # B x T x D x K
+    return torch.where(valid.view(1, T, D, 1), out, float("-inf"))
+
+
+class LowRankSemiMarkov(FactorizedSemiMarkov):
+    """LHSMM (Chiu et al. 2021, Eq. 6): trans = log diag(c) L R^T with non-negative features.
+
+    Args:
+        unary, duration, init: as ``DenseSemiMarkov``.
+        left: N x R non-negative features phi(u_i) of the previous segment's state.
+        right: N x R non-negative features phi(v_j) of the next segment's state.
+        normalize: c_i = 1 / (sum over allowed j of left[i] . right[j]) (rows are distributions).
+        self_transitions: False removes the diagonal (a segment is never followed by its own state);
+            the step stays O(N R) (diag(L R^T) is subtracted).
+    """
+
+    def __init__(
+        self,
+        unary: Tensor,
+        left: Tensor,
+        right: Tensor,
+        duration: Tensor,
+        init: Tensor | None = None,
+        normalize: bool = True,
+        self_transitions: bool = True,
+    ):
+        self._setup(unary, duration, init)
+        N = self.num_states
+        left, right = as_tensor("left", left), as_tensor("right", right)
+        check_shape("left", left, (N, None), "N x R")
+        check_shape("right", right, (N, left.shape[1]), "N x R")
+        check_nonnegative("left", left)
+        check_nonnegative("right", right)
+        self.left, self.right = left, right
+        self.normalize, self.self_transitions = bool(normalize), bool(self_transitions)
+        if normalize:
+            mass = left @ right.sum(0) - (0 if self_transitions else self.diagonal())
+            if (mass <= 0).any():
+                raise ValueError(
+                    "normalize=True needs every state to have positive outgoing mass left[i] . right[j] "
+                    f"over the allowed next states; {int((mass <= 0).sum())} states have none"
+                )
+            self.log_scale = -mass.log()
+        else:
+            self.log_scale = left.new_zeros(N)
+
+    @property
+    def rank(self) -> int:
+        return self.left.shape[1]
+
+    def diagonal(self) -> Tensor:
+        """diag(L R^T): N."""
+        return (self.left * self.right).sum(-1)
+
+    def scaled_left(self) -> Tensor:
+        """diag(c) L: N x R."""
+        return self.left * self.log_scale.exp().unsqueeze(-1)
+
+    def with_unary(self, unary: Tensor) -> LowRankSemiMarkov:
+        return LowRankSemiMarkov(
+            unary, self.left, self.right, self.duration, self.init, self.normalize, self.self_transitions
+        )
+
+    def _mask_self(self, scores: Tensor, prev: Tensor, nxt: Tensor) -> Tensor:
+        if self.self_transitions:
+            return scores
+        return scores.masked_fill(prev == nxt, float("-inf"))
+
+    def transition_entries(self, prev, nxt):
+        inner = (self.left[prev] * self.right[nxt]).sum(-1)
+        return self._mask_self(self.log_scale[prev] + safe_log(inner), prev, nxt)
+
+    def transition_columns(self, nxt):
+        cols = self.log_scale + safe_log(self.right[nxt] @ self.left.T)  # ... x N
+        if self.self_transitions:
+            return cols
+        return cols.scatter(-1, nxt.unsqueeze(-1), float("-inf"))
+
+    def transition_rows(self, prev):
+        rows = self.log_scale[prev].unsqueeze(-1) + safe_log(self.left[prev] @ self.right.T)
+        if self.self_transitions:
+            return rows
+        return rows.scatter(-1, prev.unsqueeze(-1), float("-inf"))
+
+    def state_prior(self):
+        mass = self.scaled_left() @ self.right.sum(0)
+        if not self.self_transitions:
+            mass = mass - self.log_scale.exp() * self.diagonal()
+        return safe_log(mass.clamp_min(0)).expand(self.batch, self.num_states)
+
+    def dense(self) -> DenseSemiMarkov:
+        trans = self.log_scale.unsqueeze(-1) + safe_log(self.left @ self.right.T)
+        if not self.self_transitions:
+            eye = torch.eye(self.num_states, dtype=torch.bool, device=trans.device)
+            trans = trans.masked_fill(eye, float("-inf"))
+        return DenseSemiMarkov(self.unary, trans, self.duration, self.init)
+
+
+class RankSpaceSemiMarkov(SemiMarkovFactors):
+    """The HSMM with a CPD of its merged transition-duration-emission factor (rank-space HSMM).
+
+    p(z_k = j, d_k = d, x_seg | z_{k-1} = i) = sum_r U[i, r] V[j, r] exp(duration[r, d-1] + E_r(s, d)),
+    E_r(s, d) = sum of emission[b, t, r] over the segment's frames; z_0 ~ start is summed out.
+    Self-transitions are always allowed (docs/semimarkov-rank-space.md says why).
+
+    Args:
+        start: N or B x N non-negative weights of the virtual state before the first segment.
+        U: N x R non-negative (previous state -> rank).
+        V: N x R non-negative (rank -> next state).
+        duration: R x D or B x R x D log-probabilities of the duration given the rank.
+        emission: B x T x R log-likelihoods of each frame given the rank.
+    """
+
+    def __init__(self, start: Tensor, U: Tensor, V: Tensor, duration: Tensor, emission: Tensor):
+        self.emission = _check_frames("emission", emission, "R")
+        B, T, R = self.emission.shape
+        U, V = as_tensor("U", U), as_tensor("V", V)
+        check_shape("U", U, (None, R), "N x R (R from emission)")
+        N = U.shape[0]
+        check_shape("V", V, (N, R), "N x R")
+        check_nonnegative("U", U)
+        check_nonnegative("V", V)
+        start = as_tensor("start", start)
+        if start.dim() == 1:
+            check_shape("start", start, (N,), "N")
+            start = start.expand(B, N)
+        else:
+            check_shape("start", start, (B, N), "B x N")
+        check_nonnegative("start", start)
+        self.start, self.U, self.V = start, U, V
+        self.duration = _check_duration(duration, B, R, "R")
+
+    @property
+    def batch(self) -> int:
+        return self.emission.shape[0]
+
+    @property
+    def max_length(self) -> int:
+        return self.emission.shape[1]
+
+    @property
+    def num_states(self) -> int:
+        return self.U.shape[0]
+
+    @property
+    def rank(self) -> int:
+        return self.U.shape[1]
+
+    @property
+    def max_duration(self) -> int:
+        return self.duration.shape[-1]
+
+    @property
+    def device(self):
+        return self.emission.device
+
+    def cumulative(self) -> Tensor:
+        return cumulative(self.emission)
+
+    def log_rank_weights(self) -> Tensor:
+        """log w_r(s, d): B x T x D x R (-inf where the segment ends past T); small sizes only."""
+        emissions = segment_emissions(self.cumulative(), self.max_duration)
+        return emissions + self.duration.transpose(1, 2).unsqueeze(1)
+
+    def segment_scores(self, b, s, d, prev, z):
+        C = self.cumulative()
+        dur = self.duration[b]  # ... x R x D
+        index = (d - 1).view(*d.shape, 1, 1).expand(*d.shape, self.rank, 1)
+        logw = C[b, s + d] - C[b, s] + dur.gather(-1, index).squeeze(-1)  # ... x R
+        m = logw.detach().amax(-1, keepdim=True).clamp_min(-1e30)
+        first_rank = self.start[b] @ self.U  # ... x R
+        prev_rank = torch.where((prev < 0).unsqueeze(-1), first_rank, self.U[prev.clamp_min(0)])
+        inner = (prev_rank * self.V[z] * (logw - m).exp()).sum(-1)
+        return safe_log(inner) + m.squeeze(-1)
+
+    def dense(self) -> EdgeSemiMarkov:
+        """The per-segment form: B x (T-1) x D x N x N (tiny sizes only)."""
+        w = self.log_rank_weights()  # B x T x D x R
+        m = w.detach().amax(-1, keepdim=True).clamp_min(-1e30)
+        pw = (w - m).exp()
+        first = safe_log(((self.start @ self.U).unsqueeze(1).unsqueeze(1) * pw[:, :1]) @ self.V.T)[:, 0]
+        first = first + m[:, 0]
+        inner = torch.einsum("ir,btdr,jr->btdij", self.U, pw[:, 1:], self.V)
+        edge = safe_log(inner) + m[:, 1:].unsqueeze(-1)
+        return EdgeSemiMarkov(first, edge)
+
+
+class EdgeSemiMarkov(SemiMarkovFactors):
+    """General per-segment log-potentials (torch-struct's SemiMarkovCRF layout, first segment apart).
+
+    Args:
+        first: B x D x N, seg(0, d, -, j) at [b, d-1, j].
+        edge: B x (T-1) x D x N x N, seg(s, d, i, j) at [b, s-1, d-1, i, j] for s = 1..T-1.
+    Entries of segments that would end past T are ignored.
+    """
+
+    def __init__(self, first: Tensor, edge: Tensor):
+        first, edge = as_tensor("first", first), as_tensor("edge", edge)
+        if first.dim() != 3 or 0 in first.shape:
+            raise ValueError(f"first must have shape B x D x N with D, N >= 1, got {tuple(first.shape)}")
+        B, D, N = first.shape
+        if edge.dim() != 5:
+            raise ValueError(f"edge must have shape B x (T-1) x D x N x N, got {tuple(edge.shape)}")
+        check_shape("edge", edge, (B, None, D, N, N), "B x (T-1) x D x N x N")
+        check_finite("first", first)
+        check_finite("edge", edge)
+        self.first, self.edge = first, edge
+
+    @property
+    def batch(self) -> int:
+        return self.first.shape[0]
+
+    @property
+    def max_length(self) -> int:
+        return self.edge.shape[1] + 1
+
+    @property
+    def num_states(self) -> int:
+        return self.first.shape[2]
+
+    @property
+    def max_duration(self) -> int:
+        return self.first.shape[1]
+
+    @property
+    def device(self):
+        return self.first.device
+
+    def dense(self) -> EdgeSemiMarkov:
+        return self
+
+    def segment_scores(self, b, s, d, prev, z):
+        first = self.first[b, d - 1, z]
+        if self.max_length == 1:
+            return first
+        edge = self.edge[b, (s - 1).clamp_min(0), d - 1, prev.clamp_min(0), z]
+        return torch.where(prev < 0, first, edge)

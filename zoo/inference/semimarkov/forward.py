@@ -1,0 +1,234 @@
+"""The semi-Markov forward over K nodes, shared by the exact, low-rank, rank-space and randomized DPs,
+and the backward pass that samples or decodes from it.
+
+For K nodes (states, or rank nodes in the rank-space DP) with cumulative frame scores C (B x (T+1) x K),
+duration log-potentials dur (B x K x D), first-segment log-potentials init (B x K):
+
+    alpha[0]    = init                                   (mass entering a segment that starts at 0)
+    beta[t, j]  = lse_{d=1..min(D,t)} alpha[t-d, j] + dur[j, d-1] + C[t, j] - C[t-d, j]
+    alpha[t]    = step(t, beta[t])                       (the transition, t = 1..T-1)
+    log Z       = lse_j beta[L, j] + final[j]
+
+The duration window is a log-sum-exp over D entries of a B x D x K block (O(D K) a frame, cumulative
+sums for the emissions); the transition ``step`` is the only place K x K (or its low-rank /
+randomized replacement) enters, and it runs as log-einsum-exp: subtract a detached max, exponentiate,
+one matrix product, log, add the max back. So the exact DP costs O(T (D N + N^2)), the low-rank one
+O(T (D N + N R)), the rank-space one O(T (D R + R^2)); no B x T x D x N x N tensor is ever formed.
+The ``max`` semiring gives the Viterbi forward; ``backtrack`` samples (Gumbel-max) or decodes from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from zoo.inference.chain.engine import gumbel_noise
+from zoo.inference.chain.factors import safe_log
+
+NEG = -1e30
+MAX_CHUNK = 2**24  # elements of one block in the max-product transition
+
+
+def lse(x: Tensor, dim: int) -> Tensor:
+    """log-sum-exp with a detached max; all -inf gives -inf with a zero (not NaN) gradient."""
+    m = x.detach().amax(dim, keepdim=True).clamp_min(NEG)
+    return safe_log((x - m).exp().sum(dim)) + m.squeeze(dim)
+
+
+def _column_scaled(log_matrix: Tensor) -> tuple[Tensor, Tensor]:
+    """exp(M - c) with c the detached column max (finite), and c: (..., K)."""
+    c = log_matrix.detach().amax(-2, keepdim=True).clamp_min(NEG)
+    c = torch.where(torch.isfinite(c), c, torch.zeros_like(c))
+    return (log_matrix - c).exp(), c.squeeze(-2)
+
+
+class MatrixStep:
+    """alpha = lse_i beta[i] + log M[i, j] as log-einsum-exp; M is K x K or B x K x K.
+
+    Args:
+        log_matrix: log M (for the exact DP: the transition log-potentials), or None with ``prob``.
+        prob: M itself, non-negative (the rank-space DP's V^T U), or None with ``log_matrix``.
+    """
+
+    def __init__(self, log_matrix: Tensor | None = None, prob: Tensor | None = None):
+        self.log_matrix = log_matrix
+        if prob is None:
+            self.P, self.c = _column_scaled(log_matrix)
+        else:
+            self.P, self.c = prob, None
+
+    def __call__(self, t: int, beta: Tensor) -> Tensor:
+        m = beta.detach().amax(-1, keepdim=True).clamp_min(NEG)
+        v = (beta - m).exp()
+        out = v @ self.P if self.P.dim() == 2 else (v.unsqueeze(-2) @ self.P).squeeze(-2)
+        out = safe_log(out) + m
+        return out if self.c is None else out + self.c
+
+    def max(self, t: int, beta: Tensor) -> Tensor:
+        """max_i beta[i] + log M[i, j], in chunks of columns."""
+        M = self.log_matrix if self.log_matrix is not None else safe_log(self.P)
+        B, K = beta.shape
+        chunk = max(1, MAX_CHUNK // max(1, B * K))
+        out = []
+        for j in range(0, K, chunk):
+            out.append((beta.unsqueeze(-1) + M[..., j : j + chunk]).amax(-2))
+        return torch.cat(out, -1)
+
+
+@dataclass
+class Problem:
+    """The operands of one semi-Markov forward over K nodes.
+
+    Attributes:
+        cum: B x (T+1) x K cumulative frame log-potentials (C[:, 0] = 0).
+        duration: B x K x D duration log-potentials.
+        init: B x K log-potentials of the first segment's node.
+        step: ``step(t, beta)`` -> B x K, the mass entering segments that start at frame t (log).
+        max_step: the max-product ``step`` (Viterbi), or None where the backend has none.
+        final: K or B x K log end weights, or None.
+    """
+
+    cum: Tensor
+    duration: Tensor
+    init: Tensor
+    step: Callable[[int, Tensor], Tensor]
+    max_step: Callable[[int, Tensor], Tensor] | None = None
+    final: Tensor | None = None
+
+    @property
+    def max_length(self) -> int:
+        return self.cum.shape[1] - 1
+
+
+def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semiring: str = "log"):
+    """Run the forward.
+
+    Args:
+        problem: the operands.
+        lengths: (B,) in 1..T.
+        probe: optional B x T x D x K log-potentials added to each segment (s, d, node) (a zero probe's
+            gradient is the segment marginals).
+        semiring: "log" (sum-product) or "max" (Viterbi).
+    Returns:
+        log Z (or the best score) (B,), and ends: B x (T+1) x K, ends[:, t] = beta[t] (ends[:, 0] = -inf;
+        junk past each length).
+    """
+    cum, dur, init = problem.cum, problem.duration, problem.init
+    B, T1, K = cum.shape
+    T, D = T1 - 1, dur.shape[-1]
+    reduce = lse if semiring == "log" else (lambda x, dim: x.amax(dim))
+    step = problem.step if semiring == "log" else problem.max_step
+    dur_rev = dur.transpose(1, 2).flip(1)  # B x D x K, row i holds duration D - i
+    alphas = [init]
+    betas = [cum.new_full((B, K), float("-inf"))]
+    for t in range(1, T + 1):
+        n = min(D, t)
+        window = torch.stack(alphas[t - n : t], 1) if n > 1 else alphas[t - 1].unsqueeze(1)
+        # row i of the window: a segment starting at s = t - n + i, of duration d = n - i
+        x = window + dur_rev[:, D - n :] + (cum[:, t : t + 1] - cum[:, t - n : t])
+        if probe is not None:
+            s = torch.arange(t - n, t, device=cum.device)
+            x = x + probe[:, s, t - 1 - s]
+        beta = reduce(x, 1)
+        betas.append(beta)
+        if t < T:
+            alphas.append(step(t, beta))
+    ends = torch.stack(betas, 1)
+    last = ends[torch.arange(B, device=cum.device), lengths]
+    if problem.final is not None:
+        last = last + problem.final
+    return reduce(last, -1), ends
+
+
+def factorized_choice(problem: Problem, ends: Tensor, columns: Callable[[Tensor], Tensor]):
+    """The backward step of a factorized model: logits over (d, i) of the segment before (t, j).
+
+    ``columns(j)`` -> ... x K: log trans(:, j). Returns ``choice(t, j)`` for ``backtrack``.
+    """
+    cum, dur, init = problem.cum, problem.duration, problem.init
+    B, _, K = cum.shape
+    D = dur.shape[-1]
+    dd = torch.arange(1, D + 1, device=cum.device)
+
+    def choice(t: Tensor, j: Tensor) -> Tensor:
+        S = t.shape[0]
+        b = torch.arange(B, device=cum.device).view(1, B, 1).expand(S, B, D)
+        s = t.unsqueeze(-1) - dd  # S x B x D
+        valid, sc = s >= 0, s.clamp_min(0)
+        jj = j.unsqueeze(-1).expand(S, B, D)
+        seg = cum[b, t.unsqueeze(-1).expand(S, B, D), jj] - cum[b, sc, jj] + dur[b, jj, dd - 1]
+        prev = ends[b, sc] + columns(j).unsqueeze(-2)  # S x B x D x K
+        first = init[b, jj]  # S x B x D
+        slot0 = torch.arange(K, device=cum.device) == 0
+        start = torch.where(slot0, first.unsqueeze(-1), float("-inf"))
+        logits = torch.where((s == 0).unsqueeze(-1), start, prev) + seg.unsqueeze(-1)
+        return torch.where(valid.unsqueeze(-1), logits, float("-inf"))
+
+    return choice
+
+
+def backtrack(
+    ends: Tensor,
+    final: Tensor | None,
+    choice: Callable[[Tensor, Tensor], Tensor],
+    lengths: Tensor,
+    max_duration: int,
+    num_samples: int,
+    noise: bool,
+    temperature: float | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Walk back from each sequence's end, picking the last segment's node, then (duration, previous
+    node) jointly, until frame 0: exact sampling with Gumbel-max noise (``noise=True``, from
+    sum-product ``ends``), or decoding (``noise=False``, from max-product ``ends``).
+
+    Args:
+        ends: B x (T+1) x K from ``forward``.
+        final: K or B x K log end weights, or None.
+        choice: ``choice(t, j)`` -> S x B x D x K logits over (duration d, previous node i) of the
+            segment ending at t with node j; at a start s = t - d = 0 slot i = 0 holds the first
+            segment's score and the others are -inf.
+        temperature: also return the relaxed segment indicators S x B x T x D x K (see
+            docs/semimarkov-api.md, ``rsample``).
+    Returns:
+        segmentations S x B x T (node at each segment start, -1 elsewhere) and the relaxed tensor or None.
+    """
+    B, T1, K = ends.shape
+    T, D, S = T1 - 1, max_duration, num_samples
+    dev = ends.device
+    hard = torch.full((S, B, T), -1, dtype=torch.long, device=dev)
+    soft = ends.new_zeros(S, B, T * D, K) if temperature is not None else None
+    t = lengths.view(1, B).expand(S, B).clone()
+    logits = ends[torch.arange(B, device=dev), lengths].expand(S, B, K)
+    if final is not None:
+        logits = logits + final
+    if noise:
+        logits = logits + gumbel_noise((S, B, K), ends, generator)
+    j = logits.argmax(-1)
+    state = torch.softmax(logits / temperature, -1) if soft is not None else None
+    active = torch.ones(S, B, dtype=torch.bool, device=dev)
+    sidx = torch.arange(S, device=dev).view(S, 1)
+    bidx = torch.arange(B, device=dev).view(1, B)
+    dd = torch.arange(1, D + 1, device=dev)
+    while bool(active.any()):
+        lg = choice(t, j)
+        if noise:
+            lg = lg + gumbel_noise(lg.shape, ends, generator)
+        flat = lg.flatten(-2).argmax(-1)
+        d, i = flat // K + 1, flat % K
+        s = t - d
+        hard[sidx, bidx, s.clamp_min(0)] = torch.where(active, j, hard[sidx, bidx, s.clamp_min(0)])
+        if soft is not None:
+            pi = torch.softmax(lg.flatten(-2) / temperature, -1).view(S, B, D, K)
+            starts = t.unsqueeze(-1) - dd  # S x B x D
+            weight = pi.sum(-1) * active.unsqueeze(-1)  # relaxed duration, 0 once finished
+            index = (starts.clamp_min(0) * D + dd - 1).unsqueeze(-1).expand(S, B, D, K)
+            soft = soft.scatter_add(2, index, weight.unsqueeze(-1) * state.unsqueeze(-2))
+            state = torch.where(active.unsqueeze(-1), pi.sum(-2), state)
+        active = active & (s > 0)
+        t = torch.where(active, s, t)
+        j = torch.where(active, i, j)
+    return hard, (soft.view(S, B, T, D, K) if soft is not None else None)

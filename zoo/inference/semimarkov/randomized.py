@@ -1,0 +1,132 @@
+"""Randomized semi-Markov forward (Fu, Cunningham, Lapata 2022) over the states of each segment.
+
+At every boundary t < L (a segment ending at frame t), the proposal q_t picks the top-K1 states
+(summed exactly) and K2 states drawn i.i.d. from q_t's renormalized tail with weights 1 / (K2 q_tail)
+(Eq. 4-8); only those pass mass on through the transition, so the step costs O(K N) (K rows of the
+transition) instead of O(N^2). The duration window and the last segment are summed exactly. Each step
+is an unbiased estimate of a linear map given the past, and the draws do not depend on the forward
+values, so exp(log Z_hat) is unbiased and log Z_hat is below log Z on average (Jensen). K1 = N is
+exact; K2 = 0 is the top-K baseline. The index sets reuse the chain's ``RDPOptions``,
+``proposal_weights`` and ``select_states``; they are drawn once per engine under ``no_grad``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from zoo.inference.chain.factors import safe_log
+from zoo.inference.chain.randomized import KeptStates, RDPOptions, proposal_weights, select_states
+from zoo.inference.semimarkov.engine import ESTIMATE, FALLBACK, SemiMarkovEngine
+from zoo.inference.semimarkov.exact import ExactEngine, dense_problem, probed_entropy
+from zoo.inference.semimarkov.factors import DenseSemiMarkov, LowRankSemiMarkov, cumulative
+from zoo.inference.semimarkov.forward import NEG, Problem, _column_scaled, forward
+
+
+@dataclass
+class _ProposalView:
+    """What the chain's ``proposal_weights`` reads: frame unary, first-state init, state prior."""
+
+    unary: Tensor
+    init: Tensor
+    prior: Tensor
+
+    def state_prior(self) -> Tensor:
+        return self.prior
+
+
+class RandomizedStep:
+    """alpha = log sum_{k kept} w_k exp(beta[i_k]) trans(i_k, :), from K gathered rows."""
+
+    def __init__(self, rows, kept: KeptStates):
+        self.rows, self.kept = rows, kept
+
+    def __call__(self, t: int, beta: Tensor) -> Tensor:
+        idx = self.kept.index[:, t - 1]
+        vals = beta.gather(-1, idx) + self.kept.log_weights[:, t - 1]
+        m = vals.detach().amax(-1, keepdim=True).clamp_min(NEG)
+        P, c = _column_scaled(self.rows(idx))  # B x K x N, B x N
+        out = ((vals - m).exp().unsqueeze(-2) @ P).squeeze(-2)
+        return safe_log(out) + m + c
+
+
+def _rows_of(transition: Tensor):
+    """rows(idx B x K) -> B x K x N log-rows of an N x N or B x N x N transition."""
+    if transition.dim() == 2:
+        return lambda idx: transition[idx]
+    return lambda idx: transition.gather(1, idx.unsqueeze(-1).expand(*idx.shape, transition.shape[-1]))
+
+
+class RandomizedEngine(SemiMarkovEngine):
+    """RDP estimators over the states kept at each boundary; see the module docstring."""
+
+    name = "randomized"
+    factor_types = (DenseSemiMarkov, LowRankSemiMarkov)
+    capabilities = {
+        "log_partition": (ESTIMATE, "O(T (D N + K N)); exp is unbiased"),
+        "segment_marginals": (ESTIMATE, "autograd of the estimate"),
+        "marginals": (ESTIMATE, "from the estimated segment marginals"),
+        "entropy": (ESTIMATE, "log Z_hat - E_hat[score] on the same draw (low-rank: materializes N x N)"),
+        "log_prob": (FALLBACK, "exact log Z"),
+        "argmax": (FALLBACK, "exact Viterbi on the dense form"),
+        "sample": (FALLBACK, "exact FFBS on the dense form"),
+        "rsample": (FALLBACK, "exact Gumbel-softmax FFBS on the dense form"),
+    }
+
+    def __init__(self, options: RDPOptions):
+        self.options = options
+        self._kept: KeptStates | None = None
+
+    def kept_states(self, factors) -> KeptStates:
+        """Index sets (B x T x K, row t-1 for the boundary at frame t), drawn once per engine."""
+        if self._kept is None:
+            o = self.options
+            with torch.no_grad():
+                view = _ProposalView(factors.unary, factors.init, factors.state_prior())
+                q = proposal_weights(view, o.proposal)
+                self._kept = select_states(q, o.k1, o.k2, o.generator)
+        return self._kept
+
+    def prepare(self, factors):
+        factors = super().prepare(factors)
+        self.kept_states(factors)
+        return factors
+
+    def checked(self, log_z, factors, lengths):
+        return log_z  # an estimate may be -inf (every kept state dead) without the model being wrong
+
+    def _rows(self, factors):
+        if isinstance(factors, LowRankSemiMarkov):
+            return factors.transition_rows
+        return _rows_of(factors.transition)
+
+    def log_partition(self, factors, lengths, probe=None):
+        kept = self.kept_states(factors)
+        step = RandomizedStep(self._rows(factors), kept)
+        problem = Problem(cumulative(factors.unary), factors.duration, factors.init, step)
+        return forward(problem, lengths, probe)[0]
+
+    def entropy(self, factors, lengths):
+        kept = self.kept_states(factors)
+
+        def build(unary, transition, duration, init):
+            problem = dense_problem(factors.dense(), unary, transition, duration, init)
+            problem.step = RandomizedStep(_rows_of(transition), kept)
+            log_z = forward(problem, lengths)[0]
+            return log_z
+
+        return probed_entropy(factors, lengths, build)
+
+    def log_prob(self, factors, lengths, seg):
+        return ExactEngine().log_prob(factors.dense(), lengths, seg)
+
+    def argmax(self, factors, lengths):
+        return ExactEngine().argmax(factors.dense(), lengths)
+
+    def sample(self, factors, lengths, n, generator=None):
+        return ExactEngine().sample(factors.dense(), lengths, n, generator)
+
+    def rsample(self, factors, lengths, temperature, generator=None):
+        return ExactEngine().rsample(factors.dense(), lengths, temperature, generator)
