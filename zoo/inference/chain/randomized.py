@@ -45,16 +45,19 @@ class RDPOptions:
     Args:
         k1: states summed exactly at each position (the proposal's top K1).
         k2: states sampled at each position from the proposal's tail (0: the top-K baseline).
-        proposal: "uniform" (its top K1 is then an arbitrary fixed set of states: prefer k1 = 0),
+        proposal: None for the structure's default ("local+global" for chains, "local" for
+            trees); "uniform" (its top K1 is then an arbitrary fixed set of states: prefer k1 = 0),
             "local" (softmax of the unary), "global" (each state's outgoing mass;
             the normalized L1 norm of the state embeddings for an EmbeddingChain), "local+global"
             (their average, Eq. 34), or a B x T x N tensor of non-negative proposal weights.
+            Trees take "uniform", "local" (leaves by their terms) or a span tensor: see
+            ``zoo.inference.tree.randomized``.
         generator: a torch.Generator for the index draws and Gumbel noise (reproducible runs).
     """
 
     k1: int
     k2: int
-    proposal: str | Tensor = "local+global"
+    proposal: str | Tensor | None = None
     generator: torch.Generator | None = None
 
     def __post_init__(self):
@@ -79,9 +82,10 @@ class KeptStates:
     log_weights: Tensor
 
 
-def proposal_weights(factors: ChainFactors, proposal: str | Tensor) -> Tensor:
-    """q_t(i): B x T x N, each row a distribution."""
+def proposal_weights(factors: ChainFactors, proposal: str | Tensor | None) -> Tensor:
+    """q_t(i): B x T x N, each row a distribution (None: "local+global")."""
     B, T, N = factors.unary.shape
+    proposal = "local+global" if proposal is None else proposal
     if isinstance(proposal, Tensor):
         check_shape("proposal", proposal, (B, T, N), "B x T x N")
         if not torch.isfinite(proposal).all() or (proposal < 0).any():

@@ -14,7 +14,7 @@ from zoo.inference.tree.chart import mask_terms
 from zoo.inference.tree.engine import ExactEngine, TreeEngine
 from zoo.inference.tree.factors import DenseGrammar, GrammarFactors, LowRankGrammar, RankSpaceGrammar
 from zoo.inference.tree.low_rank import LowRankEngine
-
+from zoo.inference.tree.randomized import RandomizedEngine
 from zoo.inference.tree.rank_space import RankSpaceEngine
 
 NATIVE_BACKEND = {
@@ -27,7 +27,7 @@ ENGINES: dict[Backend, type[TreeEngine]] = {
     Backend.EXACT: ExactEngine,
     Backend.LOW_RANK: LowRankEngine,
     Backend.RANK_SPACE: RankSpaceEngine,
-
+    Backend.RANDOMIZED: RandomizedEngine,
 }
 
 

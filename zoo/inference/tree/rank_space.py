@@ -23,8 +23,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from zoo.inference.chain.factors import safe_log
 from zoo.inference.chain.engine import FALLBACK, NATIVE
+from zoo.inference.chain.factors import safe_log
 from zoo.inference.tree.chart import finite_max, span_diagonal, to_scaled
 from zoo.inference.tree.engine import UNSUPPORTED, TreeEngine
 from zoo.inference.tree.exact import grammar_matmul
@@ -63,10 +63,16 @@ def scaled_root(grammar: RankSpaceGrammar) -> tuple[Tensor, Tensor]:
     return m, (grammar.root - m.unsqueeze(-1)).exp()
 
 
+def leaf_projections(grammar: RankSpaceGrammar, terms: Tensor) -> tuple[Scaled, Scaled]:
+    """The width-1 spans as children: V_PT^T exp(terms) and W_PT^T exp(terms), scaled B x T x r."""
+    NT = grammar.num_nonterminals
+    leaves = to_scaled(terms)
+    return project(leaves, grammar.V[:, NT:]), project(leaves, grammar.W[:, NT:])
+
+
 def projected_inside(
-    grammar: RankSpaceGrammar,
     lift: Lift,
-    terms: Tensor,
+    leaves: tuple[Scaled, Scaled],
     lengths: Tensor,
     span_scores: Tensor | None = None,
 ) -> Tensor:
@@ -74,14 +80,13 @@ def projected_inside(
 
     Args:
         lift: the rank-space or state-space lift (``rank_space_lift`` / ``state_space_lift``).
-        terms: B x T x PT masked terminal log-scores; lengths: (B,).
+        leaves: the left and right projections of the width-1 spans, scaled B x T x r.
+        lengths: (B,).
         span_scores: optional B x T x (T+1) log-scores added to the spans [i, k) of width >= 2.
     """
-    T = terms.shape[1]
-    NT = grammar.num_nonterminals
-    leaves = to_scaled(terms)
-    left: list[Scaled | None] = [None, project(leaves, grammar.V[:, NT:])]
-    right: list[Scaled | None] = [None, project(leaves, grammar.W[:, NT:])]
+    T = leaves[0][1].shape[1]
+    left: list[Scaled | None] = [None, leaves[0]]
+    right: list[Scaled | None] = [None, leaves[1]]
     tops = []
     for w in range(2, T + 1):
         n = T - w + 1
@@ -145,13 +150,14 @@ def state_space_lift(grammar: RankSpaceGrammar, label_scores: Tensor | None = No
 
 def rank_space_log_partition(grammar, terms, lengths, span_scores=None):
     """log Z by the rank-space inside (Yang et al. 2022, Sec. 4.2): (B,)."""
-    return projected_inside(grammar, rank_space_lift(grammar), terms, lengths, span_scores)
+    leaves = leaf_projections(grammar, terms)
+    return projected_inside(rank_space_lift(grammar), leaves, lengths, span_scores)
 
 
 def state_space_log_partition(grammar, terms, lengths, span_scores=None, label_scores=None):
     """log Z by the state-space CPD inside (Yang et al. 2021b): (B,)."""
     lift = state_space_lift(grammar, label_scores)
-    return projected_inside(grammar, lift, terms, lengths, span_scores)
+    return projected_inside(lift, leaf_projections(grammar, terms), lengths, span_scores)
 
 
 class RankSpaceEngine(TreeEngine):

@@ -1,0 +1,248 @@
+"""The randomized inside (Fu et al. 2022, Alg. 2): each span keeps K1 + K2 of its labels.
+
+Before the DP (outside autograd) every span [i, k) of width >= 2 keeps the top K1 nonterminals of a
+proposal plus K2 drawn from the renormalized tail, each drawn one weighted 1 / (K2 q) (Eq. 5-8,
+``chain.randomized.select_states``); every leaf keeps preterminals the same way (all of them when
+K1 + K2 >= PT). The inside then runs over the kept labels only: a span's kept values are summed over
+the splits and the kept labels of both children, each child weighted. Alg. 2 as printed pairs top-K
+with top-K and sampled with sampled children; we sum the product of the two weighted sums (all four
+combinations), the form its unbiasedness proof needs, so that exp(log Z_hat) is unbiased and K1 = NT
+gives the exact inside. K2 = 0 is the top-K baseline (Sun et al. 2019).
+
+* Dense and LPCFG rules: psi gathered for the K x K x K kept triples of each span and split,
+  recomputed in the backward (checkpoint): O(T^3 K^3) time, O(T^2 K) memory.
+* CPD rules (RankSpaceGrammar): the projected inside with the kept rows of U, V and W,
+  O(T^3 r + T^2 K r); psi is never gathered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from zoo.inference.chain.engine import ESTIMATE, FALLBACK
+from zoo.inference.chain.factors import safe_log
+from zoo.inference.chain.randomized import KeptStates, RDPOptions, select_states
+from zoo.inference.checks import check_shape
+from zoo.inference.tree.chart import (
+    combine,
+    finite_max,
+    outer_sum,
+    safe_logsumexp,
+    span_diagonal,
+    to_scaled,
+)
+from zoo.inference.tree.engine import ExactEngine, TreeEngine
+from zoo.inference.tree.exact import BLOCKS, block_splits
+from zoo.inference.tree.factors import GrammarFactors, LowRankGrammar, RankSpaceGrammar
+from zoo.inference.tree.low_rank import LowRankEngine
+from zoo.inference.tree.rank_space import RankSpaceEngine, Scaled, projected_inside, rescale
+
+TREE_PROPOSALS = ("uniform", "local")
+
+
+@dataclass
+class KeptLabels:
+    """Kept nonterminals of every span (index B x T x (T+1) x K, at [b, i, k]) and kept
+    preterminals of every leaf (index B x T x Kp), with their log importance weights."""
+
+    spans: KeptStates
+    leaves: KeptStates
+
+
+def select_labels(grammar: GrammarFactors, terms: Tensor, options: RDPOptions) -> KeptLabels:
+    """Draw the kept labels of every span and leaf (no autograd).
+
+    ``options.proposal``: "uniform"; "local" (the default: leaves by softmax of their terms, spans
+    uniform); or a B x T x (T+1) x NT tensor of non-negative span weights (leaves then as "local").
+    """
+    B, T, PT = terms.shape
+    NT = grammar.num_nonterminals
+    k1, k2 = options.k1, options.k2
+    proposal = "local" if options.proposal is None else options.proposal
+    if k1 + k2 > NT:
+        raise ValueError(f"k1 + k2 must be at most NT = {NT} nonterminals, got k1={k1}, k2={k2}")
+    if isinstance(proposal, Tensor):
+        check_shape("proposal", proposal, (B, T, T + 1, NT), "B x T x (T+1) x NT")
+        if not torch.isfinite(proposal).all() or (proposal < 0).any():
+            raise ValueError("proposal weights must be finite and non-negative")
+        q = proposal.detach().to(terms.dtype).reshape(B, T * (T + 1), NT)
+        total = q.sum(-1, keepdim=True)
+        if (total <= 0).any():
+            raise ValueError("proposal weights must have positive mass on every span")
+        q = q / total
+    elif proposal in TREE_PROPOSALS:
+        q = terms.new_full((B, T * (T + 1), NT), 1.0 / NT)
+    else:
+        raise ValueError(
+            f"tree proposals are {TREE_PROPOSALS} or a B x T x (T+1) x NT tensor, got {proposal!r}"
+        )
+    with torch.no_grad():
+        spans = select_states(q, k1, k2, options.generator)
+        spans = KeptStates(
+            spans.index.view(B, T, T + 1, -1), spans.log_weights.view(B, T, T + 1, -1)
+        )
+        if k1 + k2 >= PT:
+            index = torch.arange(PT, device=terms.device).expand(B, T, PT)
+            leaves = KeptStates(index, terms.new_zeros(B, T, PT))
+        else:
+            local = proposal != "uniform" if isinstance(proposal, str) else True
+            q_leaf = torch.softmax(terms, -1) if local else terms.new_full((B, T, PT), 1.0 / PT)
+            leaves = select_states(q_leaf.clone(), k1, k2, options.generator)
+    return KeptLabels(spans, leaves)
+
+
+def _kept_block(grammar, g, parent, left_sym, right_sym, left, right):
+    """Scaled sum over one split of psi(parent, l, r) exp(left_l + right_r) over kept children."""
+    x_scale, X = outer_sum(left.unsqueeze(2), right.unsqueeze(2))  # B x n x KL x KR
+    psi = grammar.rule_entries(
+        g, parent[..., :, None, None], left_sym[..., None, :, None], right_sym[..., None, None, :]
+    )  # B x n x K x KL x KR
+    p_scale = finite_max(psi.flatten(2), -1)
+    Y = torch.einsum("bnkxy,bnxy->bnk", (psi - p_scale[..., None, None, None]).exp(), X)
+    return x_scale + p_scale, Y
+
+
+def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None, label_scores=None):
+    """Randomized log Z_hat (B,) for dense or LPCFG rules, psi gathered per kept triple."""
+    B, T, _ = terms.shape
+    NT = grammar.num_nonterminals
+    g = (torch.arange(B) if grammar.grammar_batch > 1 else torch.zeros(B, dtype=torch.long))
+    g = g.to(terms.device).view(B, 1, 1, 1, 1)
+    leaf_value = terms.gather(-1, kept.leaves.index) + kept.leaves.log_weights  # as a child
+    leaf_sym = kept.leaves.index + NT
+    chart: list = [None, None]
+
+    def child(width, start, n):
+        """(symbols, weighted log values) of the n spans [start + i, start + i + width)."""
+        if width == 1:
+            return leaf_sym[:, start : start + n], leaf_value[:, start : start + n]
+        index = span_diagonal(kept.spans.index, width)[:, start : start + n]
+        weights = span_diagonal(kept.spans.log_weights, width)[:, start : start + n]
+        return index, chart[width][:, start : start + n] + weights
+
+    for w in range(2, T + 1):
+        n = T - w + 1
+        parent = span_diagonal(kept.spans.index, w)  # B x n x K
+        parts = []
+        for block in BLOCKS:
+            for s in block_splits(w, block):
+                (l_sym, left), (r_sym, right) = child(s, 0, n), child(w - s, s, n)
+                parts.append(
+                    checkpoint(
+                        _kept_block, grammar, g, parent, l_sym, r_sym, left, right,
+                        use_reentrant=False,
+                    )
+                )
+        beta = combine(parts)
+        if span_scores is not None:
+            beta = beta + span_diagonal(span_scores, w).unsqueeze(-1)
+        if label_scores is not None:
+            beta = beta + span_diagonal(label_scores, w).gather(-1, parent)
+        chart.append(beta)
+    return _root(grammar, kept, lengths, lambda w: chart[w][:, 0])
+
+
+def _root(grammar, kept: KeptLabels, lengths: Tensor, top_values) -> Tensor:
+    """log sum over the kept root labels of w_a exp(root_a + inside_a): (B,)."""
+    B = lengths.shape[0]
+    widths = range(2, kept.spans.index.shape[1] + 1)
+    values = torch.stack([top_values(w) for w in widths], 1)  # B x (T-1) x K
+    index = torch.stack([kept.spans.index[:, 0, w] for w in widths], 1)
+    weights = torch.stack([kept.spans.log_weights[:, 0, w] for w in widths], 1)
+    pick = (lengths - 2).view(B, 1, 1).expand(B, 1, values.shape[-1])
+    value, index, weights = (x.gather(1, pick).squeeze(1) for x in (values, index, weights))
+    root = grammar.root.expand(B, -1).gather(-1, index)
+    return safe_logsumexp(root + value + weights, -1)
+
+
+def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptLabels,
+                          span_scores=None, label_scores=None):
+    """Randomized log Z_hat (B,) for CPD rules: the projected inside over the kept rows."""
+    B, T, _ = terms.shape
+    NT = grammar.num_nonterminals
+    g = (torch.arange(B) if grammar.grammar_batch > 1 else torch.zeros(B, dtype=torch.long))
+    g = g.to(terms.device)
+
+    def rows(matrix: Tensor, index: Tensor) -> Tensor:
+        """matrix[g, index]: the kept rows, ... x K x r."""
+        return matrix[g.view(B, *([1] * (index.dim() - 1))), index]
+
+    def children(values: Scaled, index: Tensor, log_weights: Tensor) -> tuple[Scaled, Scaled]:
+        """Left and right projections of kept, weighted values: sum_a V[a] w_a exp(values_a)."""
+        scale, v = values
+        v = v * log_weights.exp()
+        out = []
+        for matrix in (grammar.V, grammar.W):
+            out.append(rescale(scale, torch.einsum("...k,...kr->...r", v, rows(matrix, index))))
+        return out[0], out[1]
+
+    leaf_values = terms.gather(-1, kept.leaves.index)
+    leaf_scale = finite_max(leaf_values, -1)
+    leaves = children(
+        (leaf_scale, (leaf_values - leaf_scale.unsqueeze(-1)).exp()),
+        kept.leaves.index + NT,
+        kept.leaves.log_weights,
+    )
+    root = grammar.root.expand(B, -1)
+
+    def lift(gamma: Scaled, width: int):
+        index = span_diagonal(kept.spans.index, width)  # B x n x K
+        weights = span_diagonal(kept.spans.log_weights, width)
+        scale, alpha = rescale(gamma[0], torch.einsum("bnr,bnkr->bnk", gamma[1], rows(grammar.U, index)))
+        if label_scores is not None:
+            labels = span_diagonal(label_scores, width).gather(-1, index)
+            scale, alpha = to_scaled(scale.unsqueeze(-1) + safe_log(alpha) + labels)
+        left, right = children((scale, alpha), index, weights)
+        top_root = root.gather(-1, index.flatten(1)).view(index.shape) + weights
+        top = scale + safe_logsumexp(safe_log(alpha) + top_root, -1)
+        return left, right, top
+
+    return projected_inside(lift, leaves, lengths, span_scores)
+
+
+def exact_engine(grammar: GrammarFactors) -> TreeEngine:
+    """The exact engine native to a grammar container (the randomized backend's fallbacks)."""
+    if isinstance(grammar, RankSpaceGrammar):
+        return RankSpaceEngine()
+    if isinstance(grammar, LowRankGrammar):
+        return LowRankEngine()
+    return ExactEngine()
+
+
+class RandomizedEngine(TreeEngine):
+    """RDP estimates over the labels each span keeps; see the module docstring."""
+
+    name = "randomized"
+    grammar_types = (GrammarFactors,)
+    capabilities = {
+        "log_partition": (ESTIMATE, "Alg. 2 in log space: O(T^3 K^3), CPD rules O(T^3 r + T^2 K r)"),
+        "span_marginals": (ESTIMATE, "autograd of the Alg. 2 estimate"),
+        "marginals": (ESTIMATE, "autograd of the Alg. 2 estimate (non-zero on kept labels)"),
+        "entropy": (FALLBACK, "exact, on the materialized rules"),
+        "log_prob": (FALLBACK, "exact log Z of the grammar's own backend"),
+        "argmax": (FALLBACK, "exact Viterbi on the materialized rules"),
+        "mbr": (ESTIMATE, "CKY over the estimated span marginals"),
+        "sample": (FALLBACK, "exact top-down sampling on the materialized rules"),
+    }
+
+    def __init__(self, options: RDPOptions):
+        self.options = options
+        self._kept: KeptLabels | None = None
+
+    def kept_labels(self, grammar, terms) -> KeptLabels:
+        """The kept labels, drawn once per engine (so all estimates share one DP graph)."""
+        if self._kept is None:
+            self._kept = select_labels(grammar, terms, self.options)
+        return self._kept
+
+    def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None):
+        kept = self.kept_labels(grammar, terms)
+        inside = projected_kept_inside if isinstance(grammar, RankSpaceGrammar) else gathered_inside
+        return inside(grammar, terms, lengths, kept, span_scores, label_scores)
+
+    def log_prob(self, grammar, terms, lengths, trees):
+        return exact_engine(grammar).log_prob(grammar, terms, lengths, trees)
