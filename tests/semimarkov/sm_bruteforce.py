@@ -107,7 +107,7 @@ def seg_score(spec: SMSpec, b: int, s: int, d: int, i: int | None, j: int) -> fl
             init = a.get("init")
             tr = 0.0 if init is None else _at(init.detach().double(), b, 2, j)
         elif spec.kind == "dense":
-            tr = float(a["transition"][i, j])
+            tr = float(a["transition"].detach()[i, j])
         else:
             left, right = a["left"].detach().double(), a["right"].detach().double()
             N, R = left.shape

@@ -20,11 +20,13 @@ def tensors(draw, shape, elements=LOGPOT):
 
 
 @st.composite
-def sm_specs(draw, kind, max_n=3, max_t=4, max_d=3, min_b=2, max_b=3, min_n=1, forbid_self=None):
+def sm_specs(
+    draw, kind, max_n=3, max_t=4, max_d=3, min_b=2, max_b=3, min_n=1, forbid_self=None, min_d=1, min_t=1
+):
     """An SMSpec of ``kind`` with ragged lengths (B >= 2 by default)."""
     N = draw(st.integers(min_n, max_n))
-    T = draw(st.integers(1, max_t))
-    D = draw(st.integers(1, max_d))
+    T = draw(st.integers(min_t, max_t))
+    D = draw(st.integers(min_d, max_d))
     B = draw(st.integers(min_b, max_b))
     lengths = None
     if draw(st.integers(0, 4)) > 0:
@@ -120,5 +122,5 @@ def with_grad(spec: SMSpec, names):
 
 
 def grad_names(kind):
-    names = {"dense": ["unary"], "lowrank": ["unary"], "rankspace": ["emission"], "edge": ["edge", "first"]}
+    names = {"dense": ["unary"], "lowrank": ["unary"], "rankspace": ["emission"], "edge": ["first", "edge"]}
     return names[kind]
