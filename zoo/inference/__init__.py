@@ -16,6 +16,14 @@ from zoo.inference.semimarkov import (
     RankSpaceSemiMarkov,
     SemiMarkovChain,
 )
+from zoo.inference.tree import (
+    DenseGrammar,
+    LowRankGrammar,
+    RankSpaceGrammar,
+    TreeDistribution,
+    sample_sentences,
+    terminal_scores,
+)
 
 __all__ = [
     "Backend",
@@ -30,4 +38,10 @@ __all__ = [
     "LowRankSemiMarkov",
     "RankSpaceSemiMarkov",
     "SemiMarkovChain",
+    "DenseGrammar",
+    "LowRankGrammar",
+    "RankSpaceGrammar",
+    "TreeDistribution",
+    "sample_sentences",
+    "terminal_scores",
 ]

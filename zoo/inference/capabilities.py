@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zoo.inference.chain.distribution import ENGINES as CHAIN_ENGINES
+from zoo.inference.semimarkov.distribution import ENGINES as SEMIMARKOV_ENGINES
+from zoo.inference.tree.distribution import ENGINES as TREE_ENGINES
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,20 @@ STRUCTURES = [
             "argmax",
             "sample",
             "rsample",
+        ),
+    ),
+    Structure(
+        "tree (CNF grammar)",
+        TREE_ENGINES,
+        (
+            "log_partition",
+            "span_marginals",
+            "marginals",
+            "entropy",
+            "log_prob",
+            "argmax",
+            "mbr",
+            "sample",
         ),
     ),
 ]
