@@ -54,6 +54,20 @@ STRUCTURES = [
             "sample",
         ),
     ),
+    Structure(
+        "semi-Markov chain",
+        SEMIMARKOV_ENGINES,
+        (
+            "log_partition",
+            "segment_marginals",
+            "marginals",
+            "entropy",
+            "log_prob",
+            "argmax",
+            "sample",
+            "rsample",
+        ),
+    ),
 ]
 
 
