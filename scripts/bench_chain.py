@@ -22,27 +22,17 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
-import gc
-import hashlib
 import math
-import multiprocessing as mp
 import os
 import platform
-import resource
 import shlex
-import shutil
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -51,18 +41,32 @@ from torch import Tensor
 from zoo.inference import DenseChain, EmbeddingChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
 from zoo.inference.chain.rank_space import rank_transition
 
+from benchlib import (
+    GB,
+    MB,
+    MEMORY_CAP,
+    REPO,
+    Measurement,
+    Section,
+    cells,
+    describe,
+    machine,
+    num,
+    paragraphs,
+    ratio,
+    run_in_child,
+    snapshot_zoo,
+    speedup,
+    table,
+    verdict,
+)
 from report import write_section
 
-THREADS = 2
-MEMORY_CAP = 20 << 30  # address space of each configuration's process, bytes
 SKIP_ABOVE = 16e9  # configurations needing more than this (from their shapes) are not run, bytes
-CHILD_TIMEOUT_S = 900
 FULL_LENGTH_LIMIT_S = 300  # table 2 times exact at full length only when it is estimated to take less
 EMBED_DIM = 64  # state embeddings (randomized) and feature-map inputs (low-rank)
 VOCAB = 1000  # observation vocabulary of the rank-space HMM
-REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs" / "benchmarks.md"
-GB, MB = 1e9, 1e6
 
 
 # --- configurations ----------------------------------------------------------------------------------
@@ -116,20 +120,6 @@ QUICK = Plan(
     repeats=1,
     budget_s=5.0,
 )
-
-
-@dataclass
-class Measurement:
-    status: str = "ok"  # "ok", "OOM", "OOM (...)", "timeout (...)" or "error: ..."
-    time_s: float = math.nan  # median of the timed calls
-    peak_bytes: float = math.nan  # max over the timed calls of the peak RSS growth
-    runs: int = 0  # timed calls (0: extrapolated)
-    warmup_s: float = math.nan
-    times: list[float] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
 
 # --- models: raw parameters -> container arguments -> container ---------------------------------------
@@ -324,6 +314,11 @@ CASES: dict[str, Callable[[Job], Callable[[], None]]] = {
 }
 
 
+def build_step(job: Job) -> Callable[[], None]:
+    """The measured call of a configuration (run in its own process by ``benchlib.run_in_child``)."""
+    return CASES[job.case](job)
+
+
 def footprint(job: Job) -> float | None:
     """Bytes a configuration needs, from its shapes, where that can exceed the machine (else None)."""
     s = job.shape
@@ -343,102 +338,16 @@ def flops(s: Shape) -> float:
 
 
 # --- measurement, in the configuration's own process -------------------------------------------------
-def proc_status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
-
-def measured_call(call: Callable[[], None]) -> tuple[float, int]:
-    """(seconds, peak RSS growth in bytes) of one call."""
-    gc.collect()
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current RSS
-    before = proc_status("VmRSS")
-    start = time.perf_counter()
-    call()
-    elapsed = time.perf_counter() - start
-    return elapsed, proc_status("VmHWM") - before
-
-
-def measure(call: Callable[[], None], repeats: int, budget_s: float) -> Measurement:
-    warmup_s, warmup_peak = measured_call(call)
-    runs = [measured_call(call) for _ in range(min(repeats, int(budget_s // warmup_s)))]
-    runs = runs or [(warmup_s, warmup_peak)]
-    times = [t for t, _ in runs]
-    return Measurement(
-        time_s=statistics.median(times),
-        peak_bytes=max(p for _, p in runs),
-        runs=len(runs),
-        warmup_s=warmup_s,
-        times=times,
-    )
-
-
-def is_oom(error: BaseException) -> bool:
-    message = str(error).lower()
-    return isinstance(error, MemoryError) or "out of memory" in message or "can't allocate memory" in message
-
-
-def child_main(conn, job: Job, repeats: int, budget_s: float) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-    with open("/proc/self/oom_score_adj", "w") as f:
-        f.write("1000")  # should the machine run out of memory anyway, the kernel kills this process first
-    torch.set_num_threads(THREADS)
-    torch.manual_seed(0)
-    try:
-        result = measure(CASES[job.case](job), repeats, budget_s)
-    except Exception as error:  # recorded in the tables; the run goes on
-        if is_oom(error):
-            result = Measurement(status="OOM")
-        else:
-            traceback.print_exc()
-            result = Measurement(status=f"error: {type(error).__name__}: {error}")
-    conn.send(asdict(result))
-
-
 def run(job: Job, plan: Plan) -> Measurement:
     """Measure ``job`` in a fresh spawned process, or skip it when it obviously cannot fit."""
     need = footprint(job)
     if need is not None and need > SKIP_ABOVE:
         result = Measurement(status=f"OOM (skipped: needs ~{need / GB:,.0f} GB)")
     else:
-        result = run_in_child(job, plan)
+        result = run_in_child(build_step, job, plan.repeats, plan.budget_s)
     label = f"{job.case} {job.model} {job.backend or ''}{' precompute' if job.precompute_only else ''}"
     print(f"  {label:40} {job.shape} -> {describe(result)}", file=sys.stderr, flush=True)
     return result
-
-
-def run_in_child(job: Job, plan: Plan) -> Measurement:
-    ctx = mp.get_context("spawn")
-    receiver, sender = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=child_main, args=(sender, job, plan.repeats, plan.budget_s))
-    child.start()
-    sender.close()
-    try:
-        if not receiver.poll(CHILD_TIMEOUT_S):
-            child.kill()
-            result = Measurement(status=f"timeout (> {CHILD_TIMEOUT_S} s)")
-        else:
-            result = Measurement(**receiver.recv())
-    except EOFError:  # the child died without answering
-        child.join()
-        if child.exitcode == -signal.SIGKILL:  # what the kernel's out-of-memory killer sends
-            result = Measurement(status="OOM (killed)")
-        else:
-            result = Measurement(status=f"error: the process exited with code {child.exitcode} (see stderr)")
-    child.join()
-    return result
-
-
-def describe(m: Measurement) -> str:
-    if not m.ok:
-        return m.status
-    spread = f"{min(m.times):.4g}-{max(m.times):.4g} s over {m.runs}"
-    return f"{m.time_s:.4g} s ({spread}, warm-up {m.warmup_s:.3g} s), {m.peak_bytes / MB:.1f} MB"
 
 
 def extrapolate(points: dict[int, Measurement], T: int) -> Measurement:
@@ -473,55 +382,6 @@ def check_log_partition(N: int = 8) -> str:
 
 
 # --- formatting ----------------------------------------------------------------------------------------
-def num(x: float) -> str:
-    if math.isnan(x):
-        return "—"
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}"
-
-
-def ratio(x: float, base: float) -> str:
-    return "—" if math.isnan(x) or math.isnan(base) else f"{num(x / base)}×"
-
-
-def cells(m: Measurement, base: Measurement, time_unit: float, memory_unit: float) -> list[str]:
-    """time, time / base, peak, peak / base."""
-    if not m.ok:
-        return [m.status, "—", "—", "—"]
-    return [
-        num(m.time_s / time_unit),
-        ratio(m.time_s, base.time_s),
-        num(m.peak_bytes / memory_unit),
-        ratio(m.peak_bytes, base.peak_bytes),
-    ]
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
-
-
-def paragraphs(*parts: str) -> str:
-    return "\n\n".join(parts)
-
-
-def speedup(slow: Measurement, fast: Measurement) -> float:
-    return slow.time_s / fast.time_s
-
-
-def verdict(name: str, value: float, target: float, detail: str, at_most: bool = False) -> str:
-    if math.isnan(value):
-        return f"- **N/A** {name}: not measured ({detail})"
-    passed = value <= target if at_most else value >= target
-    return f"- **{'PASS' if passed else 'MISS'}** {name}: {num(value)} vs target {target:g} ({detail})"
-
-
-@dataclass
-class Section:
-    text: str
-    verdicts: list[str]
-    measurements: list[Measurement]
-
-
 # --- the tables ----------------------------------------------------------------------------------------
 TABLE1 = [  # name, case, model, backend
     ("exact", "zoo", "hmm", None),
@@ -681,30 +541,6 @@ def table3(plan: Plan) -> Section:
 
 
 # --- report --------------------------------------------------------------------------------------------
-def machine() -> str:
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
-    return f"{cpu}, {os.cpu_count()} cores; torch {torch.__version__}, {THREADS} threads"
-
-
-def snapshot_zoo(into: Path) -> str:
-    """Copy zoo/ into ``into`` and describe the copy: git commit, uncommitted changes, hash of the sources.
-
-    The configurations import this copy (``into`` goes first on the path they inherit), so that all of
-    them measure the same code even when zoo/ is edited during the run.
-    """
-    shutil.copytree(REPO / "zoo", into / "zoo", ignore=shutil.ignore_patterns("__pycache__"))
-    digest = hashlib.sha256()
-    for path in sorted((into / "zoo").rglob("*.py")):
-        digest.update(path.relative_to(into).as_posix().encode() + b"\0" + path.read_bytes())
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
-
-    dirty = " with uncommitted changes in zoo/" if git("status", "--porcelain", "zoo") else ""
-    return f"commit {git('rev-parse', '--short', 'HEAD')}{dirty}; zoo/*.py sha256 {digest.hexdigest()[:12]}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small run, as a smoke test (under 2 minutes)")

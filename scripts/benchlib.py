@@ -1,0 +1,211 @@
+"""What the benchmark scripts share: measuring one configuration in a fresh process, and formatting.
+
+Timing: one warm-up call, then up to ``repeats`` timed calls that fit in ``budget_s`` (none when the
+warm-up alone exceeds it: then the warm-up is the measurement); the median is reported. Peak memory:
+the growth of the process's peak RSS (VmHWM, reset through /proc/self/clear_refs) over its RSS just
+before a call, after freed heap memory went back to the OS (malloc_trim); the maximum over the timed
+calls is reported. Each configuration runs in a spawned process whose address space is capped at
+``MEMORY_CAP``, so an out-of-memory configuration fails cleanly ("OOM"). Linux only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import hashlib
+import math
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+THREADS = 2
+MEMORY_CAP = 20 << 30  # address space of each configuration's process, bytes
+CHILD_TIMEOUT_S = 900
+REPO = Path(__file__).resolve().parent.parent
+GB, MB = 1e9, 1e6
+
+
+@dataclass
+class Measurement:
+    status: str = "ok"  # "ok", "OOM", "OOM (...)", "timeout (...)" or "error: ..."
+    time_s: float = math.nan  # median of the timed calls
+    peak_bytes: float = math.nan  # max over the timed calls of the peak RSS growth
+    runs: int = 0  # timed calls (0: extrapolated)
+    warmup_s: float = math.nan
+    times: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def proc_status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def measured_call(call: Callable[[], None]) -> tuple[float, int]:
+    """(seconds, peak RSS growth in bytes) of one call."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+    before = proc_status("VmRSS")
+    start = time.perf_counter()
+    call()
+    elapsed = time.perf_counter() - start
+    return elapsed, proc_status("VmHWM") - before
+
+
+def measure(call: Callable[[], None], repeats: int, budget_s: float) -> Measurement:
+    warmup_s, warmup_peak = measured_call(call)
+    runs = [measured_call(call) for _ in range(min(repeats, int(budget_s // warmup_s)))]
+    runs = runs or [(warmup_s, warmup_peak)]
+    times = [t for t, _ in runs]
+    return Measurement(
+        time_s=statistics.median(times),
+        peak_bytes=max(p for _, p in runs),
+        runs=len(runs),
+        warmup_s=warmup_s,
+        times=times,
+    )
+
+
+def is_oom(error: BaseException) -> bool:
+    message = str(error).lower()
+    return isinstance(error, MemoryError) or "out of memory" in message or "can't allocate memory" in message
+
+
+def child_main(conn, build: Callable, job, repeats: int, budget_s: float) -> None:
+    """In the spawned process: cap memory, build the configuration's step, measure it, send the result."""
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")  # should the machine run out of memory anyway, the kernel kills this process first
+    torch.set_num_threads(THREADS)
+    torch.manual_seed(0)
+    try:
+        result = measure(build(job), repeats, budget_s)
+    except Exception as error:  # recorded in the tables; the run goes on
+        if is_oom(error):
+            result = Measurement(status="OOM")
+        else:
+            traceback.print_exc()
+            result = Measurement(status=f"error: {type(error).__name__}: {error}")
+    conn.send(asdict(result))
+
+
+def run_in_child(build: Callable, job, repeats: int, budget_s: float) -> Measurement:
+    """Measure ``build(job)`` (a module-level function and a picklable job) in a fresh process."""
+    ctx = mp.get_context("spawn")
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=child_main, args=(sender, build, job, repeats, budget_s))
+    child.start()
+    sender.close()
+    try:
+        if not receiver.poll(CHILD_TIMEOUT_S):
+            child.kill()
+            result = Measurement(status=f"timeout (> {CHILD_TIMEOUT_S} s)")
+        else:
+            result = Measurement(**receiver.recv())
+    except EOFError:  # the child died without answering
+        child.join()
+        if child.exitcode == -signal.SIGKILL:  # what the kernel's out-of-memory killer sends
+            result = Measurement(status="OOM (killed)")
+        else:
+            result = Measurement(status=f"error: the process exited with code {child.exitcode} (see stderr)")
+    child.join()
+    return result
+
+
+def describe(m: Measurement) -> str:
+    if not m.ok:
+        return m.status
+    spread = f"{min(m.times):.4g}-{max(m.times):.4g} s over {m.runs}"
+    return f"{m.time_s:.4g} s ({spread}, warm-up {m.warmup_s:.3g} s), {m.peak_bytes / MB:.1f} MB"
+
+
+def num(x: float) -> str:
+    if math.isnan(x):
+        return "—"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}"
+
+
+def ratio(x: float, base: float) -> str:
+    return "—" if math.isnan(x) or math.isnan(base) else f"{num(x / base)}×"
+
+
+def cells(m: Measurement, base: Measurement, time_unit: float, memory_unit: float) -> list[str]:
+    """time, time / base, peak, peak / base."""
+    if not m.ok:
+        return [m.status, "—", "—", "—"]
+    return [
+        num(m.time_s / time_unit),
+        ratio(m.time_s, base.time_s),
+        num(m.peak_bytes / memory_unit),
+        ratio(m.peak_bytes, base.peak_bytes),
+    ]
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def paragraphs(*parts: str) -> str:
+    return "\n\n".join(parts)
+
+
+def speedup(slow: Measurement, fast: Measurement) -> float:
+    return slow.time_s / fast.time_s
+
+
+def verdict(name: str, value: float, target: float, detail: str, at_most: bool = False) -> str:
+    if math.isnan(value):
+        return f"- **N/A** {name}: not measured ({detail})"
+    passed = value <= target if at_most else value >= target
+    return f"- **{'PASS' if passed else 'MISS'}** {name}: {num(value)} vs target {target:g} ({detail})"
+
+
+@dataclass
+class Section:
+    text: str
+    verdicts: list[str]
+    measurements: list[Measurement]
+
+
+def machine() -> str:
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
+    return f"{cpu}, {os.cpu_count()} cores; torch {torch.__version__}, {THREADS} threads"
+
+
+def snapshot_zoo(into: Path) -> str:
+    """Copy zoo/ into ``into`` and describe the copy: git commit, uncommitted changes, hash of the sources.
+
+    The configurations import this copy (``into`` goes first on the path they inherit), so that all of
+    them measure the same code even when zoo/ is edited during the run.
+    """
+    shutil.copytree(REPO / "zoo", into / "zoo", ignore=shutil.ignore_patterns("__pycache__"))
+    digest = hashlib.sha256()
+    for path in sorted((into / "zoo").rglob("*.py")):
+        digest.update(path.relative_to(into).as_posix().encode() + b"\0" + path.read_bytes())
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+    dirty = " with uncommitted changes in zoo/" if git("status", "--porcelain", "zoo") else ""
+    return f"commit {git('rev-parse', '--short', 'HEAD')}{dirty}; zoo/*.py sha256 {digest.hexdigest()[:12]}"
