@@ -1,0 +1,146 @@
+"""Bad input raises ValueError/TypeError whose message says what was expected and what was given."""
+
+import pytest
+import torch
+
+from zoo.inference import (
+    DenseSemiMarkov,
+    EdgeSemiMarkov,
+    LowRankSemiMarkov,
+    RankSpaceSemiMarkov,
+    RDPOptions,
+    SemiMarkovChain,
+)
+
+B, T, N, D, R = 2, 5, 3, 3, 2
+ERR = (ValueError, TypeError)
+F64 = torch.float64
+
+
+def lp(*s):
+    return torch.randn(*s, generator=torch.Generator().manual_seed(sum(s)), dtype=F64)
+
+
+def feat(*s):
+    return torch.rand(*s, generator=torch.Generator().manual_seed(sum(s) + 1), dtype=F64) + 0.1
+
+
+def dense(unary=None, transition=None, duration=None, init=None):
+    return DenseSemiMarkov(
+        lp(B, T, N) if unary is None else unary,
+        lp(N, N) if transition is None else transition,
+        lp(N, D) if duration is None else duration,
+        init,
+    )
+
+
+def test_valid_inputs_do_not_raise():
+    assert torch.isfinite(SemiMarkovChain(dense(), torch.tensor([5, 1])).log_partition).all()
+    lr = LowRankSemiMarkov(lp(B, T, N), feat(N, R), feat(N, R), lp(N, D), self_transitions=False)
+    assert torch.isfinite(SemiMarkovChain(lr).log_partition).all()
+    rs = RankSpaceSemiMarkov(feat(N), feat(N, R), feat(N, R), lp(R, D), lp(B, T, R))
+    assert torch.isfinite(SemiMarkovChain(rs).log_partition).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(duration=lp(N, 0)), "D >= 1"),
+        (dict(duration=lp(N + 1, D)), "duration"),
+        (dict(duration=lp(D)), "duration"),
+        (dict(unary=lp(T, N)), "unary"),
+        (dict(unary=lp(B, 0, N)), "unary"),
+        (dict(transition=lp(N, N + 1)), "transition"),
+        (dict(init=lp(N + 1)), "init"),
+    ],
+    ids=["D=0", "duration-N", "duration-1d", "unary-2d", "unary-T=0", "transition", "init"],
+)
+def test_shapes(kwargs, match):
+    with pytest.raises(ERR, match=match):
+        SemiMarkovChain(dense(**kwargs)).log_partition  # noqa: B018
+
+
+@pytest.mark.parametrize("name", ["unary", "transition", "duration", "init"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nan_and_inf(name, bad):
+    shapes = dict(unary=(B, T, N), transition=(N, N), duration=(N, D), init=(N,))
+    x = lp(*shapes[name])
+    x.view(-1)[1] = bad
+    with pytest.raises(ValueError, match=f"{name}.*(NaN|inf)"):
+        SemiMarkovChain(dense(**{name: x})).log_partition  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "lengths", [[0, 5], [5, 6], [3], [2.5, 3]], ids=["zero", "beyond-T", "B", "fraction"]
+)
+def test_lengths(lengths):
+    with pytest.raises(ValueError, match="lengths"):
+        SemiMarkovChain(dense(), torch.tensor(lengths))
+
+
+def test_no_segmentation_covers_the_sequence():
+    """Only duration 2 allowed: an odd length cannot be covered."""
+    duration = torch.full((N, D), float("-inf"), dtype=F64)
+    duration[:, 1] = 0.0
+    dist = SemiMarkovChain(dense(duration=duration), torch.tensor([4, 3]))
+    with pytest.raises(ValueError, match=r"no segmentation covers batch elements \[1\]"):
+        dist.log_partition  # noqa: B018
+    for op in ("marginals", "argmax"):
+        with pytest.raises(ValueError, match="no segmentation covers"):
+            getattr(SemiMarkovChain(dense(duration=duration), torch.tensor([4, 3])), op)
+    with pytest.raises(ValueError, match="no segmentation covers"):
+        SemiMarkovChain(dense(duration=duration), torch.tensor([4, 3])).sample(2)
+    assert torch.isfinite(SemiMarkovChain(dense(duration=duration), torch.tensor([4, 2])).log_partition).all()
+
+
+def test_low_rank_and_rank_space_values():
+    with pytest.raises(ValueError, match="left.*non-negative"):
+        LowRankSemiMarkov(lp(B, T, N), -feat(N, R), feat(N, R), lp(N, D))
+    with pytest.raises(ValueError, match="right.*N x R"):
+        LowRankSemiMarkov(lp(B, T, N), feat(N, R), feat(N, R + 1), lp(N, D))
+    with pytest.raises(ValueError, match="U.*non-negative"):
+        RankSpaceSemiMarkov(feat(N), -feat(N, R), feat(N, R), lp(R, D), lp(B, T, R))
+    with pytest.raises(ValueError, match="duration"):
+        RankSpaceSemiMarkov(feat(N), feat(N, R), feat(N, R), lp(N + 3, D), lp(B, T, R))
+    with pytest.raises(ValueError, match="outgoing mass"):
+        LowRankSemiMarkov(lp(B, T, 1), feat(1, R), feat(1, R), lp(1, D), self_transitions=False)
+    with pytest.raises(ValueError, match="edge"):
+        EdgeSemiMarkov(lp(B, D, N), lp(B, T - 1, D, N, N + 1))
+
+
+def test_backend_and_options():
+    with pytest.raises(ValueError, match="RDPOptions"):
+        SemiMarkovChain(dense(), backend="randomized")
+    with pytest.raises(ValueError, match="only used by the 'randomized'"):
+        SemiMarkovChain(dense(), options=RDPOptions(1, 1))
+    with pytest.raises(ValueError, match="unknown backend"):
+        SemiMarkovChain(dense(), backend="fast")
+    with pytest.raises(TypeError, match="low-rank.*LowRankSemiMarkov"):
+        SemiMarkovChain(dense(), backend="low-rank")
+    rs = RankSpaceSemiMarkov(feat(N), feat(N, R), feat(N, R), lp(R, D), lp(B, T, R))
+    with pytest.raises(TypeError, match="randomized.*DenseSemiMarkov"):
+        SemiMarkovChain(rs, backend="randomized", options=RDPOptions(1, 1))
+    with pytest.raises(ValueError, match="k1 \\+ k2 must be at most N"):
+        SemiMarkovChain(dense(), backend="randomized", options=RDPOptions(2, 2))
+    with pytest.raises(TypeError, match="factors must be"):
+        SemiMarkovChain(lp(B, T, N))
+
+
+def test_segmentation_and_sampling_arguments():
+    dist = SemiMarkovChain(dense())
+    good = torch.tensor([[0, -1, 1, -1, -1], [2, 2, 2, 2, 2]])
+    assert torch.isfinite(dist.log_prob(good)).all()
+    with pytest.raises(ValueError, match="frame 0 must start a segment"):
+        dist.log_prob(torch.tensor([[-1, 0, -1, -1, -1], [0, 0, 0, 0, 0]]))
+    with pytest.raises(ValueError, match="0..N-1"):
+        dist.log_prob(torch.tensor([[0, 3, -1, -1, -1], [0, 0, 0, 0, 0]]))
+    with pytest.raises(ValueError, match="shape B x T"):
+        dist.log_prob(torch.zeros(B, T + 1, dtype=torch.long))
+    with pytest.raises(TypeError, match="integer"):
+        dist.log_prob(torch.zeros(B, T))
+    too_long = torch.tensor([[0, -1, -1, -1, -1], [0, 0, 0, 0, 0]])  # a segment of 5 > D
+    assert dist.log_prob(too_long)[0] == float("-inf")
+    with pytest.raises(ValueError, match="positive int"):
+        dist.sample(0)
+    with pytest.raises(ValueError, match="temperature"):
+        dist.rsample(0.0)
