@@ -209,3 +209,32 @@ def snapshot_zoo(into: Path) -> str:
 
     dirty = " with uncommitted changes in zoo/" if git("status", "--porcelain", "zoo") else ""
     return f"commit {git('rev-parse', '--short', 'HEAD')}{dirty}; zoo/*.py sha256 {digest.hexdigest()[:12]}"
+
+
+def prepare_environment() -> None:
+    """Settings every configuration inherits; call before spawning any."""
+    # libgomp's default spin-waiting made 2-thread calls up to 100x slower on a busy 2-core machine
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # glibc keeps freed blocks under its (self-raising, up to 32 MB) mmap threshold in the heap, so
+    # peak RSS would count allocator slack, not live tensors: map every block of 128 KiB or more
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(128 << 10))
+
+
+def report_header(started: float, load_before: float, command: str, timing: str, version: str) -> list[str]:
+    """The lines that open a report: machine, date and load, command, process isolation, code version."""
+    import datetime
+    import platform
+
+    minutes, load_after = (time.time() - started) / 60, os.getloadavg()[0]
+    now = datetime.datetime.now().astimezone()
+    return [
+        f"- Machine: {machine()}; Python {platform.python_version()}; "
+        f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}; "
+        f"MALLOC_MMAP_THRESHOLD_={os.environ['MALLOC_MMAP_THRESHOLD_']}",
+        f"- Date: {now:%Y-%m-%d %H:%M %Z}; the run took {minutes:.0f} min; 1-minute load average "
+        f"{load_before:.1f} at the start and {load_after:.1f} at the end",
+        f"- Command: `{command}` ({timing})",
+        f"- Each configuration in a fresh process (address space capped at {MEMORY_CAP >> 30} GiB); "
+        "peak = peak RSS growth of the measured call.",
+        f"- zoo: {version} (copied at the start; every configuration imports the copy)",
+    ]

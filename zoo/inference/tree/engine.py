@@ -138,7 +138,7 @@ def dense_entropy(grammar: DenseGrammar, terms: Tensor, lengths: Tensor) -> Tens
     with torch.enable_grad():
         probes = [torch.zeros_like(x, requires_grad=True) for x in (root, rules, terms)]
         probed = DenseGrammar(root + probes[0], rules + probes[1])
-        log_z, _ = exact.inside(exact.dense_rule_op(probed), probed.root, terms + probes[2], lengths)
+        log_z, _ = exact.inside(probed, exact.dense_rule_op(probed), terms + probes[2], lengths)
         g_root, g_rules, g_terms = torch.autograd.grad(
             log_z.sum(), probes, create_graph=differentiable, materialize_grads=True
         )
@@ -171,5 +171,5 @@ class ExactEngine(TreeEngine):
 
     def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None):
         op = exact.dense_rule_op(grammar)
-        return exact.inside(op, grammar.root, terms, lengths, span_scores, label_scores)[0]
+        return exact.inside(grammar, op, terms, lengths, span_scores, label_scores)[0]
 

@@ -1,11 +1,18 @@
 """The width-batched inside algorithm over state space, and Viterbi (CKY in the max-plus semiring).
 
 For each width w, the children of all B x (T-w+1) spans fall into four blocks by the kinds of the two
-children (a width-1 child is a preterminal, a wider one a nonterminal). Within a block, the splits are
-summed first as outer products of the children's scaled inside vectors (``outer_sum``: one batched
-matmul), then the rules are applied once per span (``RuleOp``): O(T^3 K^2 + T^2 NT K^2) for a dense
-grammar, and the low-rank grammar swaps the NT x NT block for two skinny products. The children are
-read from per-width chart slices, so no B x T x T x S^3 tensor and no in-place chart write exists.
+children (a width-1 child is a preterminal, a wider one a nonterminal):
+
+* two nonterminals (and two preterminals, width 2 only): the splits are summed first as outer
+  products of the children's scaled inside vectors (``outer_sum``: one batched matmul), then the
+  rules are applied once per span (``RuleOp``): O(T^3 NT^2 + T^2 NT^3) for dense rules; the low-rank
+  grammar swaps this for two skinny products;
+* one preterminal child (one split per span): the preterminal is summed out of the rules once per
+  position (``leaf_rules``, B x T x NT x NT), so each span costs one NT x NT matrix-vector product,
+  not NT^2 PT.
+
+The children are read from per-width chart slices, so no B x T x T x S^3 tensor and no in-place
+chart write exists.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from zoo.inference.tree.chart import (
     root_chart,
     safe_logsumexp,
     span_diagonal,
+    to_scaled,
 )
 from zoo.inference.tree.factors import GrammarFactors
 
@@ -30,7 +38,8 @@ from zoo.inference.tree.factors import GrammarFactors
 BLOCKS = ((True, True), (False, True), (True, False), (False, False))
 
 #: rule_op(left_nt, right_nt, X) -> (log-scale broadcastable to B x n, Y B x n x NT):
-#: Y[b, i, A] = sum_{b', c'} psi(A, b', c') X[b, i, b', c'] over the block's children
+#: Y[b, i, A] = sum_{b', c'} psi(A, b', c') X[b, i, b', c'] over the children of the
+#: two-nonterminal (True, True) or the two-preterminal (False, False) block
 RuleOp = Callable[[bool, bool, Tensor], tuple[Tensor, Tensor]]
 
 
@@ -54,9 +63,10 @@ def grammar_matmul(X: Tensor, weights: Tensor) -> Tensor:
 
 
 def dense_rule_op(grammar: GrammarFactors) -> RuleOp:
-    """The RuleOp of dense rules: each block exponentiated once, with a per-grammar scale."""
+    """The RuleOp of dense rules for the two-nonterminal and two-preterminal blocks, each
+    exponentiated once with a per-grammar scale."""
     blocks = {}
-    for block in BLOCKS:
+    for block in ((True, True), (False, False)):
         log_rules = grammar.rules_block(*block)  # G x NT x K1 x K2
         scale = finite_max(log_rules.flatten(1), -1)  # G
         probs = (log_rules - scale.view(-1, 1, 1, 1)).exp().flatten(2).transpose(1, 2)
@@ -69,9 +79,30 @@ def dense_rule_op(grammar: GrammarFactors) -> RuleOp:
     return op
 
 
+def leaf_rules(grammar: GrammarFactors, terms: Tensor) -> dict:
+    """The rules with their preterminal child summed out at every position, scaled.
+
+    Returns {(False, True): left leaf, (True, False): right leaf}, each (log-scale B x T,
+    B x T x NT x NT): [b, t, A, C] = sum_P psi(A, P, C) exp(terms[b, t, P]) for a leaf at t on the
+    left (C the right nonterminal), and likewise with the leaf on the right.
+    """
+    t_scale, t_values = to_scaled(terms)  # B x T, B x T x PT
+    out = {}
+    for block, pattern in (((False, True), "apc,btp->btac"), ((True, False), "acp,btp->btac")):
+        log_rules = grammar.rules_block(*block)  # G x NT x (PT x NT | NT x PT)
+        r_scale = finite_max(log_rules.flatten(1), -1)  # G
+        probs = (log_rules - r_scale.view(-1, 1, 1, 1)).exp()
+        if probs.shape[0] == 1:
+            Q = torch.einsum(pattern, probs[0], t_values)
+        else:
+            Q = torch.einsum("b" + pattern, probs, t_values)  # one grammar per sentence
+        out[block] = t_scale + r_scale.view(-1, 1), Q
+    return out
+
+
 def inside(
+    grammar: GrammarFactors,
     rule_op: RuleOp,
-    root: Tensor,
     terms: Tensor,
     lengths: Tensor,
     span_scores: Tensor | None = None,
@@ -80,8 +111,8 @@ def inside(
     """log Z and the per-width log inside chart.
 
     Args:
+        grammar: a dense or LPCFG grammar (its dense blocks serve the productions with a leaf).
         rule_op: applies the binary rules to summed children (``dense_rule_op`` or a low-rank one).
-        root: G x NT root log-potentials.
         terms: B x T x PT terminal log-scores, finite past each length (``mask_terms``).
         lengths: (B,) sentence lengths, each >= 2.
         span_scores: optional B x T x (T+1) log-scores added to every label of span [i, k) (width >= 2).
@@ -90,11 +121,18 @@ def inside(
         log Z (B,) and chart: ``chart[w]`` is B x (T-w+1) x NT for w >= 2 (None at 0 and 1).
     """
     T = terms.shape[1]
+    leaves = leaf_rules(grammar, terms) if T >= 3 else {}
     chart: list[Tensor | None] = [None, None]
     for w in range(2, T + 1):
         n = T - w + 1
         parts = []
-        for block in BLOCKS:
+        if w >= 3:  # one leaf child: span [i, i+w) = leaf i + [i+1, i+w), or [i, i+w-1) + leaf i+w-1
+            for block, leaf_at, other_at in (((False, True), 0, 1), ((True, False), w - 1, 0)):
+                q_scale, Q = leaves[block]
+                c_scale, c_values = to_scaled(chart[w - 1][:, other_at : other_at + n])
+                Y = torch.einsum("bnac,bnc->bna", Q[:, leaf_at : leaf_at + n], c_values)
+                parts.append((q_scale[:, leaf_at : leaf_at + n] + c_scale, Y))
+        for block in ((True, True), (False, False)):
             splits = block_splits(w, block)
             if not splits:
                 continue
@@ -109,7 +147,7 @@ def inside(
         if label_scores is not None:
             beta = beta + span_diagonal(label_scores, w)
         chart.append(beta)
-    return safe_logsumexp(root + root_chart(chart, lengths), -1), chart
+    return safe_logsumexp(grammar.root + root_chart(chart, lengths), -1), chart
 
 
 #: entries of the B x n x NT x K1 x K2 max-plus tensor built at once by ``viterbi``

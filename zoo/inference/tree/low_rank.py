@@ -47,4 +47,4 @@ class LowRankEngine(TreeEngine):
 
     def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None):
         op = low_rank_rule_op(grammar)
-        return exact.inside(op, grammar.root, terms, lengths, span_scores, label_scores)[0]
+        return exact.inside(grammar, op, terms, lengths, span_scores, label_scores)[0]

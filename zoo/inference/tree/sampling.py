@@ -44,7 +44,7 @@ def sample_trees(
     NT, S = grammar.num_nonterminals, grammar.num_symbols
     with torch.no_grad():
         terms = mask_terms(terms, lengths)
-        _, chart = exact.inside(exact.dense_rule_op(grammar), grammar.root, terms, lengths)
+        _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths)
         full = full_chart(chart, terms)
         lanes = n * B
         b = torch.arange(lanes, device=terms.device) % B
