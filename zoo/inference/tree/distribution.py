@@ -9,7 +9,7 @@ from torch import Tensor
 
 from zoo.inference.backend import Backend
 from zoo.inference.chain.randomized import RDPOptions
-from zoo.inference.checks import as_tensor, check_finite, check_lengths
+from zoo.inference.checks import as_tensor, check_finite, check_lengths, check_shape
 from zoo.inference.tree.chart import mask_terms
 from zoo.inference.tree.engine import ExactEngine, TreeEngine
 from zoo.inference.tree.factors import DenseGrammar, GrammarFactors, LowRankGrammar, RankSpaceGrammar
@@ -60,6 +60,9 @@ class TreeDistribution:
         backend: "exact", "low-rank", "rank-space" or "randomized"; None picks the grammar's own.
             "exact" accepts every grammar (it materializes the rules).
         options: ``RDPOptions`` for "randomized"; "state-space" for "rank-space" (optional).
+        node_scores: optional B x T x (T+1) x NT log-scores added to the score of a tree for each
+            of its nodes: [b, i, k, A] scores span [i, k) labelled A (a tree CRF's span scores;
+            Alg. 2's node potentials). Entries of width < 2 are ignored.
 
     Shapes and formats are fixed in docs/tree-api.md: ``log_partition`` (B,), ``span_marginals``
     (B x T x (T+1)), ``marginals`` (B x T x (T+1) x NT), ``preterminal_marginals`` (B x T x PT),
@@ -74,6 +77,7 @@ class TreeDistribution:
         lengths: Tensor | None = None,
         backend: str | Backend | None = None,
         options=None,
+        node_scores: Tensor | None = None,
     ):
         if not isinstance(grammar, GrammarFactors):
             raise TypeError(
@@ -106,6 +110,12 @@ class TreeDistribution:
         self.engine = make_engine(self.backend, options)
         self.grammar = self.engine.prepare(grammar)
         self.terms = mask_terms(terms, self.lengths)
+        if node_scores is not None:
+            node_scores = as_tensor("node_scores", node_scores)
+            NT = grammar.num_nonterminals
+            check_shape("node_scores", node_scores, (B, T, T + 1, NT), "B x T x (T+1) x NT")
+            check_finite("node_scores", node_scores)
+        self.node_scores = node_scores
 
     @property
     def _args(self):
@@ -114,31 +124,31 @@ class TreeDistribution:
     @cached_property
     def log_partition(self) -> Tensor:
         """log Z: (B,). For the randomized backend, log of the unbiased estimate Z_hat."""
-        return self.engine.log_partition(*self._args)
+        return self.engine.log_partition(*self._args, label_scores=self.node_scores)
 
     @cached_property
     def span_marginals(self) -> Tensor:
         """p(span [i, k) is a constituent) at [b, i, k]: B x T x (T+1)."""
-        return self.engine.span_marginals(*self._args)
+        return self.engine.span_marginals(*self._args, self.node_scores)
 
     @cached_property
     def marginals(self) -> Tensor:
         """p(span [i, k) is a node labelled A) at [b, i, k, A]: B x T x (T+1) x NT."""
-        return self.engine.marginals(*self._args)
+        return self.engine.marginals(*self._args, self.node_scores)
 
     @cached_property
     def preterminal_marginals(self) -> Tensor:
         """p(leaf t is labelled P) at [b, t, P]: B x T x PT."""
-        return self.engine.preterminal_marginals(*self._args)
+        return self.engine.preterminal_marginals(*self._args, self.node_scores)
 
     @cached_property
     def entropy(self) -> Tensor:
         """Entropy of the distribution over trees: (B,)."""
-        return self.engine.entropy(*self._args)
+        return self.engine.entropy(*self._args, self.node_scores)
 
     @cached_property
     def _viterbi(self) -> tuple[Tensor, Tensor]:
-        return self.engine.argmax(*self._args)
+        return self.engine.argmax(*self._args, self.node_scores)
 
     @property
     def argmax(self) -> Tensor:
@@ -152,14 +162,14 @@ class TreeDistribution:
 
     def mbr(self) -> Tensor:
         """Minimum Bayes risk tree (CKY over span marginals): B x (2T-1) x 2 long (start, end)."""
-        return self.engine.mbr(*self._args)
+        return self.engine.mbr(*self._args, self.node_scores)
 
     def log_prob(self, trees: Tensor) -> Tensor:
         """log p(trees): trees B x (2T-1) x 3 or S x B x (2T-1) x 3 -> (B,) or (S, B)."""
-        return self.engine.log_prob(*self._args, trees)
+        return self.engine.log_prob(*self._args, trees, self.node_scores)
 
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
         """n exact samples of p(tree | sentence): n x B x (2T-1) x 3."""
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"n must be a positive int, got {n!r}")
-        return self.engine.sample(*self._args, n, generator)
+        return self.engine.sample(*self._args, n, generator, self.node_scores)

@@ -1,8 +1,10 @@
 """What every tree backend shares: operations derived from log Z by autograd, and the fallbacks.
 
 A backend (``TreeEngine`` subclass) supplies one primitive on its own grammar,
-``log_partition(grammar, terms, lengths, span_scores=None, label_scores=None)``, where the optional
-score tensors are zero probes whose gradients are the span marginals (Eisner 2016). From it the
+``log_partition(grammar, terms, lengths, span_scores=None, label_scores=None)``: ``label_scores``
+(B x T x (T+1) x NT) are the user's node scores (a tree CRF) and, plus a zero probe, give the
+labelled span marginals by autograd (Eisner 2016); ``span_scores`` is the unlabelled probe. Every
+operation takes the user's node scores as ``nodes`` (None: none). From it the
 base class derives span, labelled and preterminal marginals, MBR decoding and ``log_prob``; entropy,
 Viterbi and exact sampling run on the dense grammar (``ExactEngine``), which a backend inherits as an
 exact fallback or replaces. Each backend declares in ``capabilities`` how it computes every operation.
@@ -68,11 +70,11 @@ class TreeEngine:
     def _differentiable(self, grammar, terms) -> bool:
         return _requires_grad(terms, *grammar_tensors(grammar))
 
-    def span_marginals(self, grammar, terms, lengths) -> Tensor:
+    def span_marginals(self, grammar, terms, lengths, nodes=None) -> Tensor:
         """p(span [i, k) is a constituent): B x T x (T+1); width-1 spans are 1 within the length."""
         B, T, _ = terms.shape
         grad = probe_gradient(
-            lambda p: self.log_partition(grammar, terms, lengths, span_scores=p),
+            lambda p: self.log_partition(grammar, terms, lengths, span_scores=p, label_scores=nodes),
             (B, T, T + 1),
             terms,
             self._differentiable(grammar, terms),
@@ -81,72 +83,78 @@ class TreeEngine:
         leaf = (i < lengths.unsqueeze(-1)).to(grad.dtype)  # B x T
         return grad + torch.diag_embed(leaf, offset=1)[:, :T]
 
-    def marginals(self, grammar, terms, lengths) -> Tensor:
+    def marginals(self, grammar, terms, lengths, nodes=None) -> Tensor:
         """p(span [i, k) is a node labelled A): B x T x (T+1) x NT."""
         B, T, _ = terms.shape
         return probe_gradient(
-            lambda p: self.log_partition(grammar, terms, lengths, label_scores=p),
+            lambda p: self.log_partition(
+                grammar, terms, lengths, label_scores=p if nodes is None else nodes + p
+            ),
             (B, T, T + 1, grammar.num_nonterminals),
             terms,
             self._differentiable(grammar, terms),
         )
 
-    def preterminal_marginals(self, grammar, terms, lengths) -> Tensor:
+    def preterminal_marginals(self, grammar, terms, lengths, nodes=None) -> Tensor:
         """p(leaf t is labelled P): B x T x PT."""
         return probe_gradient(
-            lambda p: self.log_partition(grammar, terms + p, lengths),
+            lambda p: self.log_partition(grammar, terms + p, lengths, label_scores=nodes),
             terms.shape,
             terms,
             self._differentiable(grammar, terms),
         )
 
-    def mbr(self, grammar, terms, lengths) -> Tensor:
+    def mbr(self, grammar, terms, lengths, nodes=None) -> Tensor:
         """The unlabelled tree maximizing the expected number of correct spans: B x (2T-1) x 2."""
         with torch.no_grad():
-            return mbr_tree(self.span_marginals(grammar, terms, lengths), lengths)
+            return mbr_tree(self.span_marginals(grammar, terms, lengths, nodes), lengths)
 
-    def log_prob(self, grammar, terms, lengths, trees: Tensor) -> Tensor:
+    def log_prob(self, grammar, terms, lengths, trees: Tensor, nodes=None) -> Tensor:
         """log p(tree) = score - log Z, clamped at 0: (B,) or (S, B)."""
-        score = tree_score(grammar, terms, lengths, trees)
-        return (score - self.log_partition(grammar, terms, lengths)).clamp_max(0.0)
+        score = tree_score(grammar, terms, lengths, trees, nodes)
+        log_z = self.log_partition(grammar, terms, lengths, label_scores=nodes)
+        return (score - log_z).clamp_max(0.0)
 
     # --- on the dense grammar ---------------------------------------------------------------
-    def entropy(self, grammar, terms, lengths) -> Tensor:
+    def entropy(self, grammar, terms, lengths, nodes=None) -> Tensor:
         """H = log Z - E[score] on the dense grammar, differentiable: (B,)."""
-        return dense_entropy(grammar.dense(), terms, lengths)
+        return dense_entropy(grammar.dense(), terms, lengths, nodes)
 
-    def argmax(self, grammar, terms, lengths) -> tuple[Tensor, Tensor]:
+    def argmax(self, grammar, terms, lengths, nodes=None) -> tuple[Tensor, Tensor]:
         """Viterbi on the dense grammar: (best score (B,), tree B x (2T-1) x 3)."""
         dense = grammar.dense()
-        return exact.viterbi(dense.rules, dense.root, terms, lengths)
+        return exact.viterbi(dense.rules, dense.root, terms, lengths, nodes)
 
-    def sample(self, grammar, terms, lengths, n: int, generator=None) -> Tensor:
+    def sample(self, grammar, terms, lengths, n: int, generator=None, nodes=None) -> Tensor:
         """n exact samples from p(tree | sentence): n x B x (2T-1) x 3."""
-        return sample_trees(grammar.dense(), terms, lengths, n, generator)
+        return sample_trees(grammar.dense(), terms, lengths, n, generator, nodes)
 
 
-def dense_entropy(grammar: DenseGrammar, terms: Tensor, lengths: Tensor) -> Tensor:
+def dense_entropy(
+    grammar: DenseGrammar, terms: Tensor, lengths: Tensor, nodes: Tensor | None = None
+) -> Tensor:
     """Entropy of a dense grammar's tree distribution, log Z - E[score], differentiable: (B,).
 
     The expected score sums the expected rule counts (the gradient of log Z with respect to a
     per-sentence probe on the rules) times the rules, and likewise for the root and the terms.
     """
-    B = terms.shape[0]
+    B, T, _ = terms.shape
     root = grammar.root.expand(B, -1)
     rules = grammar.rules.expand(B, -1, -1, -1)
-    differentiable = _requires_grad(root, rules, terms)
+    if nodes is None:
+        nodes = terms.new_zeros(B, T, T + 1, grammar.num_nonterminals)
+    potentials = (root, rules, terms, nodes)
+    differentiable = _requires_grad(*potentials)
     with torch.enable_grad():
-        probes = [torch.zeros_like(x, requires_grad=True) for x in (root, rules, terms)]
+        probes = [torch.zeros_like(x, requires_grad=True) for x in potentials]
         probed = DenseGrammar(root + probes[0], rules + probes[1])
-        log_z, _ = exact.inside(probed, exact.dense_rule_op(probed), terms + probes[2], lengths)
-        g_root, g_rules, g_terms = torch.autograd.grad(
+        log_z, _ = exact.inside(
+            probed, exact.dense_rule_op(probed), terms + probes[2], lengths, None, nodes + probes[3]
+        )
+        grads = torch.autograd.grad(
             log_z.sum(), probes, create_graph=differentiable, materialize_grads=True
         )
-    expected = (
-        (g_root * _finite(root)).sum(-1)
-        + (g_rules * _finite(rules)).flatten(1).sum(-1)
-        + (g_terms * _finite(terms)).flatten(1).sum(-1)
-    )
+    expected = sum((g * _finite(x)).flatten(1).sum(-1) for g, x in zip(grads, potentials))
     return log_z - expected
 
 

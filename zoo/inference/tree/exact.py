@@ -154,12 +154,14 @@ def inside(
 VITERBI_CHUNK = 1 << 24
 
 
-def viterbi(rules: Tensor, root: Tensor, terms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+def viterbi(
+    rules: Tensor, root: Tensor, terms: Tensor, lengths: Tensor, nodes: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The highest-scoring tree by CKY in the max-plus semiring.
 
     Args:
         rules: G x NT x S x S dense log-potentials; root: G x NT; terms: B x T x PT (masked);
-        lengths: (B,).
+        lengths: (B,); nodes: optional B x T x (T+1) x NT node log-scores.
     Returns:
         best score (B,) and the tree, B x (2T-1) x 3 long (start, end, label), pre-order.
     """
@@ -194,6 +196,8 @@ def viterbi(rules: Tensor, root: Tensor, terms: Tensor, lengths: Tensor) -> tupl
                         best[b0:b1] = torch.where(better, value, best[b0:b1])
                         for a, new in zip(arg, (torch.full_like(flat, s), flat // K2, flat % K2)):
                             a[b0:b1] = torch.where(better, new, a[b0:b1])
+            if nodes is not None:
+                best = best + span_diagonal(nodes, w)
             chart.append(best)
             back.append(tuple(arg))
         top = root + root_chart(chart, lengths)

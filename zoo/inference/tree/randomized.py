@@ -244,5 +244,5 @@ class RandomizedEngine(TreeEngine):
         inside = projected_kept_inside if isinstance(grammar, RankSpaceGrammar) else gathered_inside
         return inside(grammar, terms, lengths, kept, span_scores, label_scores)
 
-    def log_prob(self, grammar, terms, lengths, trees):
-        return exact_engine(grammar).log_prob(grammar, terms, lengths, trees)
+    def log_prob(self, grammar, terms, lengths, trees, nodes=None):
+        return exact_engine(grammar).log_prob(grammar, terms, lengths, trees, nodes)

@@ -190,7 +190,7 @@ class RankSpaceEngine(TreeEngine):
             return state_space_log_partition(grammar, terms, lengths, span_scores, label_scores)
         return rank_space_log_partition(grammar, terms, lengths, span_scores)
 
-    def argmax(self, grammar, terms, lengths):
+    def argmax(self, grammar, terms, lengths, nodes=None):
         raise ValueError(
             "the 'rank-space' backend has no Viterbi: a max over rank nodes is not a max over "
             "trees. Use mbr() (CKY over span marginals), or backend='exact' on a grammar small "

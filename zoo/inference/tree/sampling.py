@@ -37,14 +37,16 @@ def _gumbel_argmax(logits: Tensor, generator) -> Tensor:
 
 
 def sample_trees(
-    grammar: DenseGrammar, terms: Tensor, lengths: Tensor, n: int, generator=None
+    grammar: DenseGrammar, terms: Tensor, lengths: Tensor, n: int, generator=None, nodes=None
 ) -> Tensor:
-    """n exact samples of p(tree | sentence): n x B x (2T-1) x 3 long (pre-order, -1 padding)."""
+    """n exact samples of p(tree | sentence): n x B x (2T-1) x 3 long (pre-order, -1 padding).
+
+    ``nodes``: optional B x T x (T+1) x NT node log-scores (they enter through the inside chart)."""
     B, T, PT = terms.shape
     NT, S = grammar.num_nonterminals, grammar.num_symbols
     with torch.no_grad():
         terms = mask_terms(terms, lengths)
-        _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths)
+        _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes)
         full = full_chart(chart, terms)
         lanes = n * B
         b = torch.arange(lanes, device=terms.device) % B

@@ -105,12 +105,15 @@ def check_trees(trees: Tensor, lengths: Tensor, num_nt: int, num_pt: int, T: int
     )
 
 
-def tree_score(grammar: GrammarFactors, terms: Tensor, lengths: Tensor, trees: Tensor) -> Tensor:
-    """score(tree) = root + sum of rule log-potentials + sum of terminal scores: ... x B.
+def tree_score(
+    grammar: GrammarFactors, terms: Tensor, lengths: Tensor, trees: Tensor, nodes: Tensor | None = None
+) -> Tensor:
+    """score(tree) = root + rule log-potentials + terminal scores (+ node scores): ... x B.
 
     Args:
         grammar: any grammar container; terms: B x T x PT; lengths: (B,);
-        trees: ... x B x (2T-1) x 3 long (validated here).
+        trees: ... x B x (2T-1) x 3 long (validated here);
+        nodes: optional B x T x (T+1) x NT log-scores of each labelled span of width >= 2.
     """
     B, T, PT = terms.shape
     NT = grammar.num_nonterminals
@@ -126,8 +129,8 @@ def tree_score(grammar: GrammarFactors, terms: Tensor, lengths: Tensor, trees: T
     right_sym = table.right_label + torch.where(table.end - table.split == 1, NT, 0)
     rule = grammar.rule_entries(g, table.label.clamp_max(NT - 1), left_sym, right_sym)
     zero = terms.new_zeros(())
-    return (
-        root
-        + torch.where(leaf, term, zero).sum(-1)
-        + torch.where(internal, rule, zero).sum(-1)
-    )
+    score = root + torch.where(leaf, term, zero).sum(-1) + torch.where(internal, rule, zero).sum(-1)
+    if nodes is not None:
+        node = nodes[b, table.start.clamp_max(T - 1), table.end, table.label.clamp_max(NT - 1)]
+        score = score + torch.where(internal, node, zero).sum(-1)
+    return score
