@@ -1,6 +1,6 @@
 """Unlabelled parsing F1 (sentence-level and corpus-level) as DDP-safe torchmetrics ``Metric``s.
 
-Conventions (``/work/shared/REFERENCE.md`` §2; the evaluation of Kim et al. 2019, compound-pcfg, and
+Conventions (the evaluation of Kim et al. 2019, compound-pcfg, and
 Yang et al. 2021b, TN-PCFG):
 
 - spans are ``[i, k)``, end exclusive (``docs/tree-api.md``); labels and any extra columns are ignored;
