@@ -29,6 +29,7 @@ from zoo.inference.tree.chart import finite_max, span_diagonal, to_scaled
 from zoo.inference.tree.engine import UNSUPPORTED, TreeEngine
 from zoo.inference.tree.exact import grammar_matmul
 from zoo.inference.tree.factors import RankSpaceGrammar
+from zoo.inference.tree.sampling import gumbel_argmax, top_down
 
 Scaled = tuple[Tensor, Tensor]  # (log-scale ..., non-negative values ... x K)
 
@@ -160,6 +161,83 @@ def state_space_log_partition(grammar, terms, lengths, span_scores=None, label_s
     return projected_inside(lift, leaf_projections(grammar, terms), lengths, span_scores)
 
 
+def _log_values(x: Scaled) -> Tensor:
+    return x[0].unsqueeze(-1) + safe_log(x[1])
+
+
+def sample_rank_space(grammar: RankSpaceGrammar, terms, lengths, n: int, generator=None) -> Tensor:
+    """n exact samples of p(tree | sentence) for a CPD grammar without materializing psi.
+
+    A node [i, k) labelled A draws its split s and rank r together, with probability
+    proportional to U[A, r] l_{i,i+s}[r] r_{i+s,k}[r] (the rank-space inside's projections), then
+    its children independently: the left one with probability proportional to V[b, r] beta(b) and
+    the right one to W[c, r] beta(c), where beta = U gamma (a nonterminal) or exp(terms) (a leaf).
+    O(T r) per split draw and O((NT + PT) r) per child: n x B x (2T-1) x 3 long.
+    """
+    B, T, PT = terms.shape
+    NT = grammar.num_nonterminals
+    grammar_of = (lambda b: b) if grammar.grammar_batch > 1 else torch.zeros_like
+    with torch.no_grad():
+        leaves = leaf_projections(grammar, terms)
+        lift = rank_space_lift(grammar)
+        charts: dict[int, tuple] = {1: (None, *leaves)}
+
+        def capture(gamma: Scaled, width: int):
+            left, right, top = lift(gamma, width)
+            charts[width] = (gamma, left, right)
+            return left, right, top
+
+        projected_inside(capture, leaves, lengths, None)
+        r = grammar.rank
+        # log projections and inside, B x start x width x r (width 0 unused)
+        left = terms.new_full((B, T, T + 1, r), float("-inf"))
+        right, gamma = left.clone(), left.clone()
+        for w, (g, lp, rp) in charts.items():
+            left[:, : T - w + 1, w] = _log_values(lp)
+            right[:, : T - w + 1, w] = _log_values(rp)
+            if g is not None:
+                gamma[:, : T - w + 1, w] = _log_values(g)
+        logU, logV, logW = safe_log(grammar.U), safe_log(grammar.V), safe_log(grammar.W)
+        s = torch.arange(1, T, device=terms.device)
+
+        def inside(b, start, width):
+            """log beta over the NT nonterminals of spans of width >= 2: M x NT."""
+            g = gamma[b, start, width.clamp_min(2)]
+            m = finite_max(g, -1)
+            values = (g - m.unsqueeze(-1)).exp().unsqueeze(1) @ grammar.U[grammar_of(b)].transpose(1, 2)
+            return safe_log(values.squeeze(1)) + m.unsqueeze(-1)
+
+        def root(b, length):
+            logits = grammar.root[grammar_of(b)] + inside(b, torch.zeros_like(b), length)
+            return gumbel_argmax(logits, generator)
+
+        def child(b, start, width, rank, log_factor):
+            """The label of a child span given its parent's rank: M."""
+            g = grammar_of(b)
+            factor = log_factor[g, :, rank]  # M x S
+            leaf = gumbel_argmax(factor[:, NT:] + terms[b, start.clamp_max(T - 1)], generator)
+            node = gumbel_argmax(factor[:, :NT] + inside(b, start, width), generator)
+            return torch.where(width == 1, leaf, node)
+
+        def expand(b, i, k, label):
+            w = k - i
+            mid = i.unsqueeze(-1) + s  # M x (T-1)
+            ok = mid < k.unsqueeze(-1)
+            lw, rw = s.expand_as(mid), (k.unsqueeze(-1) - mid).clamp_min(1)
+            logits = (
+                logU[grammar_of(b), label].unsqueeze(1)
+                + left[b.unsqueeze(-1), i.unsqueeze(-1), lw.clamp_max(T)]
+                + right[b.unsqueeze(-1), mid.clamp_max(T - 1), rw.clamp_max(T)]
+            )  # M x (T-1) x r
+            logits = torch.where(ok.unsqueeze(-1), logits, float("-inf"))
+            pick = gumbel_argmax(logits.flatten(1), generator)
+            split, rank = pick // r + 1, pick % r
+            j = i + split
+            return split, child(b, i, split, rank, logV), child(b, j, w - split, rank, logW)
+
+        return top_down(lengths, n, root, expand)
+
+
 class RankSpaceEngine(TreeEngine):
     """TD-PCFG inference in rank space; labelled marginals by the state-space CPD inside.
 
@@ -177,7 +255,7 @@ class RankSpaceEngine(TreeEngine):
         "log_prob": (NATIVE, "rule entries sum_r U V W"),
         "argmax": (UNSUPPORTED, "Viterbi over rank nodes is not Viterbi over states: use mbr()"),
         "mbr": (NATIVE, "CKY over span marginals"),
-        "sample": (FALLBACK, "top-down on the materialized NT x S x S (small grammars only)"),
+        "sample": (NATIVE, "top-down: (split, rank) then each child, O(T r + S r) a node"),
     }
 
     def __init__(self, algorithm: str = "rank-space"):
@@ -189,6 +267,11 @@ class RankSpaceEngine(TreeEngine):
         if label_scores is not None or self.algorithm == "state-space":
             return state_space_log_partition(grammar, terms, lengths, span_scores, label_scores)
         return rank_space_log_partition(grammar, terms, lengths, span_scores)
+
+    def sample(self, grammar, terms, lengths, n, generator=None, nodes=None):
+        if nodes is not None:  # node scores do not pass through the rank nodes: materialize
+            return super().sample(grammar, terms, lengths, n, generator, nodes)
+        return sample_rank_space(grammar, terms, lengths, n, generator)
 
     def argmax(self, grammar, terms, lengths, nodes=None):
         raise ValueError(

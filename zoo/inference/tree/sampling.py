@@ -4,7 +4,8 @@ trees from the grammar.
 Top-down sampling draws, for a node [i, k) labelled A, first the split s with probability
 proportional to sum_{b, c} psi(A, b, c) beta_{i,i+s}(b) beta_{i+s,k}(c), then the children's symbols
 (b, c) given s, both with the Gumbel-max trick. All n x B lanes advance together: each keeps a stack
-of open nodes and pops one per step, so the rows come out in pre-order.
+of open nodes and pops one per step, so the rows come out in pre-order (``top_down``). The CPD
+grammar's sampler (``rank_space.sample_rank_space``) plugs its own expansion into the same loop.
 """
 
 from __future__ import annotations
@@ -32,68 +33,92 @@ def full_chart(chart: list, terms: Tensor) -> Tensor:
     return full
 
 
-def _gumbel_argmax(logits: Tensor, generator) -> Tensor:
+def gumbel_argmax(logits: Tensor, generator) -> Tensor:
     return (logits + gumbel_noise(logits.shape, logits, generator)).argmax(-1)
+
+
+def top_down(lengths: Tensor, n: int, root, expand) -> Tensor:
+    """Grow n x B trees top-down, all lanes at once, each keeping a stack of open nodes.
+
+    Args:
+        lengths: (B,); n: samples per sentence.
+        root: ``root(b, length)`` -> the root labels of the lanes (b: lane -> sentence).
+        expand: ``expand(b, i, k, label)`` -> (split width s, left label, right label) for nodes
+            [i, k) of width >= 2 (each argument and result a 1-D tensor over the expanded lanes).
+    Returns:
+        n x B x (2T-1) x 3 long trees in pre-order (-1 padding).
+    """
+    B, T = lengths.shape[0], int(lengths.max())
+    lanes, device = n * B, lengths.device
+    lane = torch.arange(lanes, device=device)
+    b = lane % B
+    length = lengths[b]
+    out = torch.full((lanes, 2 * T - 1, 3), -1, dtype=torch.long, device=device)
+    stack = torch.zeros(lanes, T + 1, 3, dtype=torch.long, device=device)
+    stack[:, 0] = torch.stack([torch.zeros_like(b), length, root(b, length)], -1)
+    depth, row = torch.ones_like(b), torch.zeros_like(b)
+    while bool((depth > 0).any()):
+        active = depth > 0
+        node = stack[lane, (depth - 1).clamp_min(0)]
+        depth = depth - active.long()
+        out[lane[active], row[active]] = node[active]
+        row = row + active.long()
+        i, k, label = node.unbind(-1)
+        grow = active & (k - i >= 2)
+        if not bool(grow.any()):
+            continue
+        m = lane[grow]
+        i, k = i[grow], k[grow]
+        split, left, right = expand(b[grow], i, k, label[grow])
+        j = i + split
+        d = depth[m]
+        stack[m, d] = torch.stack([j, k, right], -1)
+        stack[m, d + 1] = torch.stack([i, j, left], -1)
+        depth[m] = d + 2
+    return out.view(n, B, 2 * T - 1, 3)
 
 
 def sample_trees(
     grammar: DenseGrammar, terms: Tensor, lengths: Tensor, n: int, generator=None, nodes=None
 ) -> Tensor:
-    """n exact samples of p(tree | sentence): n x B x (2T-1) x 3 long (pre-order, -1 padding).
+    """n exact samples of p(tree | sentence) under dense rules: n x B x (2T-1) x 3 long.
 
     ``nodes``: optional B x T x (T+1) x NT node log-scores (they enter through the inside chart)."""
     B, T, PT = terms.shape
     NT, S = grammar.num_nonterminals, grammar.num_symbols
+    grammar_of = (lambda b: b) if grammar.grammar_batch > 1 else torch.zeros_like
+    s = torch.arange(1, T, device=terms.device)  # candidate splits (left widths)
     with torch.no_grad():
         terms = mask_terms(terms, lengths)
         _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes)
         full = full_chart(chart, terms)
-        lanes = n * B
-        b = torch.arange(lanes, device=terms.device) % B
-        g = b if grammar.grammar_batch > 1 else torch.zeros_like(b)
-        length = lengths[b]
-        out = torch.full((lanes, 2 * T - 1, 3), -1, dtype=torch.long, device=terms.device)
-        stack = torch.zeros(lanes, T + 1, 3, dtype=torch.long, device=terms.device)
-        top = grammar.root[g] + full[b, 0, length, :NT]
-        stack[:, 0] = torch.stack([torch.zeros_like(b), length, _gumbel_argmax(top, generator)], -1)
-        depth = torch.ones_like(b)
-        row = torch.zeros_like(b)
-        lane = torch.arange(lanes, device=terms.device)
-        s = torch.arange(1, T, device=terms.device)  # candidate splits (left widths)
-        while bool((depth > 0).any()):
-            active = depth > 0
-            node = stack[lane, (depth - 1).clamp_min(0)]
-            depth = depth - active.long()
-            i, k, label = node.unbind(-1)
-            out[lane[active], row[active]] = node[active]
-            row = row + active.long()
-            grow = active & (k - i >= 2)
-            if not bool(grow.any()):
-                continue
-            m = lane[grow]
-            i, k, label, bm, gm = i[grow], k[grow], label[grow], b[grow], g[grow]
+
+        def root(b, length):
+            return gumbel_argmax(grammar.root[grammar_of(b)] + full[b, 0, length, :NT], generator)
+
+        def expand(b, i, k, label):
             mid = (i.unsqueeze(-1) + s).clamp_max(T)  # M x (T-1)
-            ok = mid < k.unsqueeze(-1)
-            left = full[bm.unsqueeze(-1), i.unsqueeze(-1), mid]  # M x (T-1) x S
-            right = full[bm.unsqueeze(-1), mid.clamp_max(T - 1), k.unsqueeze(-1)]
-            rules = grammar.rules[gm, label]  # M x S x S
+            left = full[b.unsqueeze(-1), i.unsqueeze(-1), mid]  # M x (T-1) x S
+            right = full[b.unsqueeze(-1), mid.clamp_max(T - 1), k.unsqueeze(-1)]
+            rules = grammar.rules[grammar_of(b), label]  # M x S x S
             # p(split) by log-einsum-exp: exp(left) @ exp(rules) . exp(right)
             ml, mr, mg = finite_max(left, -1), finite_max(right, -1), finite_max(rules.flatten(1), -1)
             inner = (left - ml.unsqueeze(-1)).exp() @ (rules - mg.view(-1, 1, 1)).exp()
             mass = (inner * (right - mr.unsqueeze(-1)).exp()).sum(-1)
-            split_logits = torch.where(ok, mass.log() + ml + mr, float("-inf"))
-            pick = _gumbel_argmax(split_logits, generator)  # index into s
-            one = torch.arange(len(m), device=terms.device)
+            split_logits = torch.where(mid < k.unsqueeze(-1), mass.log() + ml + mr, float("-inf"))
+            pick = gumbel_argmax(split_logits, generator)  # index into s
+            one = torch.arange(len(b), device=b.device)
             pair = left[one, pick].unsqueeze(-1) + rules + right[one, pick].unsqueeze(-2)
-            flat = _gumbel_argmax(pair.flatten(1), generator)
+            flat = gumbel_argmax(pair.flatten(1), generator)
             lsym, rsym = flat // S, flat % S
-            j = i + pick + 1
-            lab = lambda sym: torch.where(sym >= NT, sym - NT, sym)  # noqa: E731
-            d = depth[m]
-            stack[m, d] = torch.stack([j, k, lab(rsym)], -1)
-            stack[m, d + 1] = torch.stack([i, j, lab(lsym)], -1)
-            depth[m] = d + 2
-    return out.view(n, B, 2 * T - 1, 3)
+            return pick + 1, _local(lsym, NT), _local(rsym, NT)
+
+        return top_down(lengths, n, root, expand)
+
+
+def _local(symbol: Tensor, num_nt: int) -> Tensor:
+    """A symbol index (nonterminals first) as the label of its kind."""
+    return torch.where(symbol >= num_nt, symbol - num_nt, symbol)
 
 
 def sample_sentences(
@@ -120,7 +145,7 @@ def sample_sentences(
         )
         pre = trees[..., 2].clamp_min(0)  # n x B x M
         logits = emission[g.view(1, B, 1), pre]  # n x B x M x V
-        drawn = _gumbel_argmax(logits, generator)
+        drawn = gumbel_argmax(logits, generator)
     words = torch.full((n, B, T), -1, dtype=torch.long, device=terms.device)
     pos = torch.where(leaf, trees[..., 0], T)  # leaves write at their position, others nowhere
     padded = torch.cat([words, words[..., :1]], -1)
