@@ -1,0 +1,92 @@
+"""``ZooModel``: the base of every model family; it records its constructor arguments.
+
+A zoo model is rebuilt from plain values: its class path and the arguments it was constructed with
+(``config``). Checkpoints store those instead of a pickled module, so they load under torch >= 2.6
+(weights-only unpickling) and across library versions; LightningCLI configs hold the same values.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import importlib
+import inspect
+from typing import Any
+
+from torch import nn
+
+PLAIN = (bool, int, float, str, type(None))
+
+
+def _plain(name: str, value: Any) -> Any:
+    """``value`` if it is a plain value (or a list / tuple / dict of them), else a TypeError."""
+    if isinstance(value, enum.Enum):  # e.g. zoo.Backend: stored as its string value
+        return _plain(name, value.value)
+    if isinstance(value, PLAIN):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(name, v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(name, v) for k, v in value.items()}
+    raise TypeError(
+        f"model argument {name!r} must be a plain value (bool, int, float, str, None, or lists / dicts "
+        f"of them), got {type(value).__name__}"
+    )
+
+
+class ZooModel(nn.Module):
+    """An nn.Module whose ``config`` holds its constructor arguments as plain values.
+
+    Subclasses write an ordinary ``__init__``; the arguments of the outermost constructor call are
+    recorded (defaults included) after it returns. ``class_path`` + ``config`` rebuild the model:
+    ``ZooModel.from_config({"class_path": ..., "init_args": ...})``.
+    """
+
+    config: dict[str, Any]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+        signature = inspect.signature(init)
+
+        @functools.wraps(init)
+        def recording_init(self, *args, **kw):
+            outermost = not getattr(self, "_recording", False)
+            if outermost:
+                object.__setattr__(self, "_recording", True)
+            try:
+                init(self, *args, **kw)
+            finally:
+                if outermost:
+                    object.__setattr__(self, "_recording", False)
+            if outermost:
+                bound = signature.bind(self, *args, **kw)
+                bound.apply_defaults()
+                arguments = dict(list(bound.arguments.items())[1:])
+                object.__setattr__(self, "config", {k: _plain(k, v) for k, v in arguments.items()})
+
+        cls.__init__ = recording_init
+
+    @property
+    def class_path(self) -> str:
+        return f"{type(self).__module__}.{type(self).__qualname__}"
+
+    def spec(self) -> dict[str, Any]:
+        """{"class_path": ..., "init_args": config}: everything needed to rebuild the model."""
+        return {"class_path": self.class_path, "init_args": dict(self.config)}
+
+    @staticmethod
+    def from_config(spec: dict[str, Any]) -> ZooModel:
+        """Rebuild a model from ``spec()`` (fresh parameters; load a state dict for the weights)."""
+        if not isinstance(spec, dict) or "class_path" not in spec:
+            raise ValueError(f"a model spec is a dict with 'class_path' and 'init_args', got {spec!r}")
+        module_name, _, name = spec["class_path"].rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as error:
+            raise ValueError(f"unknown model class {spec['class_path']!r}: {error}") from None
+        if not (isinstance(cls, type) and issubclass(cls, ZooModel)):
+            raise ValueError(f"{spec['class_path']!r} is not a zoo model (a ZooModel subclass)")
+        return cls(**spec.get("init_args", {}))

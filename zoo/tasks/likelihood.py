@@ -1,0 +1,127 @@
+"""``LikelihoodTask``: train and evaluate any sequence model by maximum likelihood.
+
+The model (a ``ZooModel`` following docs/training-api.md) returns log p(sequence); the loss is
+-sum log p / sum events of the batch. Validation and test report the NLL per event and, for text,
+the perplexity, through DDP-safe metrics. AdamW; the learning rate is multiplied by ``lr_factor``
+when the validation NLL has not improved for ``lr_patience`` validations; gradient clipping is the
+Trainer's ``gradient_clip_val``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+
+from zoo.metrics import NegativeLogLikelihood, Perplexity
+from zoo.models.base import ZooModel
+
+
+class LikelihoodTask(pl.LightningModule):
+    """Maximum-likelihood training of a sequence model.
+
+    Args:
+        model: a ``ZooModel``, or its spec {"class_path": ..., "init_args": {...}} (how checkpoints
+            store it: plain values only).
+        lr, weight_decay, betas: AdamW.
+        lr_factor, lr_patience: ReduceLROnPlateau on ``val/nll``.
+        init_from: optional path of a checkpoint (``zoo fit``'s ``.ckpt``) whose model weights
+            initialize this one: fine-tuning with a fresh optimizer.
+    """
+
+    def __init__(
+        self,
+        model: ZooModel | dict,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        lr_factor: float = 0.5,
+        lr_patience: int = 2,
+        init_from: str | None = None,
+    ):
+        super().__init__()
+        if isinstance(model, dict):
+            model = ZooModel.from_config(model)
+        if not isinstance(model, ZooModel):
+            raise TypeError(
+                f"model must be a zoo model (ZooModel subclass) or its spec dict, got {type(model).__name__}"
+            )
+        self.model = model
+        self.save_hyperparameters(
+            {
+                "model": model.spec(),
+                "lr": lr,
+                "weight_decay": weight_decay,
+                "betas": list(betas),
+                "lr_factor": lr_factor,
+                "lr_patience": lr_patience,
+                "init_from": None,  # the weights are in this checkpoint: reloading reads no other file
+            }
+        )
+        if init_from is not None:
+            self.model.load_state_dict(load_model_weights(init_from))
+        self.metrics = torch.nn.ModuleDict(
+            {
+                f"{stage}_{name}": metric()
+                for stage in ("val", "test")
+                for name, metric in (("nll", NegativeLogLikelihood), ("ppl", Perplexity))
+            }
+        )
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """log p of each sequence of the batch: (B,)."""
+        return self.model.log_likelihood(batch)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        log_p = self(batch)
+        events = self.model.num_events(batch)
+        loss = -log_p.sum() / events.sum()
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(log_p))
+        return loss
+
+    def _evaluate(self, batch: dict[str, Tensor], stage: str) -> None:
+        log_p = self(batch)
+        events = self.model.num_events(batch)
+        metrics = [("nll", self.metrics[f"{stage}_nll"])]
+        if "tokens" in batch:  # text: perplexity too
+            metrics.append(("ppl", self.metrics[f"{stage}_ppl"]))
+        for name, metric in metrics:
+            metric.update(log_p, events)
+            self.log(f"{stage}/{name}", metric, prog_bar=name == "ppl", batch_size=len(log_p))
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        """log p and events of each sequence (perplexity of a sentence: exp(-log_p / events))."""
+        return {"log_likelihood": self(batch), "events": self.model.num_events(batch)}
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        h = self.hparams
+        optimizer = torch.optim.AdamW(
+            self.parameters(), lr=h.lr, weight_decay=h.weight_decay, betas=tuple(h.betas)
+        )
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="min", factor=h.lr_factor, patience=h.lr_patience
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "monitor": "val/nll", "interval": "epoch"},
+        }
+
+
+def load_model_weights(path: str) -> dict[str, Tensor]:
+    """The model's state dict from a LikelihoodTask checkpoint (keys without the ``model.`` prefix)."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    state = checkpoint.get("state_dict")
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} is not a Lightning checkpoint of a zoo task (no 'state_dict')")
+    weights = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}
+    if not weights:
+        raise ValueError(f"{path} holds no model weights (no 'model.*' keys in its state_dict)")
+    return weights
