@@ -1,0 +1,318 @@
+"""zoo.models HMM family: exact log-likelihoods against brute-force enumeration, normalization,
+state / feature dropout, gradients, no N x N for the low-rank and rank-space backends."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+import re
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from zoo.inference import LowRankChain, RankSpaceChain
+from zoo.models import BernoulliHMM, CategoricalHMM
+
+N, V, K, R = 3, 4, 3, 2
+BACKENDS = {
+    "exact": {},
+    "low-rank": {"rank": R},
+    "rank-space": {"rank": R},
+    "randomized": {"k1": 2, "k2": 1},
+}
+SMALL = {"embedding_dim": 8, "hidden_dim": 8}
+
+
+def make(kind: str, backend: str, num_states: int = N, dropout: float = 0.0, **extra):
+    torch.manual_seed(0)
+    kw = {**SMALL, **BACKENDS[backend], "dropout": dropout, **extra}
+    if kind == "categorical":
+        model = CategoricalHMM(V, num_states, backend=backend, **kw)
+    else:
+        model = BernoulliHMM(num_states, num_keys=K, backend=backend, **kw)
+    return model.double()
+
+
+def random_batch(kind: str, lengths: list[int], seed: int = 1, num_keys: int = K) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    B, T = len(lengths), max(lengths)
+    lengths_t = torch.tensor(lengths)
+    live = torch.arange(T) < lengths_t[:, None]
+    if kind == "categorical":
+        tokens = torch.randint(V, (B, T), generator=g) * live
+        return {"tokens": tokens, "lengths": lengths_t}
+    frames = (torch.rand(B, T, num_keys, generator=g) < 0.4).double() * live[..., None]
+    return {"frames": frames, "lengths": lengths_t}
+
+
+def all_sequences(kind: str, length: int, num_keys: int = K) -> dict:
+    """Every observation sequence of one length as a batch."""
+    if kind == "categorical":
+        tokens = torch.tensor(list(itertools.product(range(V), repeat=length)))
+        return {"tokens": tokens, "lengths": torch.full((len(tokens),), length)}
+    frames = torch.tensor(list(itertools.product((0.0, 1.0), repeat=num_keys)), dtype=torch.float64)
+    seqs = torch.stack([torch.stack(s) for s in itertools.product(frames, repeat=length)])
+    return {"frames": seqs, "lengths": torch.full((len(seqs),), length)}
+
+
+# --- the independent enumerator -----------------------------------------------------------------
+def emission_logp(kind: str, table: torch.Tensor, obs) -> torch.Tensor:
+    """log p(obs | component) for every component, from the model's normalized table."""
+    if kind == "categorical":
+        return table[:, int(obs)]
+    p = table
+    x = obs.to(p.dtype)
+    return (x * p.log() + (1 - x) * (1 - p).log()).sum(-1)
+
+
+def brute_log_likelihood(kind: str, dist: dict, obs: list) -> float:
+    """log p(x) = log sum over every state sequence of the joint p(x, z), term by term."""
+    L = len(obs)
+    e = [emission_logp(kind, dist["emission"], o) for o in obs]
+    total = 0.0
+    if "transition" in dist:  # softmax / low-rank HMM over z_1..z_L
+        start, trans = dist["start"], dist["transition"]
+        for z in itertools.product(range(len(start)), repeat=L):
+            logp = math.log(start[z[0]]) + e[0][z[0]]
+            for t in range(1, L):
+                logp += math.log(trans[z[t - 1], z[t]]) + e[t][z[t]]
+            total += math.exp(logp)
+        return math.log(total)
+    # rank-space: p(z_t, x_t | z_{t-1}) = sum_r U[z_{t-1}, r] V[z_t, r] W[x_t, r], z_0 ~ start
+    start, U, Vm = dist["start"], dist["U"], dist["V"]
+    merged = [torch.einsum("ir,jr,r->ij", U, Vm, et.exp()) for et in e]  # N x N per position
+    for z in itertools.product(range(len(start)), repeat=L + 1):
+        p = float(start[z[0]])
+        for t in range(L):
+            p *= float(merged[t][z[t], z[t + 1]])
+        total += p
+    return math.log(total)
+
+
+def brute_batch(kind: str, dist: dict, batch: dict) -> torch.Tensor:
+    key = "tokens" if kind == "categorical" else "frames"
+    out = []
+    for obs, length in zip(batch[key], batch["lengths"].tolist()):
+        out.append(brute_log_likelihood(kind, dist, list(obs[:length])))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def restrict(dist: dict, states: torch.Tensor | None) -> dict:
+    """The distributions of the sub-HMM on ``states`` (what state dropout trains)."""
+    if states is None:
+        return dist
+    start = dist["start"][states] / dist["start"][states].sum()
+    if "transition" in dist:
+        trans = dist["transition"][states][:, states]
+        return {
+            "start": start,
+            "transition": trans / trans.sum(-1, keepdim=True),
+            "emission": dist["emission"][states],
+        }
+    Vm = dist["V"][states]
+    return {"start": start, "U": dist["U"][states], "V": Vm / Vm.sum(0), "emission": dist["emission"]}
+
+
+KINDS = ("categorical", "bernoulli")
+
+
+# --- exactness ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_log_likelihood_matches_enumeration(kind, backend):
+    model = make(kind, backend).eval()
+    batch = random_batch(kind, [4, 2, 1, 3])
+    with torch.no_grad():
+        got = model.log_likelihood(batch)
+        want = brute_batch(kind, model.distributions(), batch)
+    assert got.shape == (4,)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_randomized_with_all_states_kept_is_exact_in_training(kind):
+    model = make(kind, "randomized", k1=N, k2=0).train()
+    batch = random_batch(kind, [3, 1, 2])
+    got = model.log_likelihood(batch)
+    with torch.no_grad():
+        want = brute_batch(kind, model.distributions(), batch)
+    torch.testing.assert_close(got.detach(), want, rtol=1e-9, atol=1e-9)
+
+
+def test_randomized_eval_rule():
+    batch = random_batch("categorical", [3, 2])
+    exact_eval = make("categorical", "randomized").eval()
+    assert exact_eval.evaluation_is_exact()
+    assert exact_eval.chain(batch).backend.value == "exact"
+    assert exact_eval.train().chain(batch).backend.value == "randomized"
+    estimated = make("categorical", "randomized", exact_max_states=2).eval()
+    assert not estimated.evaluation_is_exact()
+    assert estimated.chain(batch).backend.value == "randomized"
+    # the estimate is random: the log of an unbiased estimate, reproducible with a generator
+    draws = [
+        estimated.log_likelihood(batch, generator=torch.Generator().manual_seed(s)) for s in (0, 0, 1)
+    ]
+    torch.testing.assert_close(draws[0], draws[1])
+    assert all(torch.isfinite(d).all() for d in draws)
+
+
+# --- normalization ------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_sum_over_all_sequences_is_one(kind, backend):
+    """sum_x p(x) = 1 over every sequence of a fixed length: transitions and emissions normalized."""
+    model = make(kind, backend).eval()
+    batch = all_sequences(kind, 2)
+    with torch.no_grad():
+        total = model.log_likelihood(batch).logsumexp(0)
+    assert abs(total.item()) < 1e-10
+
+
+@pytest.mark.parametrize("backend", ["exact", "low-rank", "rank-space"])
+def test_normalized_with_state_and_feature_dropout(backend):
+    """In training mode one batch is scored by one sub-model: still a distribution over x."""
+    extra = {"state_dropout": 0.5, "dropout": 0.3}
+    if backend != "exact":
+        extra["feature_dropout"] = 0.5
+    model = make("categorical", backend, num_states=4, **extra).train()
+    batch = all_sequences("categorical", 2)
+    total = model.log_likelihood(batch).logsumexp(0)
+    assert abs(total.item()) < 1e-10
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_distributions_are_normalized(backend):
+    model = make("bernoulli", backend).eval()
+    cat = make("categorical", backend).eval()
+    with torch.no_grad():
+        d, dc = model.distributions(), cat.distributions()
+    one = torch.tensor(1.0, dtype=torch.float64)
+    torch.testing.assert_close(d["start"].sum(), one)
+    if "transition" in d:
+        torch.testing.assert_close(d["transition"].sum(-1), torch.ones(N, dtype=torch.float64))
+        assert d["transition"].shape == (N, N)
+    else:
+        torch.testing.assert_close(d["U"].sum(-1), torch.ones(N, dtype=torch.float64))
+        torch.testing.assert_close(d["V"].sum(0), torch.ones(R, dtype=torch.float64))
+    assert ((d["emission"] > 0) & (d["emission"] < 1)).all()  # Bernoulli probabilities per key
+    rows = N if "transition" in dc else R
+    torch.testing.assert_close(dc["emission"].exp().sum(-1), torch.ones(rows, dtype=torch.float64))
+
+
+# --- state dropout ------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["exact", "low-rank", "rank-space", "randomized"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_state_dropout_scores_the_sub_hmm_on_the_kept_states(kind, backend):
+    extra = {"k1": 2, "k2": 0} if backend == "randomized" else {}
+    model = make(kind, backend, num_states=4, state_dropout=0.5, **extra).train()
+    batch = random_batch(kind, [3, 1, 2])
+    torch.manual_seed(5)
+    states, features = model._subsets()
+    assert states.tolist() == sorted(states.tolist()) and len(states) == 2 and features is None
+    torch.manual_seed(5)
+    got = model.log_likelihood(batch)
+    with torch.no_grad():
+        want = brute_batch(kind, restrict(model.distributions(), states), batch)
+    torch.testing.assert_close(got.detach(), want, rtol=1e-9, atol=1e-9)
+    # eval mode uses every state
+    assert model.eval().chain(batch).factors.num_states == 4
+
+
+# --- gradients ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_gradients_reach_every_parameter(kind, backend):
+    model = make(kind, backend, dropout=0.1).train()
+    batch = random_batch(kind, [4, 2, 3])
+    loss = -model.log_likelihood(batch).sum() / model.num_events(batch).sum()
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, f"{name} got no gradient"
+        assert torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().sum() > 0, f"{name} has an all-zero gradient"
+
+
+# --- no N x N for low-rank / rank-space -------------------------------------------------------------
+class LargestTensor(TorchDispatchMode):
+    """Records the largest tensor any op outputs (forward and backward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("backend", ["low-rank", "rank-space"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_state_by_state_tensor(kind, backend):
+    states = 512
+    model = make(kind, backend, num_states=states, rank=8).float().train()
+    batch = random_batch(kind, [6, 3])
+    batch = {k: (v.float() if v.is_floating_point() else v) for k, v in batch.items()}
+    chain = model.chain(batch)
+    assert isinstance(chain.factors, LowRankChain if backend == "low-rank" else RankSpaceChain)
+    with LargestTensor() as probe:
+        model.log_likelihood(batch).sum().backward()
+    assert probe.largest < states * states // 16, probe.largest
+
+
+# --- contract and errors ------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", [CategoricalHMM, BernoulliHMM])
+def test_contract(cls):
+    for p in inspect.signature(cls).parameters.values():
+        assert p.default is inspect.Parameter.empty or isinstance(p.default, (int, float, str, type(None)))
+    kind = "categorical" if cls is CategoricalHMM else "bernoulli"
+    size = {"vocab_size": V} if cls is CategoricalHMM else {"num_keys": K}
+    model = cls(num_states=N, backend="Low_Rank", rank=R, **size)  # stored as the plain value
+    assert type(model.backend) is str and model.backend == "low-rank"
+    batch = random_batch(kind, [2, 1])
+    assert model.num_events(batch).tolist() == [2, 1]
+    assert "rank=2" in repr(model)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"backend": "viterbi"}, "unknown backend"),
+        ({"backend": "low-rank"}, "needs rank"),
+        ({"backend": "rank-space"}, "needs rank"),
+        ({"backend": "low-rank", "rank": 5}, "at most num_states"),
+        ({"backend": "low-rank", "rank": 0}, "rank must be an int >= 1"),
+        ({"backend": "exact", "rank": 2}, "rank is used only"),
+        ({"backend": "randomized"}, "needs k1"),
+        ({"backend": "randomized", "k1": 3, "k2": 2}, "k1 + k2 must be in 1..4"),
+        ({"backend": "randomized", "k1": 2, "k2": 1, "state_dropout": 0.5}, "k1 + k2 must be in 1..2"),
+        ({"backend": "randomized", "k1": 0, "k2": 0}, "k1 + k2 must be in"),
+        ({"backend": "randomized", "k1": 1, "k2": 1, "proposal": "best"}, "unknown proposal"),
+        ({"backend": "exact", "k1": 1}, "k1 and k2 are used only"),
+        ({"backend": "exact", "feature_dropout": 0.1}, "feature_dropout"),
+        ({"state_dropout": 1.0}, "state_dropout must be a float in [0, 1)"),
+        ({"num_states": 0}, "num_states must be an int"),
+        ({"vocab_size": 2.5}, "vocab_size must be an int"),
+    ],
+)
+def test_constructor_errors(kwargs, message):
+    args = {"vocab_size": 5, "num_states": 4, **kwargs}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        CategoricalHMM(**args)
+
+
+def test_batch_errors():
+    model = make("categorical", "exact")
+    with pytest.raises(KeyError, match="needs batch\\['tokens'\\]"):
+        model.log_likelihood({"frames": torch.zeros(1, 2, K), "lengths": torch.tensor([2])})
+    with pytest.raises(ValueError, match="tokens must lie in 0..3"):
+        model.log_likelihood({"tokens": torch.tensor([[1, 4]]), "lengths": torch.tensor([2])})
+    music = make("bernoulli", "exact")
+    with pytest.raises(ValueError, match="frames must have shape B x T x 3"):
+        music.log_likelihood({"frames": torch.zeros(1, 2, 88), "lengths": torch.tensor([2])})
+    with pytest.raises(ValueError, match="num_keys must be an int"):
+        BernoulliHMM(4, num_keys=0)

@@ -1,0 +1,20 @@
+"""Model families: nn.Modules from parameters to engine factors to log-likelihoods.
+
+See docs/training-api.md for the contract (``log_likelihood(batch)``, ``num_events(batch)``,
+``backend`` a plain string, plain-value constructor arguments).
+"""
+
+from zoo.models.emissions import BernoulliEmission, CategoricalEmission
+from zoo.models.hmm import HMM, BernoulliHMM, CategoricalHMM
+from zoo.models.layers import ExpFeatureMap, ResidualBlock, ResidualMLP
+
+__all__ = [
+    "HMM",
+    "BernoulliHMM",
+    "CategoricalHMM",
+    "BernoulliEmission",
+    "CategoricalEmission",
+    "ExpFeatureMap",
+    "ResidualBlock",
+    "ResidualMLP",
+]

@@ -1,0 +1,107 @@
+"""Emission distributions of the HMM family, one per observation type.
+
+Each emission module maps C components (the N states of a softmax or low-rank HMM, or the R rank
+components of a rank-space HMM), given as hidden vectors C x D, to the log-probability of each
+observation under each component, B x T x C. Components are embedded by the model; the module owns
+the observation side (word embeddings, key embeddings) and the normalization.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+NORMALIZER_CHUNK = 2**24  # logits per chunk of the categorical normalizer (64 MiB in float32)
+
+
+def _chunk_logsumexp(hidden: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    return torch.logsumexp(torch.addmm(bias, hidden, weight.T), -1)
+
+
+class CategoricalEmission(nn.Module):
+    """p(x = w | c) = softmax_w(h_c . e_w + b_w) over a vocabulary of V words.
+
+    The normalizer log sum_w exp(h_c . e_w + b_w) is computed once per call (C x V logits, in
+    row chunks of at most ``NORMALIZER_CHUNK`` logits, recomputed in the backward so that C x V is
+    never held for autograd); the observed words are then scored by one B*T x D @ D x C product.
+    No B x T x C x V or per-token C x V tensor is formed.
+
+    Args:
+        vocab_size: V.
+        dim: D, the size of the component hidden vectors and of the word embeddings.
+    """
+
+    def __init__(self, vocab_size: int, dim: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.word = nn.Parameter(torch.randn(vocab_size, dim) / dim**0.5)
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def log_normalizer(self, hidden: Tensor) -> Tensor:
+        """log sum_w exp(h_c . e_w + b_w): C. hidden: C x D."""
+        rows = max(1, NORMALIZER_CHUNK // self.vocab_size)
+        if hidden.shape[0] <= rows:
+            return _chunk_logsumexp(hidden, self.word, self.bias)
+        return torch.cat(
+            [
+                checkpoint(_chunk_logsumexp, h, self.word, self.bias, use_reentrant=False)
+                for h in hidden.split(rows)
+            ]
+        )
+
+    def forward(self, hidden: Tensor, tokens: Tensor) -> Tensor:
+        """log p(tokens[b, t] | c): B x T x C. hidden: C x D; tokens: B x T long in 0..V-1."""
+        if tokens.dtype not in (torch.long, torch.int32, torch.int64):
+            raise TypeError(f"tokens must be an integer tensor, got {tokens.dtype}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(
+                f"tokens must lie in 0..{self.vocab_size - 1} (vocab_size={self.vocab_size}), "
+                f"got values in {int(tokens.min())}..{int(tokens.max())}"
+            )
+        tokens = tokens.long()
+        lse = self.log_normalizer(hidden)
+        scores = self.word[tokens] @ hidden.T + self.bias[tokens].unsqueeze(-1)  # B x T x C
+        return scores - lse
+
+    def table(self, hidden: Tensor) -> Tensor:
+        """The full table log p(w | c): C x V (for inspection and tests; materializes C x V)."""
+        return torch.log_softmax(hidden @ self.word.T + self.bias, -1)
+
+
+class BernoulliEmission(nn.Module):
+    """Factored Bernoulli over K keys (Chiu et al. 2021, music): p_ck = sigmoid(h_c . e_k + b_k),
+
+        log p(x | c) = sum_k x_k log p_ck + (1 - x_k) log(1 - p_ck)
+                     = x . l_c + sum_k log sigmoid(-l_ck)           (l = logits),
+
+    computed as one B*T x K @ K x C product plus a per-component constant.
+
+    Args:
+        num_keys: K (88 piano keys for the music data; configurable for tests).
+        dim: D, the size of the component hidden vectors and of the key embeddings.
+    """
+
+    def __init__(self, num_keys: int, dim: int):
+        super().__init__()
+        self.num_keys = num_keys
+        self.key = nn.Parameter(torch.randn(num_keys, dim) / dim**0.5)
+        self.bias = nn.Parameter(torch.full((num_keys,), -2.0))  # most keys are off in a frame
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """l_ck = log p_ck - log(1 - p_ck): C x K. hidden: C x D."""
+        return hidden @ self.key.T + self.bias
+
+    def forward(self, hidden: Tensor, frames: Tensor) -> Tensor:
+        """log p(frames[b, t] | c): B x T x C. hidden: C x D; frames: B x T x K, values in {0, 1}."""
+        if frames.dim() != 3 or frames.shape[-1] != self.num_keys:
+            raise ValueError(
+                f"frames must have shape B x T x {self.num_keys} (num_keys), got {tuple(frames.shape)}"
+            )
+        logits = self.logits(hidden)
+        return frames.to(logits.dtype) @ logits.T + F.logsigmoid(-logits).sum(-1)
+
+    def table(self, hidden: Tensor) -> Tensor:
+        """p(x_k = 1 | c): C x K (for inspection and tests)."""
+        return torch.sigmoid(self.logits(hidden))

@@ -1,0 +1,391 @@
+"""Neural HMMs with the inference backend as a constructor argument.
+
+Two observation types share one base class:
+
+* ``CategoricalHMM(vocab_size, num_states, ...)``: words in 0..V-1 (language modelling), batch key
+  ``tokens`` (B x T long);
+* ``BernoulliHMM(num_states, num_keys=88, ...)``: factored Bernoulli emissions over piano keys
+  (polyphonic music), batch key ``frames`` (B x T x K float 0/1).
+
+Parameterization per backend (D embedding size, N states, R rank; every distribution is a softmax
+of dot products of embeddings passed through residual MLPs h, Yang et al. 2022 App. B):
+
+* ``exact``: the softmax HMM. p(z_1) = softmax_z(e_z . h_s(q)); p(z_t = j | z_{t-1} = i) =
+  softmax_j(h_T(e_i) . f_j); p(x | z) from h_E(e_z). Inference: the exact forward on a DenseChain.
+* ``low-rank``: the LHMM (Chiu et al. 2021, Eq. 5): p(j | i) proportional to phi(h_T(e_i)) . phi(f_j)
+  with phi(x) = exp(W x), W R x D (orthogonal random features at init, trained); start and emissions
+  as ``exact``. Inference: LowRankChain, O(T N R); N x N is never built.
+* ``rank-space``: the CPD of the merged transition-emission factor (Yang et al. 2022, Sec. 4.3 and
+  App. B): p(z_t, x_t | z_{t-1}) = sum_r U[z_{t-1}, r] V[z_t, r] W[x_t, r] with
+  U = softmax_r(e_z . g_r) (p(r | z_{t-1})), V = softmax_z(f_z . g_r) (p(z_t | r)), and the emission
+  W[x, r] = p(x | r) carried by the rank components (from h_E(g_r)); the first state comes through
+  the same factor from a start distribution over a virtual z_0. Inference: RankSpaceChain, the DP
+  runs over rank nodes, O(N R^2 + T R^2); N x N is never built.
+* ``randomized``: the softmax HMM of ``exact``, trained with the randomized forward (Fu et al.
+  2022, Alg. 1) keeping K1 top + K2 sampled states per position under the local+global proposal
+  (Eq. 34). In eval mode the exact forward runs whenever N <= ``exact_max_states``; otherwise the
+  randomized estimate (log of an unbiased estimate of p(x)) is returned, see ``evaluation_is_exact``.
+
+Regularization (training mode only; eval mode always uses the full model):
+
+* ``dropout``: inside the residual MLPs (and on the rank embeddings g_r, Yang et al. 2022 App. D).
+* ``state_dropout`` p (Chiu & Rush 2020; Chiu et al. 2021): per training batch, a uniformly random
+  subset of round((1 - p) N) states (at least 1, shared by the whole batch) is kept and the others
+  are removed: the start, transition (and rank-space V) distributions are renormalized over the
+  kept states, i.e. the batch is scored by the sub-HMM on the kept states. This equals setting the
+  dropped states' start and transition logits to -inf, and is cheaper.
+* ``feature_dropout`` p (low-rank and rank-space only): the same on the R features / rank
+  components: a random subset of round((1 - p) R) of them is kept per batch and the transition rows
+  (low-rank) or p(r | z) (rank-space) are renormalized over it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from zoo.inference import Backend, DenseChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
+from zoo.inference.chain.randomized import PROPOSALS
+from zoo.models.emissions import BernoulliEmission, CategoricalEmission
+from zoo.models.layers import ExpFeatureMap, ResidualMLP
+
+
+def _check_int(name: str, value, low: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def _check_probability(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {value!r}")
+
+
+def _kept_count(total: int, p: float) -> int:
+    """How many of ``total`` states / features survive a drop probability p (at least 1)."""
+    return max(1, round(total * (1.0 - p)))
+
+
+class HMM(nn.Module):
+    """Base class of the neural HMMs; use ``CategoricalHMM`` or ``BernoulliHMM``.
+
+    Subclasses set ``observation_key`` (the batch key of the observations) and build
+    ``self.emission`` (a module mapping C x D component vectors and the observations to
+    log-probabilities B x T x C).
+    """
+
+    observation_key: str = ""
+
+    def __init__(
+        self,
+        num_states: int,
+        backend: str,
+        rank: int | None,
+        embedding_dim: int,
+        hidden_dim: int,
+        num_blocks: int,
+        dropout: float,
+        state_dropout: float,
+        feature_dropout: float,
+        k1: int | None,
+        k2: int | None,
+        proposal: str,
+        exact_max_states: int,
+    ):
+        super().__init__()
+        _check_int("num_states", num_states)
+        parsed = Backend.parse(backend)
+        for name, value in (("embedding_dim", embedding_dim), ("hidden_dim", hidden_dim)):
+            _check_int(name, value)
+        _check_int("num_blocks", num_blocks, low=0)
+        for name, value in (
+            ("dropout", dropout),
+            ("state_dropout", state_dropout),
+            ("feature_dropout", feature_dropout),
+        ):
+            _check_probability(name, value)
+        _check_int("exact_max_states", exact_max_states)
+        low_rank_like = parsed in (Backend.LOW_RANK, Backend.RANK_SPACE)
+        if low_rank_like:
+            if rank is None:
+                raise ValueError(f"backend={parsed.value!r} needs rank=R (the number of features / CPD rank)")
+            _check_int("rank", rank)
+            if parsed is Backend.LOW_RANK and rank > num_states:
+                raise ValueError(
+                    f"rank must be at most num_states={num_states} for backend='low-rank' "
+                    f"(a rank-{rank} LHMM is slower than the softmax HMM: use backend='exact'), got {rank}"
+                )
+        elif rank is not None:
+            raise ValueError(
+                f"rank is used only by the 'low-rank' and 'rank-space' backends, got rank={rank!r} "
+                f"with backend={parsed.value!r}"
+            )
+        if feature_dropout > 0 and not low_rank_like:
+            raise ValueError(
+                "feature_dropout drops low-rank features / rank components: it needs backend "
+                f"'low-rank' or 'rank-space', got {parsed.value!r}"
+            )
+        if parsed is Backend.RANDOMIZED:
+            if k1 is None or k2 is None:
+                raise ValueError(
+                    "backend='randomized' needs k1 (top states kept exactly) and k2 (states sampled) "
+                    f"per position, e.g. k1=k2=num_states//10; got k1={k1!r}, k2={k2!r}"
+                )
+            _check_int("k1", k1, low=0)
+            _check_int("k2", k2, low=0)
+            kept = _kept_count(num_states, state_dropout)
+            if k1 + k2 < 1 or k1 + k2 > kept:
+                raise ValueError(
+                    f"k1 + k2 must be in 1..{kept} (the states left after state_dropout="
+                    f"{state_dropout} of num_states={num_states}), got k1={k1}, k2={k2}"
+                )
+            if proposal not in PROPOSALS:
+                raise ValueError(f"unknown proposal {proposal!r}; expected one of {PROPOSALS}")
+        elif k1 is not None or k2 is not None:
+            raise ValueError(
+                f"k1 and k2 are used only by backend='randomized', got k1={k1!r}, k2={k2!r} "
+                f"with backend={parsed.value!r}"
+            )
+
+        self.num_states = num_states
+        self.backend = parsed.value
+        self.rank = rank
+        self.state_dropout = state_dropout
+        self.feature_dropout = feature_dropout
+        self.k1, self.k2, self.proposal = k1, k2, proposal
+        self.exact_max_states = exact_max_states
+
+        D = embedding_dim
+
+        def mlp() -> ResidualMLP:
+            return ResidualMLP(D, hidden_dim, num_blocks, dropout)
+
+        def embedding(rows: int) -> nn.Parameter:
+            return nn.Parameter(nn.init.xavier_normal_(torch.empty(rows, D)))
+
+        self.state_emb = embedding(num_states)  # e_z: the previous state's role (and the start)
+        self.next_state_emb = embedding(num_states)  # f_z: the next state's role
+        self.start_query = nn.Parameter(torch.randn(D) / D**0.5)  # q
+        self.start_mlp = mlp()  # h_s
+        self.emit_mlp = mlp()  # h_E: component (state or rank) -> emission hidden
+        if parsed is Backend.RANK_SPACE:
+            self.rank_emb = embedding(rank)  # g_r
+            self.rank_dropout = nn.Dropout(dropout)
+        else:
+            self.trans_mlp = mlp()  # h_T
+        if parsed is Backend.LOW_RANK:
+            self.feature_map = ExpFeatureMap(D, rank)
+
+    # --- subclasses ------------------------------------------------------------------------
+    def _emission_log_probs(self, hidden: Tensor, observations: Tensor) -> Tensor:
+        """log p(observation at b, t | component c): B x T x C. hidden: C x D."""
+        return self.emission(hidden, observations)
+
+    # --- parameters -------------------------------------------------------------------------
+    def _subsets(self) -> tuple[Tensor | None, Tensor | None]:
+        """The kept state and feature indices of this batch (None: all), drawn in training mode."""
+        states = features = None
+        if self.training and self.state_dropout > 0:
+            n = _kept_count(self.num_states, self.state_dropout)
+            states = torch.randperm(self.num_states, device=self.state_emb.device)[:n].sort().values
+        if self.training and self.feature_dropout > 0:
+            n = _kept_count(self.rank, self.feature_dropout)
+            features = torch.randperm(self.rank, device=self.state_emb.device)[:n].sort().values
+        return states, features
+
+    def _start_log_probs(self, prev: Tensor) -> Tensor:
+        """log p(z_1) (rank-space: log s(z_0)): N. prev: N x D state embeddings e_z."""
+        return torch.log_softmax(prev @ self.start_mlp(self.start_query), -1)
+
+    def _transition_log_probs(self, prev: Tensor, nxt: Tensor) -> Tensor:
+        """log p(z_t = j | z_{t-1} = i) at [i, j]: N x N (softmax HMM only)."""
+        return torch.log_softmax(self.trans_mlp(prev) @ nxt.T, -1)
+
+    def _low_rank_features(
+        self, prev: Tensor, nxt: Tensor, features: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """phi(h_T(e_i)) and phi(f_j): N x R each (R reduced by feature dropout)."""
+        left = self.feature_map(self.trans_mlp(prev), shift="row")
+        right = self.feature_map(nxt, shift="global")
+        if features is not None:
+            left, right = left[:, features], right[:, features]
+        return left, right
+
+    def _rank_factors(
+        self, prev: Tensor, nxt: Tensor, features: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """U = p(r | z_{t-1}) (rows sum to 1), V = p(z_t | r) (columns sum to 1), both N x R, and
+        the rank emission hidden vectors R x D."""
+        ranks = self.rank_dropout(self.rank_emb)
+        if features is not None:
+            ranks = ranks[features]
+        U = torch.softmax(prev @ ranks.T, -1)
+        V = torch.softmax(nxt @ ranks.T, 0)
+        return U, V, self.emit_mlp(ranks)
+
+    def distributions(self) -> dict[str, Tensor]:
+        """The model's normalized distributions over all states (no state / feature dropout).
+
+        Returns for ``exact``, ``low-rank`` and ``randomized``: ``start`` N (p(z_1)),
+        ``transition`` N x N (p(z_t = j | z_{t-1} = i); materialized, also for low-rank),
+        ``emission`` N x V (log p(w | z)) or N x K (p(x_k = 1 | z)). For ``rank-space``: ``start``
+        N (s(z_0)), ``U`` N x R, ``V`` N x R, ``emission`` R x V or R x K (the same, per rank).
+        For inspection and tests.
+        """
+        prev, nxt = self.state_emb, self.next_state_emb
+        start = self._start_log_probs(prev).exp()
+        if self.backend == Backend.RANK_SPACE.value:
+            U, V, hidden = self._rank_factors(prev, nxt, None)
+            return {"start": start, "U": U, "V": V, "emission": self.emission.table(hidden)}
+        if self.backend == Backend.LOW_RANK.value:
+            left, right = self._low_rank_features(prev, nxt, None)
+            scores = left @ right.T
+            transition = scores / scores.sum(-1, keepdim=True)
+        else:
+            transition = self._transition_log_probs(prev, nxt).exp()
+        emission = self.emission.table(self.emit_mlp(prev))
+        return {"start": start, "transition": transition, "emission": emission}
+
+    # --- inference --------------------------------------------------------------------------
+    def _observations(self, batch: dict) -> tuple[Tensor, Tensor]:
+        for key in (self.observation_key, "lengths"):
+            if key not in batch:
+                raise KeyError(
+                    f"{type(self).__name__} needs batch[{key!r}]; the batch has keys {sorted(batch)}"
+                )
+        return batch[self.observation_key], batch["lengths"]
+
+    def evaluation_is_exact(self) -> bool:
+        """Whether ``log_likelihood`` in eval mode is the exact log p(x) (False only for the
+        randomized backend with num_states > exact_max_states: then it is a random estimate)."""
+        return self.backend != Backend.RANDOMIZED.value or self.num_states <= self.exact_max_states
+
+    def chain(self, batch: dict, generator: torch.Generator | None = None) -> LinearChain:
+        """The posterior over state sequences p(z | x) of this batch as a ``LinearChain``.
+
+        In training mode with state dropout its states are the kept subset. For ``rank-space`` the
+        chain is a RankSpaceChain (log Z over rank nodes; state operations use its state view).
+        ``generator`` seeds the randomized backend's index draws.
+        """
+        observations, lengths = self._observations(batch)
+        states, features = self._subsets()
+        prev, nxt = self.state_emb, self.next_state_emb
+        if states is not None:
+            prev, nxt = prev[states], nxt[states]
+        start = self._start_log_probs(prev)
+        if self.backend == Backend.RANK_SPACE.value:
+            U, V, hidden = self._rank_factors(prev, nxt, features)
+            emission = self._emission_log_probs(hidden, observations)  # B x T x R
+            return LinearChain(RankSpaceChain(start.exp(), U, V, emission), lengths, "rank-space")
+        unary = self._emission_log_probs(self.emit_mlp(prev), observations)  # B x T x N
+        if self.backend == Backend.LOW_RANK.value:
+            left, right = self._low_rank_features(prev, nxt, features)
+            return LinearChain(LowRankChain(unary, left, right, init=start), lengths, "low-rank")
+        factors = DenseChain(unary, self._transition_log_probs(prev, nxt), init=start)
+        if self.backend == Backend.EXACT.value or (not self.training and self.evaluation_is_exact()):
+            return LinearChain(factors, lengths, "exact")
+        options = RDPOptions(self.k1, self.k2, self.proposal, generator)
+        return LinearChain(factors, lengths, "randomized", options)
+
+    def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
+        """log p(x) per sequence: (B,), differentiable. For ``randomized`` in training (or in eval
+        when not ``evaluation_is_exact()``), the log of the unbiased RDP estimate of p(x)."""
+        return self.chain(batch, generator).log_partition
+
+    def forward(self, batch: dict) -> Tensor:
+        """Same as ``log_likelihood``: (B,)."""
+        return self.log_likelihood(batch)
+
+    def num_events(self, batch: dict) -> Tensor:
+        """What perplexity / NLL are normalized by: the lengths (B,) (tokens incl. <eos>, or frames)."""
+        return batch["lengths"]
+
+    def extra_repr(self) -> str:
+        extra = f", rank={self.rank}" if self.rank is not None else ""
+        if self.backend == Backend.RANDOMIZED.value:
+            extra += f", k1={self.k1}, k2={self.k2}, proposal={self.proposal!r}"
+        return f"num_states={self.num_states}, backend={self.backend!r}{extra}"
+
+
+class CategoricalHMM(HMM):
+    """A neural HMM over words (language modelling): batch key ``tokens`` B x T long in 0..V-1.
+
+    Args:
+        vocab_size: V (including <eos> and <unk>).
+        num_states: N.
+        backend: "exact", "low-rank", "rank-space" or "randomized" (see the module docstring).
+        rank: R, the number of LHMM features (low-rank, at most N) or the CPD rank (rank-space);
+            required by those two backends, rejected by the others.
+        embedding_dim: D, the size of every embedding (states, words, ranks, features' input).
+        hidden_dim: inner width of the residual blocks.
+        num_blocks: residual blocks per MLP (2 in the papers).
+        dropout: dropout inside the MLPs (and on the rank embeddings).
+        state_dropout: probability of dropping each state in a training batch (see module docstring).
+        feature_dropout: the same for low-rank features / rank components (those backends only).
+        k1, k2: randomized only (required there): states kept exactly (top-K1 of the proposal) and
+            sampled (K2) per position; k1 + k2 <= the states left after state dropout.
+        proposal: randomized only: "local+global" (Fu et al. 2022, Eq. 34), "local", "global",
+            "uniform".
+        exact_max_states: randomized only: in eval mode the exact forward runs when
+            num_states <= this bound, else the randomized estimate.
+    """
+
+    observation_key = "tokens"
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_states: int,
+        backend: str = "exact",
+        rank: int | None = None,
+        embedding_dim: int = 256,
+        hidden_dim: int = 256,
+        num_blocks: int = 2,
+        dropout: float = 0.1,
+        state_dropout: float = 0.0,
+        feature_dropout: float = 0.0,
+        k1: int | None = None,
+        k2: int | None = None,
+        proposal: str = "local+global",
+        exact_max_states: int = 8192,
+    ):
+        _check_int("vocab_size", vocab_size)
+        super().__init__(
+            num_states, backend, rank, embedding_dim, hidden_dim, num_blocks, dropout,
+            state_dropout, feature_dropout, k1, k2, proposal, exact_max_states,
+        )  # fmt: skip
+        self.vocab_size = vocab_size
+        self.emission = CategoricalEmission(vocab_size, embedding_dim)
+
+
+class BernoulliHMM(HMM):
+    """A neural HMM over binary frames (polyphonic music): batch key ``frames`` B x T x K (0/1),
+    factored Bernoulli emissions over K keys (Chiu et al. 2021). Arguments as ``CategoricalHMM``,
+    with ``num_keys`` (K, default 88) in place of ``vocab_size``; for rank-space the rank components
+    carry the Bernoulli emissions."""
+
+    observation_key = "frames"
+
+    def __init__(
+        self,
+        num_states: int,
+        num_keys: int = 88,
+        backend: str = "exact",
+        rank: int | None = None,
+        embedding_dim: int = 256,
+        hidden_dim: int = 256,
+        num_blocks: int = 2,
+        dropout: float = 0.1,
+        state_dropout: float = 0.0,
+        feature_dropout: float = 0.0,
+        k1: int | None = None,
+        k2: int | None = None,
+        proposal: str = "local+global",
+        exact_max_states: int = 8192,
+    ):
+        _check_int("num_keys", num_keys)
+        super().__init__(
+            num_states, backend, rank, embedding_dim, hidden_dim, num_blocks, dropout,
+            state_dropout, feature_dropout, k1, k2, proposal, exact_max_states,
+        )  # fmt: skip
+        self.num_keys = num_keys
+        self.emission = BernoulliEmission(num_keys, embedding_dim)
