@@ -95,15 +95,34 @@ def select_labels(grammar: GrammarFactors, terms: Tensor, options: RDPOptions) -
     return KeptLabels(spans, leaves)
 
 
-def _kept_block(grammar, g, parent, left_sym, right_sym, left, right):
-    """Scaled sum over one split of psi(parent, l, r) exp(left_l + right_r) over kept children."""
-    x_scale, X = outer_sum(left.unsqueeze(2), right.unsqueeze(2))  # B x n x KL x KR
-    psi = grammar.rule_entries(
-        g, parent[..., :, None, None], left_sym[..., None, :, None], right_sym[..., None, None, :]
-    )  # B x n x K x KL x KR
-    p_scale = finite_max(psi.flatten(2), -1)
-    Y = torch.einsum("bnkxy,bnxy->bnk", (psi - p_scale[..., None, None, None]).exp(), X)
-    return x_scale + p_scale, Y
+def _kept_width(grammar, g, parent, *tensors):
+    """The scaled sums of one width's blocks of splits: (scales B x n x nb, values B x n x nb x K).
+
+    ``tensors`` holds four per block: left_sym, left (B x n x s x KL), right_sym, right
+    (B x n x s x KR); a block's value is the sum over its splits of psi(parent, l, r)
+    exp(left_l + right_r) over the kept children. psi is gathered for every block of the width at
+    once, so its backward writes the rules' gradient once per width, not once per block.
+    """
+    blocks = [tensors[i : i + 4] for i in range(0, len(tensors), 4)]
+    index, shapes = [], []
+    for left_sym, _, right_sym, _ in blocks:
+        idx = torch.broadcast_tensors(
+            g, parent[:, :, None, :, None, None], left_sym[..., None, :, None], right_sym[..., None, None, :]
+        )  # each B x n x s x K x KL x KR
+        shapes.append(idx[0].shape)
+        index.append([x.reshape(-1) for x in idx])
+    flat = grammar.rule_entries(*(torch.cat(parts) for parts in zip(*index)))
+    scales, values = [], []
+    for (_, left, _, right), psi, shape in zip(blocks, flat.split([s.numel() for s in shapes]), shapes):
+        psi = psi.view(shape)
+        x_scale, X = outer_sum(left.unsqueeze(-2), right.unsqueeze(-2))  # B x n x s (x KL x KR)
+        m = finite_max(x_scale, -1)
+        X = X * (x_scale - m.unsqueeze(-1)).exp()[..., None, None]
+        p_scale = finite_max(psi.flatten(2), -1)
+        Y = torch.einsum("bnskxy,bnsxy->bnk", (psi - p_scale[..., None, None, None, None]).exp(), X)
+        scales.append(m + p_scale)
+        values.append(Y)
+    return torch.stack(scales, -1), torch.stack(values, -2)
 
 
 def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None, label_scores=None):
@@ -111,7 +130,7 @@ def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None,
     B, T, _ = terms.shape
     NT = grammar.num_nonterminals
     g = (torch.arange(B) if grammar.grammar_batch > 1 else torch.zeros(B, dtype=torch.long))
-    g = g.to(terms.device).view(B, 1, 1, 1, 1)
+    g = g.to(terms.device).view(B, 1, 1, 1, 1, 1)
     leaf_value = terms.gather(-1, kept.leaves.index) + kept.leaves.log_weights  # as a child
     leaf_sym = kept.leaves.index + NT
     chart: list = [None, None]
@@ -127,17 +146,15 @@ def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None,
     for w in range(2, T + 1):
         n = T - w + 1
         parent = span_diagonal(kept.spans.index, w)  # B x n x K
-        parts = []
+        blocks = []
         for block in BLOCKS:
-            for s in block_splits(w, block):
-                (l_sym, left), (r_sym, right) = child(s, 0, n), child(w - s, s, n)
-                parts.append(
-                    checkpoint(
-                        _kept_block, grammar, g, parent, l_sym, r_sym, left, right,
-                        use_reentrant=False,
-                    )
-                )
-        beta = combine(parts)
+            splits = block_splits(w, block)
+            if splits:
+                l_sym, left = (torch.stack(x, 2) for x in zip(*(child(s, 0, n) for s in splits)))
+                r_sym, right = (torch.stack(x, 2) for x in zip(*(child(w - s, s, n) for s in splits)))
+                blocks += [l_sym, left, r_sym, right]
+        scales, values = checkpoint(_kept_width, grammar, g, parent, *blocks, use_reentrant=False)
+        beta = combine(list(zip(scales.unbind(-1), values.unbind(-2))))
         if span_scores is not None:
             beta = beta + span_diagonal(span_scores, w).unsqueeze(-1)
         if label_scores is not None:
