@@ -31,3 +31,42 @@ __all__ = [
     "remove_tags",
     "spans_to_tensor",
 ]
+
+# Sequence data for the likelihood tasks (docs/training-api.md). The data modules import lightning:
+# they (and the readers beside them) load on first access, so ``import zoo.data`` stays light.
+from zoo.data.buckets import BucketBatchSampler, PackedSequences, collate, collate_frames, collate_tokens  # noqa: E402
+from zoo.data.vocab import Vocabulary  # noqa: E402
+
+_LAZY = {
+    "SequenceDataModule": "zoo.data.datamodule",
+    "PTBDataModule": "zoo.data.ptb",
+    "read_ptb": "zoo.data.ptb",
+    "MusicDataModule": "zoo.data.music",
+    "NUM_KEYS": "zoo.data.music",
+    "frames_to_piano_roll": "zoo.data.music",
+    "load_chorales": "zoo.data.music",
+    "read_music_pickle": "zoo.data.music",
+    "split_pieces": "zoo.data.music",
+    "stream_to_piano_roll": "zoo.data.music",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'zoo.data' has no attribute {name!r}")
+
+
+__all__ += [
+    "BucketBatchSampler",
+    "PackedSequences",
+    "Vocabulary",
+    "collate",
+    "collate_frames",
+    "collate_tokens",
+    *_LAZY,
+]

