@@ -1,0 +1,504 @@
+"""Bad input raises ValueError / TypeError whose message names the problem (docs/tree-api.md).
+
+The error may come from a container, from TreeDistribution(...) or from the first operation, so
+each check builds the whole thing and asks for the operation inside pytest.raises.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import tree_bruteforce as tb
+from tree_testlib import DTYPE, close
+
+import zoo.inference.tree.factors as factors
+from zoo.inference.chain.randomized import RDPOptions
+from zoo.inference.tree import (
+    DenseGrammar,
+    LowRankGrammar,
+    RankSpaceGrammar,
+    TreeDistribution,
+    sample_sentences,
+    terminal_scores,
+)
+
+B, T, NT, PT, R = 2, 3, 2, 3, 2
+S = NT + PT
+ERR = (ValueError, TypeError)
+INF, NAN = float("inf"), float("nan")
+
+
+def _g(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def lp(*shape, seed=0):
+    return torch.randn(*shape, generator=_g(seed), dtype=DTYPE)
+
+
+def feat(*shape, seed=0):
+    return torch.rand(*shape, generator=_g(seed), dtype=DTYPE) + 0.1
+
+
+def with_entry(x, value, index=0):
+    """x with its flat entry ``index`` set to ``value``."""
+    x = x.clone()
+    x.view(-1)[index] = value
+    return x
+
+
+def dense(root=None, rules=None):
+    return DenseGrammar(
+        lp(NT, seed=1) if root is None else root, lp(NT, S, S, seed=2) if rules is None else rules
+    )
+
+
+def low_rank(root=None, rules=None, head=None, children=None):
+    return LowRankGrammar(
+        lp(NT, seed=1) if root is None else root,
+        lp(NT, S, S, seed=2) if rules is None else rules,
+        feat(NT, R, seed=3) if head is None else head,
+        feat(NT, NT, R, seed=4) if children is None else children,
+    )
+
+
+def rank_space(root=None, U=None, V=None, W=None):
+    return RankSpaceGrammar(
+        lp(NT, seed=1) if root is None else root,
+        feat(NT, R, seed=5) if U is None else U,
+        feat(S, R, seed=6) if V is None else V,
+        feat(S, R, seed=7) if W is None else W,
+    )
+
+
+def terms_(*shape):
+    return lp(*(shape or (B, T, PT)), seed=8)
+
+
+def log_z(grammar=None, terms=None, lengths=None, backend=None, options=None):
+    grammar = dense() if grammar is None else grammar
+    terms = terms_() if terms is None else terms
+    return TreeDistribution(grammar, terms, lengths, backend, options).log_partition
+
+
+def test_sanity_valid_inputs_do_not_raise():
+    """The builders above are valid as given (so each error below is due to the one bad argument)."""
+    for grammar in (dense(), low_rank(), rank_space()):
+        assert torch.isfinite(log_z(grammar, lengths=torch.tensor([3, 2]))).all()
+    assert torch.isfinite(log_z(backend="randomized", options=RDPOptions(1, 1))).all()
+
+
+def test_unnormalized_and_forbidden_potentials_are_accepted():
+    """Log-potentials need not be normalized, and -inf (forbidden) is a valid entry anywhere; a
+    preterminal forbidden at a position gets marginal 0 there."""
+    big = dense(lp(NT, seed=1) + 50.0, lp(NT, S, S, seed=2) * 10.0)
+    assert torch.isfinite(log_z(big, terms_() + 30.0)).all()
+    terms = with_entry(terms_(), -INF)  # preterminal 0 impossible at position 0 of sentence 0
+    rules = with_entry(lp(NT, S, S, seed=2), -INF, 5)
+    dist = TreeDistribution(dense(with_entry(lp(NT, seed=1), -INF), rules), terms)
+    assert torch.isfinite(dist.log_partition).all()
+    assert dist.preterminal_marginals[0, 0, 0] == 0
+    assert (dist.marginals[:, 0, T, 0] == 0).all()  # root label 0 forbidden
+
+
+# --------------------------------------------------------------------------- sentence lengths
+def test_terms_of_one_word():
+    with pytest.raises(ValueError, match="at least 2 words"):
+        log_z(terms=terms_(B, 1, PT))
+
+
+@pytest.mark.parametrize("lengths", [[3, 1], [1, 1], [2, 0], [0, 3]], ids=str)
+def test_lengths_below_two(lengths):
+    with pytest.raises(ValueError, match="(?i)at least 2 words|lengths must lie in"):
+        log_z(lengths=torch.tensor(lengths))
+
+
+@pytest.mark.parametrize(
+    "lengths, match",
+    [([4, 2], "lengths must lie in"), ([2.5, 3.0], "integers"), ([3, 3, 3], r"shape \(B,\)")],
+    ids=["past-T", "fractional", "wrong-shape"],
+)
+def test_bad_lengths(lengths, match):
+    with pytest.raises(ValueError, match=match):
+        log_z(lengths=torch.tensor(lengths))
+
+
+# --------------------------------------------------------------------------- NaN and +inf
+@pytest.mark.parametrize("value, word", [(NAN, "NaN"), (INF, r"\+inf")], ids=["nan", "+inf"])
+@pytest.mark.parametrize("where", ["root", "rules", "terms", "lowrank rules", "rank-space root"])
+def test_nan_and_plus_inf_log_potentials(where, value, word):
+    with pytest.raises(ValueError, match=f"{where.split()[-1]} contains {word}"):
+        if where == "root":
+            log_z(dense(root=with_entry(lp(NT, seed=1), value)))
+        elif where == "rules":
+            log_z(dense(rules=with_entry(lp(NT, S, S, seed=2), value, 7)))
+        elif where == "terms":
+            log_z(terms=with_entry(terms_(), value, 4))
+        elif where == "lowrank rules":
+            log_z(low_rank(rules=with_entry(lp(NT, S, S, seed=2), value, 7)))
+        else:
+            log_z(rank_space(root=with_entry(lp(NT, seed=1), value)))
+
+
+@pytest.mark.parametrize("value", [NAN, INF, -INF], ids=["nan", "+inf", "-inf"])
+@pytest.mark.parametrize("name", ["head", "children", "U", "V", "W"])
+def test_non_finite_features(name, value):
+    with pytest.raises(ValueError, match=f"{name} must be (finite|non-negative)"):
+        if name in ("head", "children"):
+            base = feat(NT, R, seed=3) if name == "head" else feat(NT, NT, R, seed=4)
+            log_z(low_rank(**{name: with_entry(base, value)}))
+        else:
+            base = feat(NT if name == "U" else S, R, seed=5)
+            log_z(rank_space(**{name: with_entry(base, value)}))
+
+
+@pytest.mark.parametrize("name", ["head", "children", "U", "V", "W"])
+def test_negative_features(name):
+    with pytest.raises(ValueError, match=f"{name} must be non-negative"):
+        if name in ("head", "children"):
+            base = feat(NT, R, seed=3) if name == "head" else feat(NT, NT, R, seed=4)
+            log_z(low_rank(**{name: with_entry(base, -0.5)}))
+        else:
+            base = feat(NT if name == "U" else S, R, seed=5)
+            log_z(rank_space(**{name: with_entry(base, -0.5)}))
+
+
+# --------------------------------------------------------------------------- shapes
+@pytest.mark.parametrize(
+    "rules",
+    [lp(NT + 1, S, S), lp(NT, S, S + 1), lp(NT, S + 1, S), lp(NT, NT, NT), lp(NT, S), lp(B, NT, S, S, 1)],
+    ids=["NT+1", "S x S+1", "S+1 x S", "no-preterminals", "2d", "5d"],
+)
+def test_rules_not_nt_by_s_by_s(rules):
+    with pytest.raises(ValueError, match=r"rules must have shape .*NT x S x S"):
+        log_z(dense(rules=rules))
+
+
+def test_terms_with_the_wrong_number_of_preterminals():
+    with pytest.raises(ValueError, match=f"terms must have shape B x T x PT with PT = {PT}"):
+        log_z(terms=terms_(B, T, PT + 1))
+    with pytest.raises(ValueError, match=f"PT = {PT}"):  # and in a rank-space grammar (from V)
+        log_z(rank_space(), terms=terms_(B, T, PT - 1))
+
+
+@pytest.mark.parametrize("shape", [(T, PT), (1, B, T, PT), (B, 0, PT)], ids=["2d", "4d", "empty"])
+def test_terms_not_b_by_t_by_pt(shape):
+    with pytest.raises(ValueError, match="terms must have shape B x T x PT"):
+        log_z(terms=terms_(*shape))
+
+
+def test_non_tensor_and_integer_inputs():
+    with pytest.raises(TypeError, match="terms must be a floating-point tensor"):
+        log_z(terms=torch.zeros(B, T, PT, dtype=torch.long))
+    with pytest.raises(TypeError, match="terms must be a torch.Tensor"):
+        log_z(terms=terms_().tolist())
+    with pytest.raises(TypeError, match="rules must be a torch.Tensor"):
+        dense(rules=lp(NT, S, S, seed=2).numpy())
+    with pytest.raises(TypeError, match="grammar must be a DenseGrammar, LowRankGrammar or RankSpaceGrammar"):
+        TreeDistribution(lp(NT, S, S), terms_())
+
+
+@pytest.mark.parametrize("kind", ["dense", "lowrank", "rankspace"])
+def test_grammar_batch_does_not_match_terms(kind):
+    root = lp(B + 1, NT, seed=1)
+    grammar = {"dense": dense, "lowrank": low_rank, "rankspace": rank_space}[kind](root=root)
+    with pytest.raises(ValueError, match=rf"grammar has batch size {B + 1} but terms has B = {B}"):
+        log_z(grammar)
+
+
+def test_grammar_tensors_disagree_on_the_batch():
+    with pytest.raises(ValueError, match="disagree on the batch size"):
+        dense(lp(3, NT), lp(2, NT, S, S))
+    with pytest.raises(ValueError, match="disagree on the batch size"):
+        rank_space(U=feat(3, NT, R), V=feat(2, S, R))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(head=feat(NT + 1, R)), r"head must have shape NT x R"),
+        (dict(children=feat(NT, NT, R + 1)), r"children must have shape NT x NT x R"),
+        (dict(children=feat(NT, NT + 1, R)), r"children must have shape NT x NT x R"),
+        (dict(rules=lp(NT + 1, S + 1, S + 1)), r"rules must have shape NT x S x S"),
+        (dict(head=feat(NT, 0), children=feat(NT, NT, 0)), "feature dimension R >= 1"),
+    ],
+    ids=["head-NT", "children-R", "children-NT", "rules-NT", "R=0"],
+)
+def test_low_rank_shapes(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        log_z(low_rank(**kwargs))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(U=feat(NT + 1, R)), r"U must have shape NT x r"),
+        (dict(V=feat(S, R + 1)), r"V must have shape S x r"),
+        (dict(W=feat(S + 1, R)), r"W must have shape S x r"),
+        (dict(V=feat(NT, R), W=feat(NT, R)), r"S = NT \+ PT > NT"),
+        (dict(U=feat(NT, 0), V=feat(S, 0), W=feat(S, 0)), "rank r >= 1"),
+    ],
+    ids=["U-NT", "V-r", "W-S", "no-preterminals", "r=0"],
+)
+def test_rank_space_shapes(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        log_z(rank_space(**kwargs))
+
+
+def test_root_without_nonterminals():
+    with pytest.raises(ValueError, match="at least one nonterminal"):
+        DenseGrammar(lp(0), lp(0, PT, PT))
+
+
+# --------------------------------------------------------------------------- terminal_scores
+V_SIZE = 5
+
+
+@pytest.mark.parametrize("bad", [V_SIZE, V_SIZE + 3, -2], ids=["V", "V+3", "-2"])
+def test_word_ids_outside_the_vocabulary(bad):
+    words = torch.tensor([[0, bad, 1], [2, 3, -1]])
+    with pytest.raises(ValueError, match=rf"word ids must lie in 0..V-1 = 0..{V_SIZE - 1}.*\[{bad}\]"):
+        terminal_scores(lp(PT, V_SIZE), words)
+
+
+def test_terminal_scores_shapes():
+    emission = lp(PT, V_SIZE)
+    with pytest.raises(TypeError, match="words must be a B x T integer tensor"):
+        terminal_scores(emission, torch.tensor([[0.0, 1.0]]))
+    with pytest.raises(TypeError, match="words must be a B x T integer tensor"):
+        terminal_scores(emission, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"emission must have shape \(B x\) PT x V"):
+        terminal_scores(lp(V_SIZE), torch.tensor([[0, 1]]))
+    with pytest.raises(ValueError, match=f"emission has batch size 3 but words has B = {B}"):
+        terminal_scores(lp(3, PT, V_SIZE), torch.zeros(B, T, dtype=torch.long))
+
+
+def test_terminal_scores_values():
+    """terms[b, t, P] = emission[(b,) P, words[b, t]], padding (-1) allowed."""
+    words = torch.tensor([[0, 4, -1], [2, 3, 1]])
+    for emission in (lp(PT, V_SIZE), lp(B, PT, V_SIZE)):
+        terms = terminal_scores(emission, words)
+        assert terms.shape == (B, T, PT)
+        table = emission.expand(B, PT, V_SIZE)
+        for b in range(B):
+            for t in range(T):
+                if words[b, t] >= 0:
+                    close(terms[b, t], table[b, :, words[b, t]], f"terms[{b}, {t}]")
+
+
+# --------------------------------------------------------------------------- trees given to log_prob
+GOOD = [((0, 3, 0), (0, 1, 0), (1, 3, 1), (1, 2, 2), (2, 3, 0)), ((0, 2, 1), (0, 1, 2), (1, 2, 0))]
+LENGTHS = torch.tensor([3, 2])
+NONNEG = "2n-1 rows of non-negative"
+FIRST = r"whole sentence \[0, n\) first"
+LEAVES = ((0, 1, 0), (1, 3, 1), (1, 2, 2), (2, 3, 0))  # the rows of GOOD[0] after its root
+BAD_TREES = {
+    "crossing spans": (((0, 3, 0), (0, 2, 0), (1, 3, 1), (1, 2, 2), (2, 3, 0)), "do not form a binary tree"),
+    "too few rows": (((0, 3, 0), (0, 1, 0), (1, 3, 1), (1, 2, 2)), NONNEG),
+    "nonterminal label out of range": (((0, 3, NT),) + LEAVES, "labels must be"),
+    "preterminal label out of range": (((0, 3, 0), (0, 1, PT)) + LEAVES[1:], "labels must be"),
+    "negative label": (((0, 3, -1),) + LEAVES, NONNEG),
+    "missing root": (((0, 2, 0),) + LEAVES, FIRST),
+    "root not first": (((0, 1, 0), (0, 3, 0)) + LEAVES[1:], FIRST),
+    "duplicate span": (((0, 3, 0), (0, 1, 0), (1, 3, 1), (1, 2, 2), (1, 2, 0)), "each span once"),
+    "span past the length": (((0, 3, 0), (0, 1, 0), (1, 3, 1), (1, 2, 2), (2, 4, 0)), "end <= length"),
+    "empty span": (((0, 3, 0), (0, 1, 0), (1, 3, 1), (1, 1, 2), (2, 3, 0)), "start < end"),
+}
+
+
+def _dist(kind="dense"):
+    grammar = {"dense": dense, "lowrank": low_rank, "rankspace": rank_space}[kind]()
+    return TreeDistribution(grammar, terms_(), LENGTHS)
+
+
+@pytest.mark.parametrize("kind", ["dense", "lowrank", "rankspace"])
+def test_valid_trees_are_accepted(kind):
+    trees = tb.to_tensor_trees(GOOD, T)
+    assert torch.isfinite(_dist(kind).log_prob(trees)).all()
+    assert _dist(kind).log_prob(torch.stack([trees, trees])).shape == (2, B)
+
+
+@pytest.mark.parametrize("case", list(BAD_TREES))
+@pytest.mark.parametrize("kind", ["dense", "rankspace"])
+def test_invalid_trees(case, kind):
+    tree, match = BAD_TREES[case]
+    trees = tb.to_tensor_trees(GOOD, T)
+    trees[0] = -1
+    trees[0, : len(tree)] = torch.tensor(tree)
+    with pytest.raises(ValueError, match=match):
+        _dist(kind).log_prob(trees)
+
+
+def test_invalid_tree_rows_and_padding():
+    trees = tb.to_tensor_trees(GOOD, T)
+    extra = trees.clone()
+    extra[1, 3] = torch.tensor([0, 1, 0])  # a 4th row for the length-2 sentence
+    with pytest.raises(ValueError, match=NONNEG):
+        _dist().log_prob(extra)
+    with pytest.raises(ValueError, match=r"shape \(S x\) B x \(2T-1\) x 3"):
+        _dist().log_prob(trees[:, :3])
+    with pytest.raises(ValueError, match=r"shape \(S x\) B x \(2T-1\) x 3"):
+        _dist().log_prob(trees[:1])
+    with pytest.raises(TypeError, match="integer tensor"):
+        _dist().log_prob(trees.double())
+
+
+# --------------------------------------------------------------------------- materializing
+@pytest.fixture
+def tiny_dense_limit(monkeypatch):
+    """MAX_DENSE_RULES below NT x S x S = 50 of the grammars here."""
+    monkeypatch.setattr(factors, "MAX_DENSE_RULES", 10)
+
+
+@pytest.mark.parametrize("kind", ["lowrank", "rankspace"])
+def test_dense_too_large(kind, tiny_dense_limit):
+    grammar = low_rank() if kind == "lowrank" else rank_space()
+    with pytest.raises(ValueError, match=r"NT x S x S = 2 x 5 x 5 .*50 entries.* exceeds the limit of 10"):
+        grammar.dense()
+    with pytest.raises(ValueError, match="exceeds the limit"):
+        log_z(grammar, backend="exact")
+    dist = TreeDistribution(grammar, terms_())
+    with pytest.raises(ValueError, match="exceeds the limit"):
+        _ = dist.entropy
+    # what the native backend computes without NT x S x S still works
+    assert torch.isfinite(dist.log_partition).all() and torch.isfinite(dist.marginals).all()
+    assert dist.mbr().shape == (B, 2 * T - 1, 2)
+
+
+def test_low_rank_fallbacks_need_the_dense_rules(tiny_dense_limit):
+    dist = TreeDistribution(low_rank(), terms_())
+    with pytest.raises(ValueError, match="exceeds the limit"):
+        _ = dist.argmax
+    with pytest.raises(ValueError, match="exceeds the limit"):
+        dist.sample(2)
+
+
+def test_rank_space_sampling_does_not_materialize(tiny_dense_limit):
+    samples = TreeDistribution(rank_space(), terms_()).sample(3, _g(0))
+    assert samples.shape == (3, B, 2 * T - 1, 3)
+
+
+def test_dense_grammar_is_its_own_dense_form():
+    grammar = dense()
+    assert grammar.dense() is grammar
+
+
+# --------------------------------------------------------------------------- backends and options
+def test_rank_space_argmax_points_to_mbr():
+    for options in (None, "state-space"):
+        dist = TreeDistribution(rank_space(), terms_(), backend="rank-space", options=options)
+        with pytest.raises(ValueError, match=r"no Viterbi.*mbr\(\)"):
+            _ = dist.argmax
+        with pytest.raises(ValueError, match=r"mbr\(\)"):
+            _ = dist.max_score
+
+
+@pytest.mark.parametrize(
+    "backend, grammar, match",
+    [
+        ("low-rank", dense, "the 'low-rank' backend needs LowRankGrammar, got DenseGrammar"),
+        ("rank-space", dense, "the 'rank-space' backend needs RankSpaceGrammar, got DenseGrammar"),
+        ("rank-space", low_rank, "needs RankSpaceGrammar, got LowRankGrammar"),
+        ("low-rank", rank_space, "needs LowRankGrammar, got RankSpaceGrammar"),
+    ],
+    ids=["low-rank/dense", "rank-space/dense", "rank-space/low-rank", "low-rank/rank-space"],
+)
+def test_backend_does_not_take_the_grammar(backend, grammar, match):
+    with pytest.raises(TypeError, match=match):
+        log_z(grammar(), backend=backend)
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match="unknown backend 'quantum'"):
+        log_z(backend="quantum")
+
+
+def test_randomized_backend_without_options():
+    for options in (None, "state-space", (1, 1)):
+        with pytest.raises(ValueError, match=r"'randomized' backend needs options=RDPOptions"):
+            log_z(backend="randomized", options=options)
+
+
+def test_options_for_backends_without_any():
+    with pytest.raises(ValueError, match="options are only used by"):
+        log_z(backend="exact", options=RDPOptions(1, 1))
+    with pytest.raises(ValueError, match="options are only used by"):
+        log_z(low_rank(), options="state-space")
+    with pytest.raises(ValueError, match="algorithm must be 'rank-space' or 'state-space'"):
+        log_z(rank_space(), backend="rank-space", options="bogus")
+
+
+@pytest.mark.parametrize("k1, k2", [(NT + 1, 0), (NT, 1), (1, NT)])
+def test_k1_plus_k2_above_nt(k1, k2):
+    with pytest.raises(ValueError, match=rf"k1 \+ k2 must be at most NT = {NT}.*k1={k1}, k2={k2}"):
+        log_z(backend="randomized", options=RDPOptions(k1, k2))
+
+
+@pytest.mark.parametrize("proposal", ["global", "local+global"])
+def test_chain_only_proposals(proposal):
+    match = rf"tree proposals are \('uniform', 'local'\).*got {re.escape(repr(proposal))}"
+    with pytest.raises(ValueError, match=match):
+        log_z(backend="randomized", options=RDPOptions(1, 1, proposal))
+
+
+def test_unknown_proposal():
+    with pytest.raises(ValueError, match="unknown proposal 'bogus'"):
+        RDPOptions(1, 1, "bogus")
+
+
+def test_bad_proposal_tensors():
+    def run(p):
+        return log_z(backend="randomized", options=RDPOptions(1, 1, p))
+
+    with pytest.raises(ValueError, match=r"proposal must have shape B x T x \(T\+1\) x NT"):
+        run(feat(B, T, NT))
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        run(-feat(B, T, T + 1, NT))
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        run(with_entry(feat(B, T, T + 1, NT), NAN))
+    zero = feat(B, T, T + 1, NT)
+    zero[0, 0, 2] = 0
+    with pytest.raises(ValueError, match="positive mass on every span"):
+        run(zero)
+
+
+@pytest.mark.parametrize("k1, k2", [(-1, 1), (0, 0), (1.0, 1)], ids=["negative", "zero", "float"])
+def test_bad_k(k1, k2):
+    with pytest.raises(ValueError, match="k1"):
+        RDPOptions(k1, k2)
+
+
+@pytest.mark.parametrize("n", [0, -1, 1.5, True], ids=str)
+def test_bad_number_of_samples(n):
+    with pytest.raises(ValueError, match="n must be a positive int"):
+        TreeDistribution(dense(), terms_()).sample(n)
+
+
+# --------------------------------------------------------------------------- sample_sentences
+SAMPLE_SENTENCES_UNCHECKED = pytest.mark.xfail(
+    strict=True,
+    reason="sample_sentences validates nothing: a length below 2 dies in the inside chart with "
+    "'RuntimeError: index -1 is out of bounds for dimension 1', a NaN emission table silently yields "
+    "word 0 everywhere, and an emission table with the wrong PT fails in an einsum (RuntimeError)",
+)
+
+
+@SAMPLE_SENTENCES_UNCHECKED
+@pytest.mark.parametrize(
+    "case, match",
+    [("length 1", "at least 2 words"), ("NaN emission", "NaN"), ("emission PT", "PT")],
+    ids=["length-1", "nan-emission", "emission-PT"],
+)
+def test_sample_sentences_bad_input(case, match):
+    emission = lp(PT, 4).log_softmax(-1)
+    lengths = torch.tensor([3, 2])
+    if case == "length 1":
+        lengths = torch.tensor([3, 1])
+    if case == "NaN emission":
+        emission = with_entry(emission, NAN)
+    if case == "emission PT":
+        emission = lp(PT + 1, 4).log_softmax(-1)
+    with pytest.raises(ValueError, match=match):
+        sample_sentences(dense(), emission, lengths, 2, _g(0))
