@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 ZOO_COMMANDS = ("capabilities",)
@@ -36,12 +37,34 @@ def zoo_command(argv: list[str]) -> int:
     return 0
 
 
+def zoo_cli_class():
+    """``LightningCLI`` reading a zoo checkpoint's task and hyperparameters for ``--ckpt_path``."""
+    import torch
+    from lightning.pytorch.cli import LightningCLI
+
+    class ZooCLI(LightningCLI):
+        def _parse_ckpt_path(self) -> None:
+            """Zoo tasks store their class path (``zoo_task``) beside their plain-value
+            hyperparameters, so ``zoo validate --ckpt_path x.ckpt`` needs no model config."""
+            subcommand = self.config.get("subcommand")
+            path = self.config[subcommand].get("ckpt_path") if subcommand else None
+            if not path or not Path(path).is_file():
+                return super()._parse_ckpt_path()
+            checkpoint = torch.load(path, weights_only=True, map_location="cpu")
+            task, hparams = checkpoint.get("zoo_task"), checkpoint.get("hyper_parameters")
+            if not task or not hparams:
+                return super()._parse_ckpt_path()
+            model = {"class_path": task, "init_args": hparams}
+            self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
+
+    return ZooCLI
+
+
 def lightning_command(argv: list[str] | None) -> int:
     """``fit``, ``validate``, ``test`` or ``predict`` through LightningCLI (None: from sys.argv)."""
     import lightning.pytorch as pl
-    from lightning.pytorch.cli import LightningCLI
 
-    LightningCLI(
+    zoo_cli_class()(
         pl.LightningModule,
         pl.LightningDataModule,
         subclass_mode_model=True,

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 
 from zoo.inference import Backend, DenseChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
 from zoo.inference.chain.randomized import PROPOSALS
+from zoo.models.base import ZooModel
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
 from zoo.models.layers import ExpFeatureMap, ResidualMLP
 
@@ -65,7 +66,7 @@ def _kept_count(total: int, p: float) -> int:
     return max(1, round(total * (1.0 - p)))
 
 
-class HMM(nn.Module):
+class HMM(ZooModel):
     """Base class of the neural HMMs; use ``CategoricalHMM`` or ``BernoulliHMM``.
 
     Subclasses set ``observation_key`` (the batch key of the observations) and build
@@ -229,7 +230,7 @@ class HMM(nn.Module):
         ``transition`` N x N (p(z_t = j | z_{t-1} = i); materialized, also for low-rank),
         ``emission`` N x V (log p(w | z)) or N x K (p(x_k = 1 | z)). For ``rank-space``: ``start``
         N (s(z_0)), ``U`` N x R, ``V`` N x R, ``emission`` R x V or R x K (the same, per rank).
-        For inspection and tests.
+        For inspection and tests; call it in eval mode (the MLPs' dropout is active in training).
         """
         prev, nxt = self.state_emb, self.next_state_emb
         start = self._start_log_probs(prev).exp()

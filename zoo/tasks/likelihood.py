@@ -70,6 +70,17 @@ class LikelihoodTask(pl.LightningModule):
             }
         )
 
+    def setup(self, stage: str) -> None:
+        """Check that the model and the data agree on the vocabulary size / number of keys."""
+        data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        for name in ("vocab_size", "num_keys"):
+            wanted, given = getattr(data, name, None), getattr(self.model, name, None)
+            if wanted is not None and given is not None and wanted != given:
+                raise ValueError(
+                    f"the model has {name} = {given} but the data has {wanted}: set "
+                    f"model.init_args.model.init_args.{name}: {wanted} in the recipe"
+                )
+
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """log p of each sequence of the batch: (B,)."""
         return self.model.log_likelihood(batch)
@@ -100,6 +111,11 @@ class LikelihoodTask(pl.LightningModule):
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         """log p and events of each sequence (perplexity of a sentence: exp(-log_p / events))."""
         return {"log_likelihood": self(batch), "events": self.model.num_events(batch)}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record the task's class path: with the plain-value hyperparameters it rebuilds the task
+        (``zoo validate --ckpt_path``)."""
+        checkpoint["zoo_task"] = f"{type(self).__module__}.{type(self).__qualname__}"
 
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.hparams

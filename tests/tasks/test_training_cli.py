@@ -1,0 +1,195 @@
+"""The training stack end to end: `zoo fit | validate | test` on recipes, checkpoints, DDP, errors.
+
+Tiny PTB-format files and a tiny Boulanger-format pickle are written by the tests, so nothing here
+reads the network or the real datasets.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from zoo.cli import main
+from zoo.tasks import LikelihoodTask
+
+REPO = Path(__file__).resolve().parents[2]
+WORDS = "the a cat dog sat ran on under mat rug <unk> quickly".split()
+
+
+def write_ptb(directory: Path, seed: int = 0) -> int:
+    """ptb.{train,valid,test}.txt with random sentences; returns the vocabulary size (+ <eos>)."""
+    g = torch.Generator().manual_seed(seed)
+    for split, count in (("train", 40), ("valid", 9), ("test", 7)):
+        lines = []
+        for _ in range(count):
+            n = int(torch.randint(2, 9, (1,), generator=g))
+            lines.append(" ".join(WORDS[int(i)] for i in torch.randint(len(WORDS), (n,), generator=g)))
+        (directory / f"ptb.{split}.txt").write_text("\n".join(lines) + "\n")
+    train = (directory / "ptb.train.txt").read_text().split()
+    return len(set(train)) + 1
+
+
+def write_music(path: Path, keys: int = 88) -> None:
+    g = torch.Generator().manual_seed(1)
+
+    def piece(n):
+        return [sorted({21 + int(p) for p in torch.randint(keys, (3,), generator=g)}) for _ in range(n)]
+
+    data = {split: [piece(6 + i) for i in range(k)] for split, k in (("train", 6), ("valid", 3), ("test", 2))}
+    path.write_bytes(pickle.dumps(data))
+
+
+def recipe(tmp: Path, vocab: int, backend: str, data: dict | None = None, **model) -> Path:
+    """A small LikelihoodTask recipe over the tiny PTB files (or ``data``)."""
+    init = {"num_states": 6, "backend": backend, "embedding_dim": 8, "hidden_dim": 8, "dropout": 0.0}
+    if backend in ("low-rank", "rank-space"):
+        init["rank"] = 3
+    if backend == "randomized":
+        init.update(k1=2, k2=2)
+    init.update(model)
+    if data is None:
+        init["vocab_size"] = vocab
+        data = {
+            "class_path": "zoo.data.PTBDataModule",
+            "init_args": {"data_dir": str(tmp), "batch_tokens": 64},
+        }
+        model_class = "zoo.models.CategoricalHMM"
+    else:
+        model_class = "zoo.models.BernoulliHMM"
+    config = {
+        "seed_everything": 0,
+        "model": {
+            "class_path": "zoo.tasks.LikelihoodTask",
+            "init_args": {"model": {"class_path": model_class, "init_args": init}, "lr": 0.01},
+        },
+        "data": data,
+        "trainer": {
+            "accelerator": "cpu",
+            "devices": 1,
+            "max_epochs": 1,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(tmp / "runs"),
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(tmp)},
+            },
+        },
+    }
+    path = tmp / f"recipe-{backend}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def ptb(tmp_path):
+    return tmp_path, write_ptb(tmp_path)
+
+
+def metrics_csv(root: Path) -> list[dict]:
+    rows = []
+    for path in sorted(root.rglob("metrics.csv")):
+        with open(path) as f:
+            rows += list(csv.DictReader(f))
+    return rows
+
+
+@pytest.mark.parametrize("backend", ["exact", "low-rank", "rank-space", "randomized"])
+def test_fit_fast_dev_run_every_backend(ptb, backend):
+    tmp, vocab = ptb
+    assert main(["fit", "--config", str(recipe(tmp, vocab, backend)), "--trainer.fast_dev_run", "2"]) == 0
+
+
+def test_fit_music_pickle(tmp_path):
+    write_music(tmp_path / "JSB_Chorales.pickle")
+    data = {
+        "class_path": "zoo.data.MusicDataModule",
+        "init_args": {"dataset": str(tmp_path / "JSB_Chorales.pickle"), "batch_size": 4},
+    }
+    path = recipe(tmp_path, 0, "low-rank", data=data)
+    assert main(["fit", "--config", str(path), "--trainer.fast_dev_run", "2"]) == 0
+
+
+def test_checkpoint_reload_gives_identical_scores_and_fine_tunes(ptb):
+    tmp, vocab = ptb
+    path = recipe(tmp, vocab, "rank-space")
+    assert main(["fit", "--config", str(path), "--trainer.max_steps", "3"]) == 0
+    (ckpt,) = (tmp / "runs").rglob("*.ckpt") if (tmp / "runs").exists() else tmp.rglob("*.ckpt")
+    task = LikelihoodTask.load_from_checkpoint(ckpt)
+    assert task.hparams["model"]["init_args"]["backend"] == "rank-space"
+    from zoo.data import PTBDataModule
+
+    data = PTBDataModule(data_dir=str(tmp), batch_tokens=64)
+    data.setup("validate")
+    batch = next(iter(data.val_dataloader()))
+    task.eval()
+    again = LikelihoodTask.load_from_checkpoint(ckpt).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(task(batch), again(batch), rtol=0, atol=0)
+    # fine-tuning: a new task initialized from the checkpoint's model weights
+    tuned = LikelihoodTask(task.model.spec(), init_from=str(ckpt)).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(tuned(batch), task(batch), rtol=0, atol=0)
+    assert tuned.hparams["init_from"] is None  # the checkpoint holds the weights: reload reads no file
+
+
+def test_print_config_round_trips(ptb, capsys):
+    tmp, vocab = ptb
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "--config", str(recipe(tmp, vocab, "exact")), "--print_config"])
+    assert done.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["init_args"]["model"]["init_args"]["backend"] == "exact"
+
+
+def test_vocabulary_mismatch_is_a_clear_error(ptb):
+    tmp, vocab = ptb
+    with pytest.raises(ValueError, match=rf"vocab_size = {vocab + 5} but the data has {vocab}"):
+        main(["fit", "--config", str(recipe(tmp, vocab + 5, "exact")), "--trainer.fast_dev_run", "1"])
+
+
+def test_unknown_backend_is_a_clear_error(ptb):
+    tmp, vocab = ptb
+    with pytest.raises(ValueError, match="sparse"):
+        main(["fit", "--config", str(recipe(tmp, vocab, "sparse")), "--trainer.fast_dev_run", "1"])
+
+
+def test_missing_data_is_a_clear_error(tmp_path):
+    path = recipe(tmp_path, 20, "exact")  # no ptb.*.txt written
+    with pytest.raises(FileNotFoundError, match="ptb.train.txt"):
+        main(["fit", "--config", str(path), "--trainer.fast_dev_run", "1"])
+
+
+def validation_nll(tmp: Path, ckpt: Path, recipe_path: Path, devices: int) -> float:
+    """val/nll of ``zoo validate`` in a fresh process (CPU, ``devices`` processes with gloo)."""
+    out = tmp / f"validate-{devices}"
+    command = [
+        sys.executable, "-m", "zoo.cli", "validate", "--config", str(recipe_path),
+        "--ckpt_path", str(ckpt), "--trainer.devices", str(devices),
+        "--trainer.logger.init_args.save_dir", str(out),
+    ]  # fmt: skip
+    if devices > 1:
+        command += ["--trainer.strategy", "ddp", "--trainer.use_distributed_sampler", "false"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    subprocess.run(command, check=True, cwd=REPO, env=env, capture_output=True, timeout=600)
+    (row,) = [r for r in metrics_csv(out) if r.get("val/nll")]
+    return float(row["val/nll"])
+
+
+def test_ddp_validation_equals_single_process(ptb):
+    """Two CPU processes (gloo) validate the same checkpoint: the metric equals one process's."""
+    tmp, vocab = ptb
+    path = recipe(tmp, vocab, "exact")
+    assert main(["fit", "--config", str(path), "--trainer.max_steps", "2"]) == 0
+    (ckpt,) = tmp.rglob("*.ckpt")
+    single = validation_nll(tmp, ckpt, path, 1)
+    double = validation_nll(tmp, ckpt, path, 2)
+    assert double == pytest.approx(single, rel=1e-6)
