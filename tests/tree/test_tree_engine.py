@@ -16,7 +16,7 @@ import os
 import pytest
 import torch
 import tree_bruteforce as tb
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tree_strategies import tree_specs
 from tree_testlib import (
@@ -143,13 +143,6 @@ def _draw_spec(data, combo):
         tree_specs(kind, forbid=kind != "rankspace", min_b=2, max_trees=MAX_TREES, batching=batching),
         label="spec",
     )
-    if options == "K1=NT":
-        # leaves keep only K1 + K2 of their PT preterminals: see test_tree_randomized.py for PT > NT
-        assume(spec.PT <= spec.NT)
-    if spec.lengths is not None and int(spec.lengths.max()) < spec.T:
-        # one sentence of full length: trees of a batch whose lengths are all < T have their own
-        # (xfail) test, test_trees_have_2T_minus_1_rows_when_every_length_is_short
-        spec.lengths[int(spec.lengths.argmin())] = spec.T
     return spec
 
 
@@ -245,15 +238,6 @@ def test_unnormalized_potentials_shift_log_z_only(combo):
 
 
 # --------------------------------------------------------------------------- mixed batching
-MIXED_BATCHING_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="GrammarFactors.grammar_batch is root.shape[0]; with some grammar tensors shared and others "
-    "batched (allowed by _check_batches), tree_score (log_prob), sample_trees and the randomized inside "
-    "index every grammar tensor with it: IndexError when the root is batched and the rules shared, and "
-    "silently grammar 0 for every element when the root is shared and the rules batched",
-)
-
-
 def _mixed_spec(kind: str, which: str) -> tb.TreeSpec:
     """Batched grammar tensors except the root ("root shared") or except all but the root."""
     spec = random_tree_spec(kind, B=3, T=4, NT=2, PT=2, rank=2, lengths=[4, 2, 3], seed=13)
@@ -266,11 +250,7 @@ def _mixed_spec(kind: str, which: str) -> tb.TreeSpec:
 MIXES = ["root shared", "root batched"]
 
 
-@pytest.mark.parametrize(
-    "combo",
-    [pytest.param(c, marks=MIXED_BATCHING_BUG if c[1] == "randomized" else ()) for c in COMBOS],
-    ids=combo_id,
-)
+@combos
 @pytest.mark.parametrize("which", MIXES)
 def test_mixed_batching_inside_viterbi_mbr(combo, which):
     spec = _mixed_spec(combo[0], which)
@@ -279,7 +259,6 @@ def test_mixed_batching_inside_viterbi_mbr(combo, which):
         check_every_operation(spec, dist, combo, parts=("inside", "viterbi", "mbr"))
 
 
-@MIXED_BATCHING_BUG
 @combos
 @pytest.mark.parametrize("which", MIXES)
 def test_mixed_batching_samples_and_log_prob(combo, which):
@@ -289,15 +268,6 @@ def test_mixed_batching_samples_and_log_prob(combo, which):
 
 
 # --------------------------------------------------------------------------- tree shapes
-SHORT_BATCH_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="chart.backtrack (argmax, mbr) and sampling.top_down (sample) size their output by "
-    "lengths.max() instead of terms' T: when every length is < T the trees have 2 max(lengths) - 1 "
-    "rows, not the contract's 2T - 1, and log_prob (which wants 2T - 1 rows) rejects them",
-)
-
-
-@SHORT_BATCH_BUG
 @combos
 def test_trees_have_2T_minus_1_rows_when_every_length_is_short(combo):
     kind, backend, options = combo

@@ -139,16 +139,6 @@ def test_sample_sentences_matches_sentence_distribution(grammar_batch, emission_
         assert_distribution([w for w, _ in draws], sentences, f"words of element {b}")
 
 
-SAMPLE_SENTENCES_FACTORED_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="sample_sentences documents 'the grammar (its dense form is used)' but passes the grammar "
-    "itself to sampling.sample_trees, which reads grammar.rules: a LowRankGrammar's raw rules (whose "
-    "NT x NT block the container ignores) replace the head . children products, and a "
-    "RankSpaceGrammar has no .rules (AttributeError)",
-)
-
-
-@SAMPLE_SENTENCES_FACTORED_BUG
 @pytest.mark.parametrize("kind", ["lowrank", "rankspace"])
 def test_sample_sentences_with_factored_grammars(kind):
     """T = 4 (productions with two nonterminal children occur); the LPCFG's ignored NT x NT block

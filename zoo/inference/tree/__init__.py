@@ -2,7 +2,7 @@
 
 from zoo.inference.tree.distribution import TreeDistribution
 from zoo.inference.tree.factors import DenseGrammar, LowRankGrammar, RankSpaceGrammar, terminal_scores
-from zoo.inference.tree.sampling import sample_sentences
+from zoo.inference.tree.sentences import sample_sentences
 
 __all__ = [
     "DenseGrammar",

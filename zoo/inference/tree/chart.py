@@ -82,7 +82,7 @@ def mask_terms(terms: Tensor, lengths: Tensor) -> Tensor:
     return torch.where(valid.unsqueeze(-1), terms, torch.zeros_like(terms))
 
 
-def backtrack(choices, lengths: Tensor, root_labels: Tensor, labelled: bool = True) -> Tensor:
+def backtrack(choices, lengths: Tensor, root_labels: Tensor, T: int, labelled: bool = True) -> Tensor:
     """Rebuild trees top-down from CKY back-pointers.
 
     Args:
@@ -92,12 +92,12 @@ def backtrack(choices, lengths: Tensor, root_labels: Tensor, labelled: bool = Tr
             nonterminal index.
         lengths: (B,).
         root_labels: (B,) the root's label.
+        T: the padded sentence length (the trees get 2T-1 rows whatever the lengths).
         labelled: rows (start, end, label) if True, else (start, end).
     Returns:
         B x (2T-1) x 3 (or x 2) long, pre-order, -1 past 2n-1.
     """
     B = lengths.shape[0]
-    T = int(lengths.max())
     cols = 3 if labelled else 2
     out = torch.full((B, 2 * T - 1, cols), -1, dtype=torch.long)
     cache = {}
@@ -139,4 +139,4 @@ def mbr_tree(span_marginals: Tensor, lengths: Tensor) -> Tensor:
         split = splits[w].unsqueeze(-1)
         return split, torch.zeros_like(split), torch.zeros_like(split)
 
-    return backtrack(choices, lengths, torch.zeros_like(lengths), labelled=False)
+    return backtrack(choices, lengths, torch.zeros_like(lengths), T, labelled=False)

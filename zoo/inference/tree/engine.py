@@ -155,7 +155,8 @@ def dense_entropy(
             log_z.sum(), probes, create_graph=differentiable, materialize_grads=True
         )
     expected = sum((g * _finite(x)).flatten(1).sum(-1) for g, x in zip(grads, potentials))
-    return log_z - expected
+    entropy = log_z - expected
+    return entropy if differentiable else entropy.detach()
 
 
 class ExactEngine(TreeEngine):

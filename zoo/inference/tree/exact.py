@@ -202,5 +202,5 @@ def viterbi(
             back.append(tuple(arg))
         top = root + root_chart(chart, lengths)
         score, root_label = top.max(-1)
-    tree = backtrack(lambda w: back[w], lengths, root_label)
+    tree = backtrack(lambda w: back[w], lengths, root_label, T)
     return score, tree

@@ -72,11 +72,16 @@ class GrammarFactors:
         check_finite("root", root)
         return root
 
-    def _check_batches(self, **tensors: Tensor) -> None:
+    def _common_batch(self, **tensors: Tensor) -> None:
+        """Check the grammar tensors' batch sizes (each 1 or one common G) and set every one of them
+        as an attribute expanded to G (a view), so that ``grammar_batch`` indexes all alike."""
         sizes = {name: t.shape[0] for name, t in tensors.items()}
         batched = {s for s in sizes.values() if s != 1}
         if len(batched) > 1:
             raise ValueError(f"grammar tensors disagree on the batch size: {sizes}")
+        G = batched.pop() if batched else 1
+        for name, t in tensors.items():
+            setattr(self, name, t.expand(G, *t.shape[1:]))
 
     def rule_entries(self, g: Tensor, parent: Tensor, left: Tensor, right: Tensor) -> Tensor:
         """log psi(parent, left, right) for broadcastable long index tensors.
@@ -135,8 +140,7 @@ class DenseGrammar(GrammarFactors):
                 f"got {tuple(rules.shape[1:])}"
             )
         check_finite("rules", rules)
-        self._check_batches(root=self.root, rules=rules)
-        self.rules = rules
+        self._common_batch(root=self.root, rules=rules)
 
     @property
     def num_preterminals(self) -> int:
@@ -175,7 +179,7 @@ class LowRankGrammar(GrammarFactors):
             raise ValueError("head and children need a feature dimension R >= 1, got 0")
         check_nonnegative("head", self.head)
         check_nonnegative("children", self.children)
-        self._check_batches(root=self.root, rules=self.rules, head=self.head, children=self.children)
+        self._common_batch(root=self.root, rules=self.rules, head=self.head, children=self.children)
 
     @property
     def num_preterminals(self) -> int:
@@ -227,7 +231,7 @@ class RankSpaceGrammar(GrammarFactors):
             )
         for name in ("U", "V", "W"):
             check_nonnegative(name, getattr(self, name))
-        self._check_batches(root=self.root, U=self.U, V=self.V, W=self.W)
+        self._common_batch(root=self.root, U=self.U, V=self.V, W=self.W)
 
     @property
     def num_preterminals(self) -> int:

@@ -2,12 +2,14 @@
 
 Before the DP (outside autograd) every span [i, k) of width >= 2 keeps the top K1 nonterminals of a
 proposal plus K2 drawn from the renormalized tail, each drawn one weighted 1 / (K2 q) (Eq. 5-8,
-``chain.randomized.select_states``); every leaf keeps preterminals the same way (all of them when
-K1 + K2 >= PT). The inside then runs over the kept labels only: a span's kept values are summed over
-the splits and the kept labels of both children, each child weighted. Alg. 2 as printed pairs top-K
-with top-K and sampled with sampled children; we sum the product of the two weighted sums (all four
-combinations), the form its unbiasedness proof needs, so that exp(log Z_hat) is unbiased and K1 = NT
-gives the exact inside. K2 = 0 is the top-K baseline (Sun et al. 2019).
+``chain.randomized.select_states``); every leaf keeps preterminals the same way, the same fractions
+of PT: ceil(K1 PT / NT) top and ceil(K2 PT / NT) drawn (all of them when that covers PT, so
+K1 = NT keeps every label everywhere). The inside then runs over the kept labels only: a span's
+kept values are summed over the splits and the kept labels of both children, each child weighted.
+Alg. 2 as printed pairs top-K with top-K and sampled with sampled children; we sum the product of
+the two weighted sums (all four combinations), the form its unbiasedness proof needs, so that
+exp(log Z_hat) is unbiased and K1 = NT gives the exact inside. K2 = 0 is the top-K baseline
+(Sun et al. 2019).
 
 * Dense and LPCFG rules: psi gathered for the K x K x K kept triples of each span and split,
   recomputed in the backward (checkpoint): O(T^3 K^3) time, O(T^2 K) memory.
@@ -17,6 +19,7 @@ gives the exact inside. K2 = 0 is the top-K baseline (Sun et al. 2019).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -85,13 +88,16 @@ def select_labels(grammar: GrammarFactors, terms: Tensor, options: RDPOptions) -
         spans = KeptStates(
             spans.index.view(B, T, T + 1, -1), spans.log_weights.view(B, T, T + 1, -1)
         )
-        if k1 + k2 >= PT:
+        # leaves keep the same fraction of the PT preterminals as spans of the NT nonterminals
+        leaf_k1 = min(PT, math.ceil(k1 * PT / NT))
+        leaf_k2 = min(PT - leaf_k1, math.ceil(k2 * PT / NT))
+        if leaf_k1 + leaf_k2 >= PT:  # every preterminal (exact leaves; always when k1 = NT)
             index = torch.arange(PT, device=terms.device).expand(B, T, PT)
             leaves = KeptStates(index, terms.new_zeros(B, T, PT))
         else:
             local = proposal != "uniform" if isinstance(proposal, str) else True
             q_leaf = torch.softmax(terms, -1) if local else terms.new_full((B, T, PT), 1.0 / PT)
-            leaves = select_states(q_leaf.clone(), k1, k2, options.generator)
+            leaves = select_states(q_leaf.clone(), leaf_k1, leaf_k2, options.generator)
     return KeptLabels(spans, leaves)
 
 

@@ -235,7 +235,7 @@ def sample_rank_space(grammar: RankSpaceGrammar, terms, lengths, n: int, generat
             j = i + split
             return split, child(b, i, split, rank, logV), child(b, j, w - split, rank, logW)
 
-        return top_down(lengths, n, root, expand)
+        return top_down(lengths, n, T, root, expand)
 
 
 class RankSpaceEngine(TreeEngine):

@@ -1,11 +1,11 @@
-"""Exact sampling: trees given a sentence (top-down from the inside chart) and sentences with their
-trees from the grammar.
+"""Exact sampling of trees given a sentence, top-down from the inside chart.
 
 Top-down sampling draws, for a node [i, k) labelled A, first the split s with probability
 proportional to sum_{b, c} psi(A, b, c) beta_{i,i+s}(b) beta_{i+s,k}(c), then the children's symbols
 (b, c) given s, both with the Gumbel-max trick. All n x B lanes advance together: each keeps a stack
 of open nodes and pops one per step, so the rows come out in pre-order (``top_down``). The CPD
-grammar's sampler (``rank_space.sample_rank_space``) plugs its own expansion into the same loop.
+grammar's sampler (``rank_space.sample_rank_space``) plugs its own expansion into the same loop;
+``sentences.sample_sentences`` draws words with their trees.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from torch import Tensor
 
 from zoo.inference.chain.engine import gumbel_noise
 from zoo.inference.tree import exact
-from zoo.inference.tree.chart import finite_max, mask_terms, safe_logsumexp
+from zoo.inference.tree.chart import finite_max, mask_terms
 from zoo.inference.tree.factors import DenseGrammar
 
 
@@ -37,18 +37,18 @@ def gumbel_argmax(logits: Tensor, generator) -> Tensor:
     return (logits + gumbel_noise(logits.shape, logits, generator)).argmax(-1)
 
 
-def top_down(lengths: Tensor, n: int, root, expand) -> Tensor:
+def top_down(lengths: Tensor, n: int, T: int, root, expand) -> Tensor:
     """Grow n x B trees top-down, all lanes at once, each keeping a stack of open nodes.
 
     Args:
-        lengths: (B,); n: samples per sentence.
+        lengths: (B,); n: samples per sentence; T: the padded length (2T-1 rows per tree).
         root: ``root(b, length)`` -> the root labels of the lanes (b: lane -> sentence).
         expand: ``expand(b, i, k, label)`` -> (split width s, left label, right label) for nodes
             [i, k) of width >= 2 (each argument and result a 1-D tensor over the expanded lanes).
     Returns:
         n x B x (2T-1) x 3 long trees in pre-order (-1 padding).
     """
-    B, T = lengths.shape[0], int(lengths.max())
+    B = lengths.shape[0]
     lanes, device = n * B, lengths.device
     lane = torch.arange(lanes, device=device)
     b = lane % B
@@ -113,41 +113,9 @@ def sample_trees(
             lsym, rsym = flat // S, flat % S
             return pick + 1, _local(lsym, NT), _local(rsym, NT)
 
-        return top_down(lengths, n, root, expand)
+        return top_down(lengths, n, T, root, expand)
 
 
 def _local(symbol: Tensor, num_nt: int) -> Tensor:
     """A symbol index (nonterminals first) as the label of its kind."""
     return torch.where(symbol >= num_nt, symbol - num_nt, symbol)
-
-
-def sample_sentences(
-    grammar: DenseGrammar, emission: Tensor, lengths: Tensor, n: int = 1, generator=None
-) -> tuple[Tensor, Tensor]:
-    """Sentences with their trees, drawn exactly from p(words, tree | length) of a PCFG.
-
-    Args:
-        grammar: the grammar (its dense form is used); emission: (B x) PT x V log-probabilities;
-        lengths: (B,) sentence lengths (>= 2).
-    Returns:
-        words n x B x T long (-1 past each length) and trees n x B x (2T-1) x 3.
-    """
-    if emission.dim() == 2:
-        emission = emission.unsqueeze(0)
-    B, T = lengths.shape[0], int(lengths.max())
-    any_word = safe_logsumexp(emission, -1)  # G x PT: the terms of a word not yet chosen
-    terms = any_word.unsqueeze(1).expand(B, T, -1)
-    trees = sample_trees(grammar, terms, lengths, n, generator)
-    leaf = (trees[..., 1] - trees[..., 0] == 1) & (trees[..., 0] >= 0)  # n x B x M
-    with torch.no_grad():
-        g = torch.arange(B, device=terms.device) if emission.shape[0] > 1 else torch.zeros(
-            B, dtype=torch.long, device=terms.device
-        )
-        pre = trees[..., 2].clamp_min(0)  # n x B x M
-        logits = emission[g.view(1, B, 1), pre]  # n x B x M x V
-        drawn = gumbel_argmax(logits, generator)
-    words = torch.full((n, B, T), -1, dtype=torch.long, device=terms.device)
-    pos = torch.where(leaf, trees[..., 0], T)  # leaves write at their position, others nowhere
-    padded = torch.cat([words, words[..., :1]], -1)
-    padded.scatter_(-1, pos, torch.where(leaf, drawn, -1))
-    return padded[..., :T], trees

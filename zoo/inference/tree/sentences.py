@@ -1,0 +1,80 @@
+"""Sentences with their trees, drawn exactly from a PCFG: p(words, tree | length).
+
+Summing the emission table over the vocabulary gives the terms of a word not yet chosen,
+log sum_v p(v | P); trees drawn exactly under those terms are distributed as p(tree | length), and
+each leaf's word is then drawn from p(v | its preterminal).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.checks import as_tensor, check_finite, check_lengths
+from zoo.inference.tree.chart import safe_logsumexp
+from zoo.inference.tree.factors import GrammarFactors, RankSpaceGrammar
+from zoo.inference.tree.rank_space import sample_rank_space
+from zoo.inference.tree.sampling import gumbel_argmax, sample_trees
+
+
+def sample_sentences(
+    grammar: GrammarFactors, emission: Tensor, lengths: Tensor, n: int = 1, generator=None
+) -> tuple[Tensor, Tensor]:
+    """n sentences of each requested length with their trees.
+
+    Args:
+        grammar: any grammar (a CPD grammar samples through its rank nodes; the others through
+            their dense rules); emission: (B x) PT x V log-probabilities; lengths: (B,) lengths >= 2.
+    Returns:
+        words n x B x T long (-1 past each length; T = max length) and trees n x B x (2T-1) x 3.
+    """
+    if not isinstance(grammar, GrammarFactors):
+        raise TypeError(
+            "grammar must be a DenseGrammar, LowRankGrammar or RankSpaceGrammar, "
+            f"got {type(grammar).__name__}"
+        )
+    emission = as_tensor("emission", emission)
+    PT = grammar.num_preterminals
+    if emission.dim() == 2:
+        emission = emission.unsqueeze(0)
+    if emission.dim() != 3 or emission.shape[1] != PT or emission.shape[2] == 0:
+        raise ValueError(
+            f"emission must have shape (B x) PT x V with PT = {PT} preterminals, got {tuple(emission.shape)}"
+        )
+    check_finite("emission", emission)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    if not isinstance(lengths, Tensor):
+        lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1 or lengths.numel() == 0:
+        raise ValueError(f"lengths must have shape (B,), got {tuple(lengths.shape)}")
+    B = lengths.shape[0]
+    T = int(lengths.max())
+    lengths = check_lengths(lengths, B, T, emission.device)
+    if (lengths < 2).any():
+        raise ValueError(
+            "sentences need at least 2 words (a CNF tree's root is a nonterminal), "
+            f"got lengths {lengths.tolist()}"
+        )
+    for name, size in (("emission", emission.shape[0]), ("grammar", grammar.grammar_batch)):
+        if size not in (1, B):
+            raise ValueError(f"the {name} has batch size {size} but lengths has B = {B}")
+    any_word = safe_logsumexp(emission, -1)  # G x PT
+    terms = any_word.expand(B, PT).unsqueeze(1).expand(B, T, PT)
+    if isinstance(grammar, RankSpaceGrammar):
+        trees = sample_rank_space(grammar, terms, lengths, n, generator)
+    else:
+        trees = sample_trees(grammar.dense(), terms, lengths, n, generator)
+    leaf = (trees[..., 1] - trees[..., 0] == 1) & (trees[..., 0] >= 0)  # n x B x M
+    with torch.no_grad():
+        g = (
+            torch.arange(B, device=terms.device)
+            if emission.shape[0] > 1
+            else torch.zeros(B, dtype=torch.long, device=terms.device)
+        )
+        logits = emission[g.view(1, B, 1), trees[..., 2].clamp_min(0)]  # n x B x M x V
+        drawn = gumbel_argmax(logits, generator)
+    words = torch.full((n, B, T + 1), -1, dtype=torch.long, device=terms.device)
+    position = torch.where(leaf, trees[..., 0], T)  # leaves write at their position, others into column T
+    words.scatter_(-1, position, torch.where(leaf, drawn, -1))
+    return words[..., :T], trees
