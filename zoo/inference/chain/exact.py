@@ -56,9 +56,14 @@ def log_forward(chain: DenseChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """
     u = chain.folded_unary()
     B, T, N = u.shape
-    alphas = [u[:, 0]]
+    # unbind, not u[:, t]: one backward that stacks the steps' gradients, instead of a full-size
+    # zero gradient per step (B x (T-1) x N x N for per-position transitions)
+    unary = u.unbind(1)
+    alphas = [unary[0]]
     if chain.shared:
         P, c = _column_scaled(chain.transition)
+    else:
+        transitions = chain.transition.unbind(1)
     for t in range(1, T):
         prev = alphas[-1]
         mx = prev.detach().amax(-1, keepdim=True).clamp_min(-1e30)
@@ -66,9 +71,9 @@ def log_forward(chain: DenseChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
             step = (prev - mx).exp() @ P
             cc = c
         else:
-            Pt, cc = _column_scaled(chain.transition[:, t - 1])
+            Pt, cc = _column_scaled(transitions[t - 1])
             step = ((prev - mx).exp().unsqueeze(-2) @ Pt).squeeze(-2)
-        alphas.append(step.log() + mx + cc + u[:, t])
+        alphas.append(step.log() + mx + cc + unary[t])
     alphas = torch.stack(alphas, 1)
     return _last(alphas, lengths).logsumexp(-1), alphas
 
