@@ -151,9 +151,7 @@ def test_randomized_eval_rule():
     assert not estimated.evaluation_is_exact()
     assert estimated.chain(batch).backend.value == "randomized"
     # the estimate is random: the log of an unbiased estimate, reproducible with a generator
-    draws = [
-        estimated.log_likelihood(batch, generator=torch.Generator().manual_seed(s)) for s in (0, 0, 1)
-    ]
+    draws = [estimated.log_likelihood(batch, generator=torch.Generator().manual_seed(s)) for s in (0, 0, 1)]
     torch.testing.assert_close(draws[0], draws[1])
     assert all(torch.isfinite(d).all() for d in draws)
 

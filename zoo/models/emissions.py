@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-NORMALIZER_CHUNK = 2**24  # logits per chunk of the categorical normalizer (64 MiB in float32)
+NORMALIZER_CHUNK = 2**26  # logits per chunk of the categorical normalizer (256 MiB in float32)
 
 
 def _chunk_logsumexp(hidden: Tensor, weight: Tensor, bias: Tensor) -> Tensor:

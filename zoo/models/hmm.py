@@ -201,9 +201,7 @@ class HMM(ZooModel):
         """log p(z_t = j | z_{t-1} = i) at [i, j]: N x N (softmax HMM only)."""
         return torch.log_softmax(self.trans_mlp(prev) @ nxt.T, -1)
 
-    def _low_rank_features(
-        self, prev: Tensor, nxt: Tensor, features: Tensor | None
-    ) -> tuple[Tensor, Tensor]:
+    def _low_rank_features(self, prev: Tensor, nxt: Tensor, features: Tensor | None) -> tuple[Tensor, Tensor]:
         """phi(h_T(e_i)) and phi(f_j): N x R each (R reduced by feature dropout)."""
         left = self.feature_map(self.trans_mlp(prev), shift="row")
         right = self.feature_map(nxt, shift="global")
