@@ -20,6 +20,7 @@ from zoo.inference.chain.low_rank import LowRankEngine
 from zoo.inference.chain.randomized import RandomizedEngine, RDPOptions
 from zoo.inference.chain.rank_space import RankSpaceEngine
 from zoo.inference.checks import check_lengths
+from zoo.inference.engines import make_engine
 
 NATIVE_BACKEND = {
     DenseChain: Backend.EXACT,
@@ -36,18 +37,6 @@ ENGINES: dict[Backend, type[ChainEngine]] = {
 }
 
 
-def make_engine(backend: Backend, options: RDPOptions | None) -> ChainEngine:
-    """The engine object of ``backend`` (the randomized one needs ``options``)."""
-    if backend is Backend.RANDOMIZED:
-        if not isinstance(options, RDPOptions):
-            raise ValueError(
-                "the 'randomized' backend needs options=RDPOptions(k1=..., k2=...), "
-                f"got {options!r}"
-            )
-        return RandomizedEngine(options)
-    if options is not None:
-        raise ValueError(f"options are only used by the 'randomized' backend, not {backend.value!r}")
-    return ENGINES[backend]()
 
 
 class LinearChain:
@@ -80,7 +69,7 @@ class LinearChain:
                 f"got {type(factors).__name__}"
             )
         self.backend = NATIVE_BACKEND[type(factors)] if backend is None else Backend.parse(backend)
-        self.engine = make_engine(self.backend, options)
+        self.engine = make_engine(self.backend, ENGINES, options)
         self.lengths = check_lengths(
             lengths, factors.batch, factors.max_length, factors.unary.device
         )

@@ -10,6 +10,7 @@ from torch import Tensor
 from zoo.inference.backend import Backend
 from zoo.inference.chain.randomized import RDPOptions
 from zoo.inference.checks import check_lengths
+from zoo.inference.engines import make_engine
 from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine
 from zoo.inference.semimarkov.factors import (
@@ -38,16 +39,6 @@ ENGINES: dict[Backend, type[SemiMarkovEngine]] = {
 }
 
 
-def make_engine(backend: Backend, options: RDPOptions | None) -> SemiMarkovEngine:
-    if backend is Backend.RANDOMIZED:
-        if not isinstance(options, RDPOptions):
-            raise ValueError(
-                f"the 'randomized' backend needs options=RDPOptions(k1=..., k2=...), got {options!r}"
-            )
-        return RandomizedEngine(options)
-    if options is not None:
-        raise ValueError(f"options are only used by the 'randomized' backend, not {backend.value!r}")
-    return ENGINES[backend]()
 
 
 class SemiMarkovChain:
@@ -80,7 +71,7 @@ class SemiMarkovChain:
                 f"EdgeSemiMarkov, got {type(factors).__name__}"
             )
         self.backend = NATIVE_BACKEND[type(factors)] if backend is None else Backend.parse(backend)
-        self.engine = make_engine(self.backend, options)
+        self.engine = make_engine(self.backend, ENGINES, options)
         self.lengths = check_lengths(lengths, factors.batch, factors.max_length, factors.device)
         self.factors = self.engine.prepare(factors)
 

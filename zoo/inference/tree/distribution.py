@@ -8,8 +8,8 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.chain.randomized import RDPOptions
 from zoo.inference.checks import as_tensor, check_finite, check_lengths, check_shape
+from zoo.inference.engines import make_engine
 from zoo.inference.tree.chart import mask_terms
 from zoo.inference.tree.engine import ExactEngine, TreeEngine
 from zoo.inference.tree.factors import DenseGrammar, GrammarFactors, LowRankGrammar, RankSpaceGrammar
@@ -31,23 +31,6 @@ ENGINES: dict[Backend, type[TreeEngine]] = {
 }
 
 
-def make_engine(backend: Backend, options) -> TreeEngine:
-    """The engine of ``backend``: the randomized one needs ``options=RDPOptions(...)``; the
-    rank-space one takes ``options="state-space"`` to run the state-space CPD inside instead."""
-    if backend is Backend.RANDOMIZED:
-        if not isinstance(options, RDPOptions):
-            raise ValueError(
-                f"the 'randomized' backend needs options=RDPOptions(k1=..., k2=...), got {options!r}"
-            )
-        return RandomizedEngine(options)
-    if backend is Backend.RANK_SPACE and options is not None:
-        return RankSpaceEngine(options)
-    if options is not None:
-        raise ValueError(
-            "options are only used by the 'randomized' (RDPOptions) and 'rank-space' "
-            f"('state-space') backends, not {backend.value!r}"
-        )
-    return ENGINES[backend]()
 
 
 class TreeDistribution:
@@ -107,7 +90,7 @@ class TreeDistribution:
                 f"got lengths {self.lengths.tolist()}"
             )
         self.backend = NATIVE_BACKEND[type(grammar)] if backend is None else Backend.parse(backend)
-        self.engine = make_engine(self.backend, options)
+        self.engine = make_engine(self.backend, ENGINES, options)
         self.grammar = self.engine.prepare(grammar)
         self.terms = mask_terms(terms, self.lengths)
         if node_scores is not None:

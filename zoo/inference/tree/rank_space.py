@@ -258,6 +258,8 @@ class RankSpaceEngine(TreeEngine):
         "sample": (NATIVE, "top-down: (split, rank) then each child, O(T r + S r) a node"),
     }
 
+    takes_options = True  # TreeDistribution(..., backend="rank-space", options="state-space")
+
     def __init__(self, algorithm: str = "rank-space"):
         if algorithm not in ("rank-space", "state-space"):
             raise ValueError(f"algorithm must be 'rank-space' or 'state-space', got {algorithm!r}")
