@@ -2,9 +2,11 @@
 
 The model (a ``ZooModel`` following docs/training-api.md) returns log p(sequence); the loss is
 -sum log p / sum events of the batch. Validation and test report the NLL per event and, for text,
-the perplexity, through DDP-safe metrics. AdamW; the learning rate is multiplied by ``lr_factor``
-when the validation NLL has not improved for ``lr_patience`` validations; gradient clipping is the
-Trainer's ``gradient_clip_val``.
+the perplexity, through DDP-safe metrics. A model whose evaluation is itself random (the randomized
+backend beyond its exact-evaluation size) is evaluated with ``eval_seeds`` seeds, and the mean and
+standard deviation over seeds are reported (``val/nll`` and ``val/nll_std``, likewise ``ppl``).
+AdamW; the learning rate is multiplied by ``lr_factor`` when the validation NLL has not improved for
+``lr_patience`` validations; gradient clipping is the Trainer's ``gradient_clip_val``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class LikelihoodTask(pl.LightningModule):
         lr_factor, lr_patience: ReduceLROnPlateau on ``val/nll``.
         init_from: optional path of a checkpoint (``zoo fit``'s ``.ckpt``) whose model weights
             initialize this one: fine-tuning with a fresh optimizer.
+        eval_seeds: seeds of a random evaluation (models with ``evaluation_is_exact() == False``).
     """
 
     def __init__(
@@ -40,8 +43,13 @@ class LikelihoodTask(pl.LightningModule):
         lr_factor: float = 0.5,
         lr_patience: int = 2,
         init_from: str | None = None,
+        eval_seeds: int = 5,
     ):
         super().__init__()
+        if not isinstance(eval_seeds, int) or eval_seeds < 2:
+            raise ValueError(
+                f"eval_seeds must be an int >= 2 (a standard deviation needs two), got {eval_seeds!r}"
+            )
         if isinstance(model, dict):
             model = ZooModel.from_config(model)
         if not isinstance(model, ZooModel):
@@ -58,6 +66,7 @@ class LikelihoodTask(pl.LightningModule):
                 "lr_factor": lr_factor,
                 "lr_patience": lr_patience,
                 "init_from": None,  # the weights are in this checkpoint: reloading reads no other file
+                "eval_seeds": eval_seeds,
             }
         )
         if init_from is not None:
@@ -67,6 +76,13 @@ class LikelihoodTask(pl.LightningModule):
                 f"{stage}_{name}": metric()
                 for stage in ("val", "test")
                 for name, metric in (("nll", NegativeLogLikelihood), ("ppl", Perplexity))
+            }
+        )
+        self._text = False  # whether the evaluated batches are text (perplexity is reported then)
+        self.seed_metrics = torch.nn.ModuleDict(
+            {
+                stage: torch.nn.ModuleList(NegativeLogLikelihood() for _ in range(eval_seeds))
+                for stage in ("val", "test")
             }
         )
 
@@ -92,9 +108,18 @@ class LikelihoodTask(pl.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=len(log_p))
         return loss
 
-    def _evaluate(self, batch: dict[str, Tensor], stage: str) -> None:
-        log_p = self(batch)
+    def _random_evaluation(self) -> bool:
+        return not getattr(self.model, "evaluation_is_exact", lambda: True)()
+
+    def _evaluate(self, batch: dict[str, Tensor], stage: str, batch_idx: int) -> None:
         events = self.model.num_events(batch)
+        self._text = "tokens" in batch
+        if self._random_evaluation():  # one estimate per seed; mean and spread at the epoch's end
+            for seed, metric in enumerate(self.seed_metrics[stage]):
+                generator = torch.Generator(device=events.device).manual_seed(seed * 1_000_003 + batch_idx)
+                metric.update(self.model.log_likelihood(batch, generator=generator), events)
+            return
+        log_p = self(batch)
         metrics = [("nll", self.metrics[f"{stage}_nll"])]
         if "tokens" in batch:  # text: perplexity too
             metrics.append(("ppl", self.metrics[f"{stage}_ppl"]))
@@ -103,10 +128,30 @@ class LikelihoodTask(pl.LightningModule):
             self.log(f"{stage}/{name}", metric, prog_bar=name == "ppl", batch_size=len(log_p))
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "val")
+        self._evaluate(batch, "val", batch_idx)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test")
+        self._evaluate(batch, "test", batch_idx)
+
+    def _log_seed_statistics(self, stage: str) -> None:
+        """Mean and standard deviation over seeds of a random evaluation's NLL (and perplexity)."""
+        metrics = self.seed_metrics[stage]
+        if not self._random_evaluation():
+            return
+        nll = torch.stack([m.compute() for m in metrics]).float()
+        for metric in metrics:
+            metric.reset()
+        self.log(f"{stage}/nll", nll.mean())
+        self.log(f"{stage}/nll_std", nll.std())
+        if self._text:
+            self.log(f"{stage}/ppl", nll.exp().mean())
+            self.log(f"{stage}/ppl_std", nll.exp().std())
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_seed_statistics("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_seed_statistics("test")
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         """log p and events of each sequence (perplexity of a sentence: exp(-log_p / events))."""
