@@ -18,3 +18,7 @@ __all__ = [
     "ResidualBlock",
     "ResidualMLP",
 ]
+
+from zoo.models.pcfg import PCFG  # noqa: E402
+
+__all__ += ["PCFG"]

@@ -1,0 +1,141 @@
+"""zoo.models.PCFG: every backend against brute-force enumeration on tiny sizes, normalization,
+the <eos> / perplexity convention, sampling, MBR parsing and constructor errors."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+import tree_bruteforce as bf
+from zoo.models import PCFG
+
+BACKENDS = {
+    "exact": {},
+    "low-rank": {"rank": 3},
+    "rank-space": {"rank": 3},
+    "randomized": {"k1": 1, "k2": 1},
+}
+
+
+def tiny(backend: str, V: int = 4, NT: int = 2, PT: int = 3, **kw) -> PCFG:
+    torch.manual_seed(0)
+    model = PCFG(V, NT, PT, backend, embedding_dim=8, hidden_dim=8, **BACKENDS[backend], **kw).double()
+    return model.eval()
+
+
+def batch_of(sentences: list[list[int]], eos: int = 0) -> dict:
+    T = max(len(s) for s in sentences) + 1
+    tokens = torch.zeros(len(sentences), T, dtype=torch.long)
+    for b, s in enumerate(sentences):
+        tokens[b, : len(s) + 1] = torch.tensor(s + [eos])
+    return {"tokens": tokens, "lengths": torch.tensor([len(s) + 1 for s in sentences])}
+
+
+def dense_spec(model: PCFG, terms: torch.Tensor, lengths: torch.Tensor) -> bf.TreeSpec:
+    g = model.grammar().dense()
+    return bf.TreeSpec("dense", {"root": g.root[0], "rules": g.rules[0], "terms": terms}, lengths)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_normalized_grammar(backend):
+    model = tiny(backend)
+    g = model.grammar().dense()
+    torch.testing.assert_close(g.root.exp().sum(-1), torch.ones(1, dtype=torch.float64))
+    torch.testing.assert_close(g.rules.exp().sum((-1, -2)), torch.ones(1, 2, dtype=torch.float64))
+    torch.testing.assert_close(model.emission().exp().sum(-1), torch.ones(3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_log_likelihood_matches_brute_force(backend):
+    """log p(words) of a ragged batch (eos dropped) = log sum over all trees, by enumeration."""
+    model = tiny(backend)
+    batch = batch_of([[1, 2, 3, 1], [3, 3], [2, 1, 1]])
+    log_p = model.log_likelihood(batch)
+    words = batch["tokens"][:, :4]
+    terms = model.emission().detach().t()[words]  # B x T x PT
+    spec = dense_spec(model, terms, batch["lengths"] - 1)
+    expected = torch.tensor([bf.log_partition(spec, b) for b in range(3)], dtype=torch.float64)
+    torch.testing.assert_close(log_p.detach(), expected, rtol=1e-8, atol=1e-8)
+    torch.testing.assert_close(model.num_events(batch), torch.tensor([5, 3, 4]))
+
+
+@pytest.mark.parametrize("backend", ["exact", "low-rank", "rank-space"])
+def test_probabilities_of_all_sentences_sum_to_length_probability(backend):
+    """sum over all V^n sentences of p(words) = p(length n) (the inside with every word summed out)."""
+    model, V, n = tiny(backend, V=3), 3, 3
+    sentences = [list(s) for s in itertools.product(range(V), repeat=n)]
+    total = model.log_likelihood(batch_of(sentences)).detach().exp().sum()
+    spec = dense_spec(model, torch.zeros(1, n, 3, dtype=torch.float64), torch.tensor([n]))
+    assert math.isclose(float(total), math.exp(bf.log_partition(spec, 0)), rel_tol=1e-8)
+
+
+def test_randomized_keeps_everything_when_k_is_nt():
+    """k1 = NT: the randomized inside in training mode is the exact one."""
+    model = tiny("randomized")
+    model.k1, model.k2 = 2, 0
+    batch = batch_of([[1, 2, 3], [2, 2]])
+    exact = model.log_likelihood(batch)
+    model.train()
+    torch.testing.assert_close(model.log_likelihood(batch), exact)
+    assert model.evaluation_is_exact()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradients_reach_every_parameter(backend):
+    model = tiny(backend).train()
+    model.log_likelihood(batch_of([[1, 2, 3], [2, 2]])).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not missing
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parse_and_sample(backend):
+    model = tiny(backend)
+    trees, n = model.parse(batch_of([[1, 2, 3, 1], [3, 3]]))
+    assert trees.shape == (2, 7, 2) and n.tolist() == [4, 2]
+    assert trees[1, :3].tolist() == [[0, 2], [0, 1], [1, 2]] and (trees[1, 3:] == -1).all()
+    assert (trees[0] >= 0).all() and trees[0, 0].tolist() == [0, 4]
+    words, sampled = model.sample([2, 4], n=3, generator=torch.Generator().manual_seed(0))
+    assert words.shape == (3, 2, 4) and sampled.shape == (3, 2, 7, 3)
+    assert (words[:, 0, 2:] == -1).all() and (words[:, 1] >= 0).all() and (words < 4).all()
+
+
+def test_config_round_trip():
+    model = tiny("low-rank")
+    rebuilt = PCFG.from_config(model.spec())
+    assert rebuilt.config == model.config and rebuilt.backend == "low-rank"
+    rebuilt.load_state_dict(model.float().state_dict())
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"backend": "low-rank"}, "needs rank"),
+        ({"backend": "rank-space", "rank": 0}, "rank must be an int >= 1"),
+        ({"backend": "exact", "rank": 4}, "rank is used only"),
+        ({"backend": "randomized"}, "needs k1"),
+        ({"backend": "randomized", "k1": 2, "k2": 2}, "k1 \\+ k2 must be in 1..num_nonterminals"),
+        ({"backend": "randomized", "k1": 1, "k2": 1, "proposal": "global"}, "unknown proposal"),
+        ({"backend": "exact", "k1": 1, "k2": 1}, "k1 and k2 are used only"),
+        ({"backend": "cubic"}, "unknown backend"),
+        ({"num_nonterminals": 0}, "num_nonterminals must be an int >= 1"),
+        ({"dropout": 1.0}, "dropout must be a float"),
+    ],
+)
+def test_constructor_errors(kwargs, message):
+    args = {"vocab_size": 5, "num_nonterminals": 3, "num_preterminals": 2, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        PCFG(**args)
+
+
+def test_batch_errors():
+    model = tiny("exact")
+    with pytest.raises(ValueError, match="at least 2 words before <eos>"):
+        model.log_likelihood(batch_of([[1, 2], [3]]))
+    with pytest.raises(ValueError, match="token ids must lie in 0..vocab_size-1"):
+        model.log_likelihood(batch_of([[1, 9]]))
+    with pytest.raises(KeyError, match="needs batch\\['tokens'\\]"):
+        model.log_likelihood({"lengths": torch.tensor([3])})
