@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
-
 import tree_bruteforce as bf
+
 from zoo.models import PCFG
 
 BACKENDS = {

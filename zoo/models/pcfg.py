@@ -273,7 +273,9 @@ class PCFG(ZooModel):
     def evaluation_is_exact(self) -> bool:
         """Whether ``log_likelihood`` in eval mode is the exact log p(x) (False only for the
         randomized backend with NT > exact_max_nonterminals: then it is a random estimate)."""
-        return self.backend != Backend.RANDOMIZED.value or self.num_nonterminals <= self.exact_max_nonterminals
+        return (
+            self.backend != Backend.RANDOMIZED.value or self.num_nonterminals <= self.exact_max_nonterminals
+        )
 
     def distribution(self, batch: dict, generator: torch.Generator | None = None) -> TreeDistribution:
         """p(tree | sentence) of the batch as a ``TreeDistribution`` over its words (``<eos>`` dropped):
