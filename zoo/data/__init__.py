@@ -70,3 +70,14 @@ __all__ += [
     "collate_tokens",
     *_LAZY,
 ]
+
+# Sentences and gold trees for grammars (zoo.tasks.ParsingTask).
+_LAZY.update(
+    {
+        "PCFGDataModule": "zoo.data.pcfg",
+        "SentenceDataset": "zoo.data.pcfg",
+        "collate_sentences": "zoo.data.pcfg",
+        "read_tree_file": "zoo.data.pcfg",
+    }
+)
+__all__ += ["PCFGDataModule", "SentenceDataset", "collate_sentences", "read_tree_file"]

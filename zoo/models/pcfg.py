@@ -308,9 +308,11 @@ class PCFG(ZooModel):
     def parse(self, batch: dict) -> tuple[Tensor, Tensor]:
         """MBR trees (CKY over span marginals) of the batch: B x (2T-1) x 2 long (start, end) rows in
         pre-order (-1 padding), and the word counts n (B,)."""
-        with torch.enable_grad():  # span marginals are the gradient of log Z
+        # span marginals are the gradient of log Z: leave Lightning's inference mode / no_grad
+        with torch.inference_mode(False), torch.enable_grad():
+            batch = {k: v.clone() if isinstance(v, Tensor) else v for k, v in batch.items()}
             dist = self.distribution(batch)
-            return dist.mbr(), dist.lengths
+            return dist.mbr().detach(), dist.lengths.detach()
 
     @torch.no_grad()
     def sample(

@@ -3,3 +3,7 @@
 from zoo.tasks.likelihood import LikelihoodTask
 
 __all__ = ["LikelihoodTask"]
+
+from zoo.tasks.parsing import ParsingTask, TreeWriter  # noqa: E402
+
+__all__ += ["ParsingTask", "TreeWriter"]

@@ -1,0 +1,207 @@
+"""PCFGs end to end: `zoo fit | validate | predict` with ParsingTask and PCFGDataModule on tiny
+bracketed-tree and PTB-text files written by the tests; F1, MBR output, checkpoints, curriculum, errors."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from zoo.cli import main
+from zoo.data import PCFGDataModule, parse_bracketed
+from zoo.tasks import ParsingTask
+from zoo.tasks.parsing import bracketed
+
+NOUNS = "cat dog mat rug bird".split()
+VERBS = "sat ran slept saw".split()
+
+
+def random_tree(g: torch.Generator) -> str:
+    def pick(words):
+        return words[int(torch.randint(len(words), (1,), generator=g))]
+
+    np_ = f"(NP (DT the) (NN {pick(NOUNS)}))"
+    if torch.rand(1, generator=g) < 0.5:
+        vp = f"(VP (VBD {pick(VERBS)}) (PP (IN on) (NP (DT a) (NN {pick(NOUNS)}))))"
+    else:
+        vp = f"(VP (VBD {pick(VERBS)}) (NP (CD 12) (NNS {pick(NOUNS)}s)))"
+    return f"( (S {np_} {vp} (. .)) )"
+
+
+def write_trees(directory: Path) -> dict[str, str]:
+    g = torch.Generator().manual_seed(0)
+    files = {}
+    for split, count in (("train", 24), ("valid", 6), ("test", 5)):
+        path = directory / f"{split}.mrg"
+        lines = [random_tree(g) for _ in range(count)]
+        lines.append("( (S (NN hello) (. .)) )")  # one word after preprocessing: dropped
+        path.write_text("\n".join(lines) + "\n")
+        files[split] = str(path)
+    return files
+
+
+def recipe(tmp: Path, backend: str, data: dict, vocab: int, **task) -> Path:
+    init = {"vocab_size": vocab, "num_nonterminals": 3, "num_preterminals": 4, "backend": backend,
+            "embedding_dim": 8, "hidden_dim": 8}  # fmt: skip
+    if backend in ("low-rank", "rank-space"):
+        init["rank"] = 2
+    if backend == "randomized":
+        init.update(k1=1, k2=1)
+    config = {
+        "seed_everything": 0,
+        "model": {
+            "class_path": "zoo.tasks.ParsingTask",
+            "init_args": {"model": {"class_path": "zoo.models.PCFG", "init_args": init}, "lr": 0.01, **task},
+        },
+        "data": data,
+        "trainer": {
+            "accelerator": "cpu",
+            "devices": 1,
+            "max_epochs": 1,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(tmp / "runs"),
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(tmp)},
+            },
+        },
+    }
+    path = tmp / f"recipe-{backend}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def trees(tmp_path):
+    files = write_trees(tmp_path)
+    data = {"class_path": "zoo.data.PCFGDataModule", "init_args": {"tree_files": files, "batch_tokens": 64}}
+    vocab = PCFGDataModule(tree_files=files).vocab_size
+    return tmp_path, data, vocab
+
+
+def test_data_module_reads_and_preprocesses_gold_trees(trees):
+    tmp, data, _ = trees
+    dm = PCFGDataModule(**data["init_args"])
+    dm.setup()
+    assert len(dm.datasets["train"]) == 24  # the one-word sentence is dropped
+    words = dm.sentences("train")[0]
+    assert all("." not in w for s in words for w in s) and any("N" in s for s in words)  # 12 -> N
+    batch = next(iter(dm.val_dataloader()))
+    assert set(batch) == {"tokens", "lengths", "index", "spans"}
+    n = batch["lengths"] - 1
+    assert batch["spans"].shape == (len(n), 2 * int(n.max()) - 1, 2)
+    assert (batch["tokens"][torch.arange(len(n)), n] == dm.vocab.eos_id).all()
+
+
+@pytest.mark.parametrize("backend", ["exact", "low-rank", "rank-space", "randomized"])
+def test_fit_fast_dev_run_every_backend(trees, backend):
+    tmp, data, vocab = trees
+    path = recipe(tmp, backend, data, vocab, curriculum_start=4, curriculum_final=6)
+    assert main(["fit", "--config", str(path), "--trainer.fast_dev_run", "2"]) == 0
+
+
+def test_fit_on_ptb_text(tmp_path):
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"ptb.{split}.txt").write_text("the cat sat\na dog ran on the mat\nhello\nthe mat\n")
+    data = {
+        "class_path": "zoo.data.PCFGDataModule",
+        "init_args": {"data_dir": str(tmp_path), "batch_tokens": 64},
+    }
+    vocab = PCFGDataModule(data_dir=str(tmp_path)).vocab_size
+    path = recipe(tmp_path, "exact", data, vocab)
+    assert main(["fit", "--config", str(path), "--trainer.fast_dev_run", "1"]) == 0
+
+
+def test_fit_validate_predict_reload(trees):
+    tmp, data, vocab = trees
+    path = recipe(tmp, "exact", data, vocab)
+    assert main(["fit", "--config", str(path), "--trainer.max_steps", "3"]) == 0
+    (ckpt,) = tmp.rglob("*.ckpt")
+    assert main(["validate", "--config", str(path), "--ckpt_path", str(ckpt)]) == 0
+    rows = []
+    for file in sorted(tmp.rglob("metrics.csv")):
+        with open(file) as f:
+            rows += list(csv.DictReader(f))
+    f1 = [float(r["val/sentence_f1"]) for r in rows if r.get("val/sentence_f1")]
+    ppl = [float(r["val/ppl"]) for r in rows if r.get("val/ppl")]
+    assert f1 and all(0 <= v <= 1 for v in f1) and ppl and all(1 < v < 1e4 for v in ppl)
+
+    out = tmp / "pred" / "trees.txt"
+    writer = {"class_path": "zoo.tasks.TreeWriter", "init_args": {"output_path": str(out)}}
+    args = [
+        "predict",
+        "--config",
+        str(path),
+        "--ckpt_path",
+        str(ckpt),
+        "--trainer.callbacks+",
+        yaml.safe_dump(writer),
+    ]
+    assert main(args) == 0
+    lines = out.read_text().splitlines()
+    dm = PCFGDataModule(**data["init_args"])
+    gold = dm.sentences("test")[0]
+    assert len(lines) == len(gold) == 5
+    for line, words in zip(lines, gold):
+        (tree,) = parse_bracketed(line)
+        assert tree.words() == [w if w in dm.vocab._index else "<unk>" for w in words]
+        assert len(tree.spans()) == len(words) - 1  # a binary tree: n - 1 constituents
+
+    task = ParsingTask.load_from_checkpoint(ckpt).eval()
+    again = ParsingTask.load_from_checkpoint(ckpt).eval()
+    dm.setup()
+    batch = next(iter(dm.test_dataloader()))
+    with torch.no_grad():
+        torch.testing.assert_close(task(batch), again(batch), rtol=0, atol=0)
+    assert task.hparams["curriculum_increment"] == 1
+    text = task.sample_text([3, 5], n=2, generator=torch.Generator().manual_seed(0))
+    assert len(text) == 4 and [len(s.split()) for s in text] == [3, 5, 3, 5]
+
+
+def test_curriculum_limits_and_drops_long_sentences(trees):
+    tmp, data, vocab = trees
+    task = ParsingTask(
+        {"class_path": "zoo.models.PCFG", "init_args": {"vocab_size": vocab, "num_nonterminals": 2,
+                                                          "num_preterminals": 2, "embedding_dim": 4,
+                                                          "hidden_dim": 4}},
+        curriculum_start=3, curriculum_increment=2, curriculum_final=6,
+    )  # fmt: skip
+    assert [task.max_train_words(e) for e in range(4)] == [3, 5, 6, 6]
+    batch = {
+        "tokens": torch.tensor([[2, 3, 4, 0, 0, 0], [2, 3, 4, 5, 6, 0]]),
+        "lengths": torch.tensor([4, 6]),
+    }
+    task.trainer = None
+    kept = task.training_step(batch, 0)  # epoch 0: limit 3 words, the 5-word sentence is dropped
+    only = task.model.log_likelihood({"tokens": batch["tokens"][:1, :4], "lengths": batch["lengths"][:1]})
+    torch.testing.assert_close(kept, -only.sum() / 4)
+    assert task.training_step({"tokens": batch["tokens"][1:], "lengths": batch["lengths"][1:]}, 0) is None
+
+
+def test_bracketed_strings():
+    spans = torch.tensor([[0, 3], [0, 1], [1, 3], [1, 2], [2, 3]])
+    assert bracketed(spans, ["a", "b", "c"]) == "(X (T a) (X (T b) (T c)))"
+    with pytest.raises(ValueError, match="2n-1 = 5 spans"):
+        bracketed(spans[:3], ["a", "b", "c"])
+
+
+def test_errors(trees):
+    tmp, data, vocab = trees
+    files = data["init_args"]["tree_files"]
+    with pytest.raises(ValueError, match="tree_files must map each of"):
+        PCFGDataModule(tree_files={"train": files["train"]})
+    with pytest.raises(FileNotFoundError, match="no tree file"):
+        PCFGDataModule(tree_files={**files, "test": str(tmp / "missing.mrg")}).sentences("test")
+    model = {"class_path": "zoo.models.PCFG", "init_args": {"vocab_size": vocab}}
+    with pytest.raises(ValueError, match="curriculum_final \\(3\\) must be >= curriculum_start"):
+        ParsingTask(model, curriculum_start=5, curriculum_final=3)
+    hmm = {"class_path": "zoo.models.CategoricalHMM", "init_args": {"vocab_size": vocab, "num_states": 2}}
+    with pytest.raises(TypeError, match="needs a grammar with parse"):
+        ParsingTask(hmm)
+    path = recipe(tmp, "exact", data, vocab + 3)
+    with pytest.raises(ValueError, match="vocab_size"):
+        main(["fit", "--config", str(path), "--trainer.fast_dev_run", "1"])

