@@ -11,9 +11,10 @@ comes from symbol embeddings (size D) through residual MLPs h (``zoo.models.laye
   ``DenseGrammar``, O(T^3 NT S^2).
 * ``low-rank``: the LPCFG (Chiu et al. 2021, Eq. 7). For two nonterminal children
   p(A -> B C) is proportional to phi(u_A) . phi(v_BC) with phi(x) = exp(W x - |x|^2 / 2)
-  (R features, W R x D; orthogonal random features at init, trained), u_A = h_head(e_A) and
-  v_BC = h_pair([e_B; e_C]); the productions with a preterminal child keep the N-PCFG's logits;
-  each parent's row is normalized over both parts. Inference: ``LowRankGrammar``.
+  (R features, W R x D; orthogonal random features at init, trained; x scaled by D^(-1/4) as in
+  Performer's softmax kernel), u_A = h_head(e_A) and v_BC = h_pair([e_B; e_C]); the productions
+  with a preterminal child keep the N-PCFG's logits; each parent's row is normalized over both
+  parts. Inference: ``LowRankGrammar``.
 * ``rank-space``: the TD-PCFG / rank-space PCFG (Yang et al. 2021b; 2022 App. A):
   p(A -> b c) = sum_r U[A, r] V[b, r] W[c, r] with shared symbol embeddings E (S x D) and rank
   embeddings g_r (r x D): U = softmax_r(h_U(E_A) . g_r) (rows sum to 1), V = softmax_b(h_V(E_b) .
