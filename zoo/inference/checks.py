@@ -76,3 +76,20 @@ def check_lengths(lengths: Tensor | None, batch: int, max_len: int, device) -> T
             f"lengths must lie in 1..T = 1..{max_len}, got {lengths.tolist()}"
         )
     return lengths
+
+
+def check_sample_count(n) -> None:
+    """The number of samples asked for: a positive int (not a bool)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+
+
+def check_label_sequences(name: str, value, batch: int, length: int) -> Tensor:
+    """An integer B x T or S x B x T tensor of labels (states, segment starts) as long."""
+    if not isinstance(value, Tensor) or value.is_floating_point():
+        raise TypeError(f"{name} must be an integer tensor of shape B x T or S x B x T")
+    if value.dim() not in (2, 3) or tuple(value.shape[-2:]) != (batch, length):
+        raise ValueError(
+            f"{name} must have shape B x T = ({batch}, {length}) or S x B x T, got {tuple(value.shape)}"
+        )
+    return value.long()

@@ -19,7 +19,7 @@ from zoo.inference.chain.factors import (
 from zoo.inference.chain.low_rank import LowRankEngine
 from zoo.inference.chain.randomized import RandomizedEngine, RDPOptions
 from zoo.inference.chain.rank_space import RankSpaceEngine
-from zoo.inference.checks import check_lengths
+from zoo.inference.checks import check_label_sequences, check_lengths, check_sample_count
 from zoo.inference.engines import make_engine
 
 NATIVE_BACKEND = {
@@ -111,19 +111,12 @@ class LinearChain:
 
     def log_prob(self, states: Tensor) -> Tensor:
         """log p(states): states B x T or S x B x T (entries past a length are ignored)."""
-        B, T = self.factors.batch, self.factors.max_length
-        if not isinstance(states, Tensor) or states.is_floating_point():
-            raise TypeError("states must be an integer tensor of shape B x T or S x B x T")
-        if states.dim() not in (2, 3) or tuple(states.shape[-2:]) != (B, T):
-            raise ValueError(
-                f"states must have shape B x T = ({B}, {T}) or S x B x T, got {tuple(states.shape)}"
-            )
-        return self.engine.log_prob(self.factors, self.lengths, states.long())
+        states = check_label_sequences("states", states, self.factors.batch, self.factors.max_length)
+        return self.engine.log_prob(self.factors, self.lengths, states)
 
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
         """n exact samples (forward filtering, backward sampling): n x B x T, -1 past each length."""
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        check_sample_count(n)
         return self.engine.sample(self.factors, self.lengths, n, generator)
 
     def rsample(

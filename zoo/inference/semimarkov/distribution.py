@@ -9,7 +9,7 @@ from torch import Tensor
 
 from zoo.inference.backend import Backend
 from zoo.inference.chain.randomized import RDPOptions
-from zoo.inference.checks import check_lengths
+from zoo.inference.checks import check_label_sequences, check_lengths, check_sample_count
 from zoo.inference.engines import make_engine
 from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine
@@ -113,20 +113,14 @@ class SemiMarkovChain:
 
     def log_prob(self, segmentation: Tensor) -> Tensor:
         """log p(segmentation): B x T or S x B x T -> (B,) or (S, B)."""
-        B, T = self.factors.batch, self.factors.max_length
-        if not isinstance(segmentation, Tensor) or segmentation.is_floating_point():
-            raise TypeError("segmentation must be an integer tensor of shape B x T or S x B x T")
-        if segmentation.dim() not in (2, 3) or tuple(segmentation.shape[-2:]) != (B, T):
-            raise ValueError(
-                f"segmentation must have shape B x T = ({B}, {T}) or S x B x T, "
-                f"got {tuple(segmentation.shape)}"
-            )
-        return self.engine.log_prob(self.factors, self.lengths, segmentation.long().to(self.lengths.device))
+        segmentation = check_label_sequences(
+            "segmentation", segmentation, self.factors.batch, self.factors.max_length
+        )
+        return self.engine.log_prob(self.factors, self.lengths, segmentation.to(self.lengths.device))
 
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
         """n exact samples: n x B x T segmentations."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        check_sample_count(n)
         if self.backend is not Backend.RANDOMIZED:
             self.log_partition  # noqa: B018
         return self.engine.sample(self.factors, self.lengths, n, generator)

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.checks import as_tensor, check_finite, check_lengths, check_shape
+from zoo.inference.checks import as_tensor, check_finite, check_lengths, check_sample_count, check_shape
 from zoo.inference.engines import make_engine
 from zoo.inference.tree.chart import mask_terms
 from zoo.inference.tree.engine import ExactEngine, TreeEngine
@@ -153,6 +153,5 @@ class TreeDistribution:
 
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
         """n exact samples of p(tree | sentence): n x B x (2T-1) x 3."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        check_sample_count(n)
         return self.engine.sample(*self._args, n, generator, self.node_scores)

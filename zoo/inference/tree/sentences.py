@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.checks import as_tensor, check_finite, check_lengths
+from zoo.inference.checks import as_tensor, check_finite, check_lengths, check_sample_count
 from zoo.inference.tree.chart import safe_logsumexp
 from zoo.inference.tree.factors import GrammarFactors, RankSpaceGrammar
 from zoo.inference.tree.rank_space import sample_rank_space
@@ -42,8 +42,7 @@ def sample_sentences(
             f"emission must have shape (B x) PT x V with PT = {PT} preterminals, got {tuple(emission.shape)}"
         )
     check_finite("emission", emission)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    check_sample_count(n)
     if not isinstance(lengths, Tensor):
         lengths = torch.as_tensor(lengths)
     if lengths.dim() != 1 or lengths.numel() == 0:
