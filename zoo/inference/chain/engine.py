@@ -207,7 +207,9 @@ def dense_entropy(chain: DenseChain, lengths: Tensor, log_weights: Tensor | None
         log_z, expected = (torch.cat(x) for x in zip(*parts))
     else:
         log_z, expected = _expected_score(chain, lengths, unary)
-    return log_z - expected
+    entropy = log_z - expected
+    inputs = (chain.unary, chain.transition, chain.init, unary)
+    return entropy if torch.is_grad_enabled() and any(x.requires_grad for x in inputs) else entropy.detach()
 
 
 def _expected_score(chain: DenseChain, lengths: Tensor, unary: Tensor) -> tuple[Tensor, Tensor]:
