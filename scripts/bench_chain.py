@@ -22,10 +22,8 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
 import os
-import platform
 import shlex
 import sys
 import tempfile
@@ -44,16 +42,16 @@ from zoo.inference.chain.rank_space import rank_transition
 from benchlib import (
     GB,
     MB,
-    MEMORY_CAP,
     REPO,
     Measurement,
     Section,
     cells,
     describe,
-    machine,
     num,
     paragraphs,
+    prepare_environment,
     ratio,
+    report_header,
     run_in_child,
     snapshot_zoo,
     speedup,
@@ -547,31 +545,20 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help=f"also write the report to {DOCS}")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
-    # libgomp's default spin-waiting made 2-thread calls up to 100x slower on a busy 2-core machine
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # inherited by the spawned configurations
-    # glibc keeps freed blocks under its (self-raising, up to 32 MB) mmap threshold in the heap, so
-    # peak RSS would count allocator slack, not live tensors: map every block of 128 KiB or more
-    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(128 << 10))
+    prepare_environment()  # inherited by the spawned configurations
     started, load_before = time.time(), os.getloadavg()[0]
     check = check_log_partition()
     with tempfile.TemporaryDirectory(prefix="bench_chain_") as copy:
         version = snapshot_zoo(Path(copy))
         sys.path.insert(0, copy)  # ahead of the editable install's finder, in every spawned configuration
         sections = [table1(plan), table2(plan), table3(plan)]
-    minutes, load_after = (time.time() - started) / 60, os.getloadavg()[0]
-    now = datetime.datetime.now().astimezone()
+    timing = (
+        f"{'quick' if args.quick else 'full'} run: one warm-up, then up to {plan.repeats} timed calls "
+        f"within {plan.budget_s:g} s; median"
+    )
     header = [
-        f"- Machine: {machine()}; Python {platform.python_version()}; "
-        f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}; "
-        f"MALLOC_MMAP_THRESHOLD_={os.environ['MALLOC_MMAP_THRESHOLD_']}",
-        f"- Date: {now:%Y-%m-%d %H:%M %Z}; the run took {minutes:.0f} min; 1-minute load average "
-        f"{load_before:.1f} at the start and {load_after:.1f} at the end",
-        f"- Command: `{shlex.join(['python', *sys.argv])}` ({'quick' if args.quick else 'full'} run: one "
-        f"warm-up, then up to {plan.repeats} timed calls within {plan.budget_s:g} s; median)",
-        f"- Each configuration in a fresh process (address space capped at {MEMORY_CAP >> 30} GiB); "
-        "peak = peak RSS growth of the measured call; configurations that need more than "
-        f"{SKIP_ABOVE / GB:.0f} GB by their shapes are skipped.",
-        f"- zoo: {version} (copied at the start; every configuration imports the copy)",
+        *report_header(started, load_before, shlex.join(["python", *sys.argv]), timing, version),
+        f"- Configurations that need more than {SKIP_ABOVE / GB:.0f} GB by their shapes are skipped.",
         f"- {check}",
     ]
     report = paragraphs(

@@ -40,6 +40,7 @@ from benchlib import (
     describe,
     machine,
     paragraphs,
+    prepare_environment,
     run_in_child,
     snapshot_zoo,
     speedup,
@@ -270,8 +271,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="write the bench_semimarkov section")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(128 << 10))
+    prepare_environment()
     started, load_before = time.time(), os.getloadavg()[0]
     snapshot = tempfile.mkdtemp(prefix="bench_semimarkov_")
     version = snapshot_zoo(__import__("pathlib").Path(snapshot))
