@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from cli_testlib import cpu_trainer
 
 from zoo.cli import main
 from zoo.data import PCFGDataModule, parse_bracketed
@@ -57,18 +58,7 @@ def recipe(tmp: Path, backend: str, data: dict, vocab: int, **task) -> Path:
             "init_args": {"model": {"class_path": "zoo.models.PCFG", "init_args": init}, "lr": 0.01, **task},
         },
         "data": data,
-        "trainer": {
-            "accelerator": "cpu",
-            "devices": 1,
-            "max_epochs": 1,
-            "enable_progress_bar": False,
-            "enable_model_summary": False,
-            "default_root_dir": str(tmp / "runs"),
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": str(tmp)},
-            },
-        },
+        "trainer": cpu_trainer(tmp),
     }
     path = tmp / f"recipe-{backend}.yaml"
     path.write_text(yaml.safe_dump(config))

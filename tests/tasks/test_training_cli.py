@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from cli_testlib import cpu_trainer
 
 from zoo.cli import main
 from zoo.tasks import LikelihoodTask
@@ -71,18 +72,7 @@ def recipe(tmp: Path, vocab: int, backend: str, data: dict | None = None, **mode
             "init_args": {"model": {"class_path": model_class, "init_args": init}, "lr": 0.01},
         },
         "data": data,
-        "trainer": {
-            "accelerator": "cpu",
-            "devices": 1,
-            "max_epochs": 1,
-            "enable_progress_bar": False,
-            "enable_model_summary": False,
-            "default_root_dir": str(tmp / "runs"),
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": str(tmp)},
-            },
-        },
+        "trainer": cpu_trainer(tmp),
     }
     path = tmp / f"recipe-{backend}.yaml"
     path.write_text(yaml.safe_dump(config))
