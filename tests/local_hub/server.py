@@ -197,8 +197,13 @@ class HubApp:
         repo_type = payload.get("type") or "model"
         repo_id = f"{payload.get('organization') or USER}/{payload['name']}"
         private = payload.get("visibility", "public") == "private" or bool(payload.get("private"))
-        self.store.create(repo_type, repo_id, private=private, author=USER)
-        return Response(json_body={"url": self._repo_url(repo_type, repo_id), "name": repo_id, "id": repo_id})
+        url = self._repo_url(repo_type, repo_id)
+        try:
+            self.store.create(repo_type, repo_id, private=private, author=USER)
+        except HubError as error:
+            error.extra["url"] = url  # the Hub's 409 names the existing repository
+            raise
+        return Response(json_body={"url": url, "name": repo_id, "id": repo_id})
 
     def _info(self, repo_type: str, repo_id: str, revision: str, query: dict, token) -> Response:
         """Model / dataset / space info at a revision: its commit id and the listing of its files."""
@@ -231,8 +236,6 @@ class HubApp:
             "tags": [],
             "siblings": siblings,
         }
-        if repo_type == "model":
-            info["usedStorage"] = sum(entry.size for entry in files.values())
         return Response(json_body=info)
 
     def _path_info(self, state: dict, commit: str, path: str, entry, expand: bool, is_dir: bool) -> dict:
@@ -507,7 +510,8 @@ def make_handler(app) -> type[BaseHTTPRequestHandler]:
                     headers["X-Error-Code"] = error.error_code
                 if error.commit:
                     headers["X-Repo-Commit"] = error.commit
-                response = Response(error.status, json_body={"error": error.message}, headers=headers)
+                body = {"error": error.message, **error.extra}
+                response = Response(error.status, json_body=body, headers=headers)
             except (KeyError, ValueError) as error:  # malformed payloads
                 message = f"Bad request: {error!r}"
                 response = Response(400, json_body={"error": message}, headers={"X-Error-Message": message})

@@ -30,12 +30,20 @@ LFS_POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\n
 class HubError(Exception):
     """A request the Hub refuses: HTTP status, message, the ``X-Error-Code`` the client maps to an error."""
 
-    def __init__(self, status: int, message: str, error_code: str | None = None, commit: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        error_code: str | None = None,
+        commit: str | None = None,
+        extra: dict | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.error_code = error_code
         self.commit = commit  # sent as X-Repo-Commit (the client caches "file does not exist at this commit")
+        self.extra = extra or {}  # more fields of the JSON body
 
 
 def repo_not_found(repo_type: str, repo_id: str) -> HubError:
