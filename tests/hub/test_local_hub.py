@@ -362,3 +362,42 @@ def test_repositories_survive_a_restart(tmp_path):
         assert status == 200 and json.loads(after)["sha"] == json.loads(before)["sha"]
         status, headers, _ = http(hub, "GET", "/api/models/zoo-tests/kept")
         assert status == 404 and headers["X-Error-Code"] == "RepoNotFound"  # repo types are separate
+
+
+MIXIN_MODEL = """
+    import torch
+    from huggingface_hub import PyTorchModelHubMixin
+
+    class TinyModel(torch.nn.Module, PyTorchModelHubMixin, library_name="structured-zoo", tags=["hmm"]):
+        def __init__(self, num_states: int = 3):
+            super().__init__()
+            self.logits = torch.nn.Parameter(torch.zeros(num_states))
+"""
+
+
+MIXIN_PUSH = """
+    model = TinyModel(num_states=3)
+    with torch.no_grad():
+        model.logits.copy_(torch.tensor([0.5, -1.0, 2.0]))
+    first = model.push_to_hub(PARAMS["repo"], commit_message="First weights").oid
+    with torch.no_grad():
+        model.logits.mul_(2)
+    model.push_to_hub(PARAMS["repo"], commit_message="Doubled")
+    emit(first=first)
+"""
+
+MIXIN_LOAD = """
+    latest = TinyModel.from_pretrained(PARAMS["repo"])
+    pinned = TinyModel.from_pretrained(PARAMS["repo"], revision=PARAMS["first"])
+    emit(latest=latest.logits.tolist(), pinned=pinned.logits.tolist(), states=pinned.logits.numel())
+"""
+
+
+def test_pytorch_model_hub_mixin_round_trip_by_repo_id_pinned_revision_and_offline(local_hub, tmp_path):  # noqa: F811
+    """``push_to_hub`` / ``from_pretrained`` of the client's own mixin: config and weights come back."""
+    repo = "zoo-tests/mixin-model"
+    first = run_client(local_hub, tmp_path / "push", MIXIN_MODEL + MIXIN_PUSH, repo=repo)["first"]
+    cache = tmp_path / "cache"
+    online = run_client(local_hub, cache, MIXIN_MODEL + MIXIN_LOAD, repo=repo, first=first)
+    offline = run_client(local_hub, cache, MIXIN_MODEL + MIXIN_LOAD, offline=True, repo=repo, first=first)
+    assert online == offline == {"latest": [1.0, -2.0, 4.0], "pinned": [0.5, -1.0, 2.0], "states": 3}
