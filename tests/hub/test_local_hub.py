@@ -7,6 +7,7 @@ line with what it saw; the server's raw HTTP answers are checked with ``urllib``
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import subprocess
 import sys
@@ -82,7 +83,7 @@ def pushed(local_hub, tmp_path_factory):  # noqa: F811
     return {**out, "hub": local_hub}
 
 
-def http(hub: LocalHub, method: str, path: str, headers=None, base: str | None = None):
+def raw_request(hub: LocalHub, method: str, path: str, headers=None, base: str | None = None):
     """One raw request to the server (redirects not followed): ``(status, headers, body)``."""
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -146,7 +147,7 @@ def test_push_creates_commits_with_card_lfs_weights_and_file_listing(pushed, tmp
 DOWNLOAD = """
     import json
     from huggingface_hub import hf_hub_download, snapshot_download
-    from safetensors.torch import load_file
+    from safetensors.numpy import load_file
 
     def config(path):
         with open(path) as f:
@@ -280,7 +281,7 @@ def test_unknown_repo_file_and_revision_raise_the_clients_errors(pushed, tmp_pat
 def test_writes_without_a_token_are_refused_reads_are_not(pushed, tmp_path):
     got = run_client(pushed["hub"], tmp_path / "cache", NO_TOKEN, token=None, repo=REPO)
     assert got == {"create": 401, "upload": 401, "delete": 401, "read": "ok"}
-    status, _, _ = http(pushed["hub"], "GET", f"/api/models/{REPO}")
+    status, _, _ = raw_request(pushed["hub"], "GET", f"/api/models/{REPO}")
     assert status == 200  # the repository is untouched
 
 
@@ -310,36 +311,36 @@ def test_branches_and_tags_pin_content(pushed, tmp_path):
     assert got["tag_config"] == CONFIG_V1 and got["main_config"] == CONFIG_V2
     assert got["branches"] == {"main": pushed["second"], "dev": got["dev"]}
     assert got["tags"] == {"v1": pushed["first"]}
-    status, headers, _ = http(pushed["hub"], "HEAD", f"/{REPO}/resolve/v1/config.json")
+    status, headers, _ = raw_request(pushed["hub"], "HEAD", f"/{REPO}/resolve/v1/config.json")
     assert status == 404 and headers["X-Error-Code"] == "RevisionNotFound"  # the tag was deleted
 
 
 def test_resolve_headers_redirects_and_ranges(pushed):
     hub = pushed["hub"]
-    status, headers, body = http(hub, "HEAD", f"/{REPO}/resolve/main/config.json")
+    status, headers, body = raw_request(hub, "HEAD", f"/{REPO}/resolve/main/config.json")
     content = json.dumps(CONFIG_V2).encode()
     assert status == 200 and body == b""
     assert headers["X-Repo-Commit"] == pushed["second"] and headers["Content-Length"] == str(len(content))
     git_blob_id = hashlib.sha1(b"blob %d\x00" % len(content) + content).hexdigest()
     assert headers["ETag"] == f'"{git_blob_id}"'
-    status, headers, body = http(
+    status, headers, body = raw_request(
         hub, "GET", f"/{REPO}/resolve/{pushed['first']}/config.json", {"Range": "bytes=2-7"}
     )
     assert status == 206 and body == json.dumps(CONFIG_V1).encode()[2:8]
 
-    status, headers, _ = http(hub, "HEAD", f"/{REPO}/resolve/main/model.safetensors")
+    status, headers, _ = raw_request(hub, "HEAD", f"/{REPO}/resolve/main/model.safetensors")
     assert status == 302 and headers["X-Repo-Commit"] == pushed["second"]
     sha256 = headers["X-Linked-Etag"].strip('"')
     cdn = headers["Location"].split("/" + sha256)[0]
     assert cdn != hub.endpoint  # another origin: the client does not send its token there
-    status, _, weights = http(hub, "GET", "/" + sha256, base=cdn)
+    status, _, weights = raw_request(hub, "GET", "/" + sha256, base=cdn)
     assert status == 200 and hashlib.sha256(weights).hexdigest() == sha256
     assert headers["X-Linked-Size"] == str(len(weights))
 
-    status, headers, _ = http(hub, "HEAD", f"/{REPO}/resolve/main/missing.bin")
+    status, headers, _ = raw_request(hub, "HEAD", f"/{REPO}/resolve/main/missing.bin")
     assert status == 404 and headers["X-Error-Code"] == "EntryNotFound"
     assert headers["X-Repo-Commit"] == pushed["second"]  # lets the client cache the absence
-    status, _, _ = http(hub, "PUT", "/lfs-upload/" + "0" * 64)
+    status, _, _ = raw_request(hub, "PUT", "/lfs-upload/" + "0" * 64)
     assert status == 403  # LFS uploads only for objects announced through the batch API
 
 
@@ -354,13 +355,13 @@ def test_repositories_survive_a_restart(tmp_path):
         )
         with urllib.request.urlopen(req, timeout=30) as response:
             assert json.load(response)["url"] == f"{hub.endpoint}/datasets/zoo-tests/kept"
-        _, _, before = http(hub, "GET", "/api/datasets/zoo-tests/kept")
+        _, _, before = raw_request(hub, "GET", "/api/datasets/zoo-tests/kept")
     with pytest.raises(RuntimeError, match="not running"):
         hub.env(tmp_path / "cache")
     with LocalHub(tmp_path / "hub") as hub:
-        status, _, after = http(hub, "GET", "/api/datasets/zoo-tests/kept")
+        status, _, after = raw_request(hub, "GET", "/api/datasets/zoo-tests/kept")
         assert status == 200 and json.loads(after)["sha"] == json.loads(before)["sha"]
-        status, headers, _ = http(hub, "GET", "/api/models/zoo-tests/kept")
+        status, headers, _ = raw_request(hub, "GET", "/api/models/zoo-tests/kept")
         assert status == 404 and headers["X-Error-Code"] == "RepoNotFound"  # repo types are separate
 
 
@@ -369,13 +370,20 @@ MIXIN_MODEL = """
     from huggingface_hub import PyTorchModelHubMixin
 
     class TinyModel(torch.nn.Module, PyTorchModelHubMixin, library_name="structured-zoo", tags=["hmm"]):
-        def __init__(self, num_states: int = 3):
+        def __init__(self, num_states: int = 2):  # pushed with 3: config.json must come back
             super().__init__()
             self.logits = torch.nn.Parameter(torch.zeros(num_states))
 """
 
 
-MIXIN_PUSH = """
+MIXIN_LOAD = """
+    def load(first):
+        latest = TinyModel.from_pretrained(PARAMS["repo"])
+        pinned = TinyModel.from_pretrained(PARAMS["repo"], revision=first)
+        return {"latest": latest.logits.tolist(), "pinned": pinned.logits.tolist()}
+"""
+
+MIXIN_PUSH_AND_LOAD = """
     model = TinyModel(num_states=3)
     with torch.no_grad():
         model.logits.copy_(torch.tensor([0.5, -1.0, 2.0]))
@@ -383,21 +391,98 @@ MIXIN_PUSH = """
     with torch.no_grad():
         model.logits.mul_(2)
     model.push_to_hub(PARAMS["repo"], commit_message="Doubled")
-    emit(first=first)
-"""
-
-MIXIN_LOAD = """
-    latest = TinyModel.from_pretrained(PARAMS["repo"])
-    pinned = TinyModel.from_pretrained(PARAMS["repo"], revision=PARAMS["first"])
-    emit(latest=latest.logits.tolist(), pinned=pinned.logits.tolist(), states=pinned.logits.numel())
+    emit(first=first, **load(first))  # pushing does not fill the cache: this downloads into an empty one
 """
 
 
 def test_pytorch_model_hub_mixin_round_trip_by_repo_id_pinned_revision_and_offline(local_hub, tmp_path):  # noqa: F811
     """``push_to_hub`` / ``from_pretrained`` of the client's own mixin: config and weights come back."""
-    repo = "zoo-tests/mixin-model"
-    first = run_client(local_hub, tmp_path / "push", MIXIN_MODEL + MIXIN_PUSH, repo=repo)["first"]
-    cache = tmp_path / "cache"
-    online = run_client(local_hub, cache, MIXIN_MODEL + MIXIN_LOAD, repo=repo, first=first)
-    offline = run_client(local_hub, cache, MIXIN_MODEL + MIXIN_LOAD, offline=True, repo=repo, first=first)
-    assert online == offline == {"latest": [1.0, -2.0, 4.0], "pinned": [0.5, -1.0, 2.0], "states": 3}
+    repo, cache = "zoo-tests/mixin-model", tmp_path / "cache"
+    online = run_client(local_hub, cache, MIXIN_MODEL + MIXIN_LOAD + MIXIN_PUSH_AND_LOAD, repo=repo)
+    first = online.pop("first")
+    assert online == {"latest": [1.0, -2.0, 4.0], "pinned": [0.5, -1.0, 2.0]}
+    offline_load = MIXIN_MODEL + MIXIN_LOAD + "\n    emit(**load(PARAMS['first']))\n"
+    assert run_client(local_hub, cache, offline_load, offline=True, repo=repo, first=first) == online
+
+
+LAYOUT = """
+    from pathlib import Path
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    api, repo = HfApi(), PARAMS["repo"]
+    api.create_repo(repo)
+    api.upload_file(path_or_fileobj=b"*.tmp\\n", path_in_repo=".gitignore", repo_id=repo)
+    folder = Path(sys.argv[1]) / "layout"
+    for path in ["a.txt", "sub/b.txt", "sub/deep/c.txt", "scratch.tmp"]:
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(path)
+    api.upload_folder(repo_id=repo, folder_path=folder)
+
+    def listing(entries):
+        return [[type(entry).__name__, entry.path] for entry in entries]
+
+    top, sub = listing(api.list_repo_tree(repo)), listing(api.list_repo_tree(repo, path_in_repo="sub"))
+    paths = listing(api.get_paths_info(repo, ["a.txt", "sub", "nope"]))
+    api.delete_file("a.txt", repo)
+    api.delete_folder("sub/deep", repo)
+    try:
+        api.delete_file("a.txt", repo)
+        missing = None
+    except EntryNotFoundError as error:
+        missing = type(error).__name__
+    api.create_repo(PARAMS["secret"], private=True)
+    api.upload_file(path_or_fileobj=b"{}", path_in_repo="config.json", repo_id=PARAMS["secret"])
+    emit(top=top, sub=sub, paths=paths, after=api.list_repo_files(repo), missing=missing,
+         secret=hf_hub_download(PARAMS["secret"], "config.json") is not None)
+"""
+
+ANONYMOUS_READ = """
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    def outcome(call):
+        try:
+            call()
+            return "ok"
+        except RepositoryNotFoundError as error:
+            return type(error).__name__
+
+    api = HfApi()
+    emit(info=outcome(lambda: api.model_info(PARAMS["secret"])),
+         file=outcome(lambda: hf_hub_download(PARAMS["secret"], "config.json")),
+         public=outcome(lambda: api.model_info(PARAMS["repo"])))
+"""
+
+
+def test_folders_deletions_gitignore_and_private_repos(local_hub, tmp_path):  # noqa: F811
+    repos = {"repo": "zoo-tests/layout", "secret": "zoo-tests/secret"}
+    got = run_client(local_hub, tmp_path / "owner", LAYOUT, **repos)
+    assert got["top"] == [
+        ["RepoFolder", "sub"],
+        ["RepoFile", ".gitattributes"],
+        ["RepoFile", ".gitignore"],
+        ["RepoFile", "a.txt"],
+    ]  # scratch.tmp was ignored by the repository's .gitignore
+    assert got["sub"] == [["RepoFolder", "sub/deep"], ["RepoFile", "sub/b.txt"]]
+    assert got["paths"] == [["RepoFile", "a.txt"], ["RepoFolder", "sub"]]
+    assert got["after"] == [".gitattributes", ".gitignore", "sub/b.txt"]
+    assert got["missing"] == "RemoteEntryNotFoundError" and got["secret"]
+    anonymous = run_client(local_hub, tmp_path / "anonymous", ANONYMOUS_READ, token=None, **repos)
+    assert anonymous == {"info": "RepositoryNotFoundError", "file": "RepositoryNotFoundError", "public": "ok"}
+
+
+def test_chunked_request_bodies_are_read(pushed):
+    """The client streams some uploads without a Content-Length (``Transfer-Encoding: chunked``)."""
+    host, port = pushed["hub"].endpoint.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    payload = json.dumps({"content": "---\nlicense: mit\n---\n# Card\n", "repoType": "model"}).encode()
+    connection.request(
+        "POST", "/api/validate-yaml", body=iter([payload[:10], payload[10:]]), encode_chunked=True
+    )
+    response = connection.getresponse()
+    assert response.status == 200 and json.load(response) == {"errors": [], "warnings": []}
+    connection.request("POST", "/api/validate-yaml", body=json.dumps({"content": "---\nlicense: mit\n"}))
+    response = connection.getresponse()  # same connection: the chunked body was consumed to its end
+    assert response.status == 400 and "not closed" in response.read().decode()
+    connection.close()
