@@ -83,14 +83,15 @@ def pushed(local_hub, tmp_path_factory):  # noqa: F811
     return {**out, "hub": local_hub}
 
 
-def raw_request(hub: LocalHub, method: str, path: str, headers=None, base: str | None = None):
+def raw_request(hub: LocalHub, method: str, path: str, headers=None, base: str | None = None, data=None):
     """One raw request to the server (redirects not followed): ``(status, headers, body)``."""
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args, **kwargs):
             return None
 
-    request = urllib.request.Request((base or hub.endpoint) + path, method=method, headers=headers or {})
+    url = (base or hub.endpoint) + path
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     try:
         with urllib.request.build_opener(NoRedirect).open(request, timeout=30) as response:
             return response.status, response.headers, response.read()
@@ -414,16 +415,16 @@ LAYOUT = """
     api.create_repo(repo)
     api.upload_file(path_or_fileobj=b"*.tmp\\n", path_in_repo=".gitignore", repo_id=repo)
     folder = Path(sys.argv[1]) / "layout"
-    for path in ["a.txt", "sub/b.txt", "sub/deep/c.txt", "scratch.tmp"]:
+    for path in ["a.txt", "sub/b.txt", "sub/deep/c.txt", "scratch.tmp", "tokens.npy"]:
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         (folder / path).write_text(path)
     api.upload_folder(repo_id=repo, folder_path=folder)
 
     def listing(entries):
-        return [[type(entry).__name__, entry.path] for entry in entries]
+        return [[type(e).__name__, e.path, getattr(e, "lfs", None) is not None] for e in entries]
 
     top, sub = listing(api.list_repo_tree(repo)), listing(api.list_repo_tree(repo, path_in_repo="sub"))
-    paths = listing(api.get_paths_info(repo, ["a.txt", "sub", "nope"]))
+    paths = listing(api.get_paths_info(repo, ["a.txt", "sub", "nope", "tokens.npy"]))
     api.delete_file("a.txt", repo)
     api.delete_folder("sub/deep", repo)
     try:
@@ -459,14 +460,19 @@ def test_folders_deletions_gitignore_and_private_repos(local_hub, tmp_path):  # 
     repos = {"repo": "zoo-tests/layout", "secret": "zoo-tests/secret"}
     got = run_client(local_hub, tmp_path / "owner", LAYOUT, **repos)
     assert got["top"] == [
-        ["RepoFolder", "sub"],
-        ["RepoFile", ".gitattributes"],
-        ["RepoFile", ".gitignore"],
-        ["RepoFile", "a.txt"],
+        ["RepoFolder", "sub", False],
+        ["RepoFile", ".gitattributes", False],
+        ["RepoFile", ".gitignore", False],
+        ["RepoFile", "a.txt", False],
+        ["RepoFile", "tokens.npy", True],  # text, but .gitattributes sends *.npy to LFS
     ]  # scratch.tmp was ignored by the repository's .gitignore
-    assert got["sub"] == [["RepoFolder", "sub/deep"], ["RepoFile", "sub/b.txt"]]
-    assert got["paths"] == [["RepoFile", "a.txt"], ["RepoFolder", "sub"]]
-    assert got["after"] == [".gitattributes", ".gitignore", "sub/b.txt"]
+    assert got["sub"] == [["RepoFolder", "sub/deep", False], ["RepoFile", "sub/b.txt", False]]
+    assert got["paths"] == [
+        ["RepoFile", "a.txt", False],
+        ["RepoFolder", "sub", False],
+        ["RepoFile", "tokens.npy", True],
+    ]
+    assert got["after"] == [".gitattributes", ".gitignore", "sub/b.txt", "tokens.npy"]
     assert got["missing"] == "RemoteEntryNotFoundError" and got["secret"]
     anonymous = run_client(local_hub, tmp_path / "anonymous", ANONYMOUS_READ, token=None, **repos)
     assert anonymous == {"info": "RepositoryNotFoundError", "file": "RepositoryNotFoundError", "public": "ok"}
@@ -486,3 +492,33 @@ def test_chunked_request_bodies_are_read(pushed):
     response = connection.getresponse()  # same connection: the chunked body was consumed to its end
     assert response.status == 400 and "not closed" in response.read().decode()
     connection.close()
+
+
+def test_malformed_requests_get_clear_errors(pushed):
+    hub, auth = pushed["hub"], {"Authorization": "Bearer t"}
+
+    def post(path: str, payload, headers=auth) -> tuple[int, str]:
+        status, _, body = raw_request(hub, "POST", path, headers, data=payload)
+        return status, json.loads(body)["error"]
+
+    status, error = post(
+        "/api/repos/create", json.dumps({"name": "..", "organization": "zoo-tests"}).encode()
+    )
+    assert status == 400 and "Invalid repo id 'zoo-tests/..'" in error
+    status, error = post("/api/repos/create", json.dumps({"name": "x", "type": "bucket"}).encode())
+    assert status == 400 and "Invalid repo type 'bucket'" in error
+    batch = {"operation": "upload", "objects": [{"oid": "../../etc", "size": 3}]}
+    status, error = post(f"/{REPO}.git/info/lfs/objects/batch", json.dumps(batch).encode())
+    assert status == 400 and "expected a sha256" in error
+    header = {"key": "header", "value": {"summary": "ghost"}}
+    ghost = {"key": "lfsFile", "value": {"path": "ghost.bin", "algo": "sha256", "oid": "a" * 64, "size": 3}}
+    status, error = post(
+        f"/api/models/{REPO}/commit/main", b"\n".join(json.dumps(x).encode() for x in (header, ghost))
+    )
+    assert status == 422 and "never uploaded" in error
+    status, error = post(f"/api/models/{REPO}/commit/main", b"not json")
+    assert status == 400 and "Bad request" in error
+    status, error = post(f"/api/models/{REPO}/no-such-action", b"")
+    assert status == 404 and "No route" in error
+    status, error = post("/api/repos/create", json.dumps({"name": "x"}).encode(), headers={})
+    assert status == 401

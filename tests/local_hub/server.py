@@ -23,9 +23,9 @@ from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 if __package__:
-    from .store import DEFAULT_BRANCH, HubError, RepoStore, is_ignored, is_lfs_content, lfs_pointer
+    from .store import DEFAULT_BRANCH, SHA256, HubError, RepoStore, is_ignored, is_lfs_content, lfs_pointer
 else:  # run as a script
-    from store import DEFAULT_BRANCH, HubError, RepoStore, is_ignored, is_lfs_content, lfs_pointer
+    from store import DEFAULT_BRANCH, SHA256, HubError, RepoStore, is_ignored, is_lfs_content, lfs_pointer
 
 USER = "test-user"
 TYPE_PREFIXES = {"datasets": "dataset", "spaces": "space", "models": "model"}
@@ -99,7 +99,7 @@ class HubApp:
             )
         if len(rest) == 6 and rest[1].endswith(".git") and rest[2:] == ["info", "lfs", "objects", "batch"]:
             repo_id = f"{rest[0]}/{rest[1][: -len('.git')]}"
-            return self._lfs_batch(repo_type, repo_id, json.loads(body or b"{}"), token, headers)
+            return self._lfs_batch(repo_type, repo_id, json.loads(body or b"{}"), token)
         raise HubError(404, f"No route for {method} {url.path}.")
 
     @staticmethod
@@ -197,13 +197,13 @@ class HubApp:
         repo_type = payload.get("type") or "model"
         repo_id = f"{payload.get('organization') or USER}/{payload['name']}"
         private = payload.get("visibility", "public") == "private" or bool(payload.get("private"))
-        url = self._repo_url(repo_type, repo_id)
         try:
             self.store.create(repo_type, repo_id, private=private, author=USER)
         except HubError as error:
-            error.extra["url"] = url  # the Hub's 409 names the existing repository
+            if error.status == 409:  # the Hub's 409 names the existing repository
+                error.extra["url"] = self._repo_url(repo_type, repo_id)
             raise
-        return Response(json_body={"url": url, "name": repo_id, "id": repo_id})
+        return Response(json_body={"url": self._repo_url(repo_type, repo_id), "name": repo_id, "id": repo_id})
 
     def _info(self, repo_type: str, repo_id: str, revision: str, query: dict, token) -> Response:
         """Model / dataset / space info at a revision: its commit id and the listing of its files."""
@@ -339,13 +339,17 @@ class HubApp:
         state = self.store.load(repo_type, repo_id)
         commit = self.store.resolve(state, revision)
         files = self.store.files(state, commit)
+
+        def text(path: str) -> str:
+            return self.store.read_blob(files[path].sha256).decode() if path in files else ""
+
         gitignore = payload.get("gitIgnore")
-        if gitignore is None and ".gitignore" in files:
-            gitignore = self.store.read_blob(files[".gitignore"].sha256).decode()
+        gitignore = text(".gitignore") if gitignore is None else gitignore
+        gitattributes = text(".gitattributes")
         answers = []
         for item in payload["files"]:
             path = item["path"]
-            lfs = is_lfs_content(path, item["size"], base64.b64decode(item["sample"]))
+            lfs = is_lfs_content(path, item["size"], base64.b64decode(item["sample"]), gitattributes)
             current = files.get(path)
             oid = None if current is None else (current.sha256 if current.lfs else current.blob_id)
             answers.append(
@@ -415,7 +419,7 @@ class HubApp:
         return Response(json_body={})
 
     # ---- LFS ---------------------------------------------------------------------------------------------
-    def _lfs_batch(self, repo_type: str, repo_id: str, payload: dict, token, headers) -> Response:
+    def _lfs_batch(self, repo_type: str, repo_id: str, payload: dict, token) -> Response:
         """Upload instructions: a PUT URL for each object the store does not have yet."""
         self._require_token(token)
         self.store.load(repo_type, repo_id)
@@ -426,6 +430,8 @@ class HubApp:
         objects = []
         for obj in payload["objects"]:
             oid, size = obj["oid"], obj["size"]
+            if SHA256.fullmatch(oid) is None or not isinstance(size, int) or size < 0:
+                raise HubError(400, f"LFS object: expected a sha256 'oid' and a size, got {obj}.")
             answer = {"oid": oid, "size": size, "authenticated": True}
             if not self.store.has_blob(oid):
                 with self.store.lock:

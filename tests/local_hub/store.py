@@ -16,6 +16,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -25,6 +26,13 @@ REPO_TYPES = ("model", "dataset", "space")
 DEFAULT_BRANCH = "main"
 LFS_SIZE_THRESHOLD = 10 * 1024 * 1024  # the Hub stores files of 10 MB and more through LFS
 LFS_POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n"
+# A new repository's .gitattributes: the weight and array formats the Hub's default sends to LFS.
+DEFAULT_GITATTRIBUTES = "".join(
+    f"*.{suffix} filter=lfs diff=lfs merge=lfs -text\n"
+    for suffix in ("safetensors", "bin", "pt", "pth", "ckpt", "h5", "onnx", "msgpack", "npy", "npz", "pkl")
+)
+REPO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class HubError(Exception):
@@ -60,24 +68,36 @@ def lfs_pointer(sha256: str, size: int) -> bytes:
     return LFS_POINTER.format(sha256=sha256, size=size).encode()
 
 
-def is_lfs_content(path: str, size: int, sample: bytes) -> bool:
-    """Whether the Hub would store this file through LFS: large, or binary (a NUL byte in its first bytes)."""
-    return size >= LFS_SIZE_THRESHOLD or b"\x00" in sample
+def valid_repo_id(repo_id: str) -> bool:
+    """``namespace/name``, each a Hub-style name (letters, digits, ``-_.``; no ``--`` or ``..``)."""
+    parts = repo_id.split("/")
+    return len(parts) == 2 and all(
+        REPO_NAME.fullmatch(part) and "--" not in part and ".." not in part for part in parts
+    )
+
+
+def matches(path: str, pattern: str) -> bool:
+    """Whether a ``.gitignore`` / ``.gitattributes`` glob names ``path``, its file name or a parent folder."""
+    pattern = pattern.strip("/")
+    name = path.rsplit("/", 1)[-1]
+    return fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(name, pattern) or path.startswith(pattern + "/")
+
+
+def lfs_patterns(gitattributes: str) -> list[str]:
+    """The patterns a ``.gitattributes`` sends to LFS (``<pattern> filter=lfs ...``)."""
+    return [line.split()[0] for line in gitattributes.splitlines() if "filter=lfs" in line.split()[1:]]
+
+
+def is_lfs_content(path: str, size: int, sample: bytes, gitattributes: str) -> bool:
+    """Whether the Hub stores this file through LFS: tracked by ``.gitattributes``, large, or binary."""
+    tracked = any(matches(path, pattern) for pattern in lfs_patterns(gitattributes))
+    return tracked or size >= LFS_SIZE_THRESHOLD or b"\x00" in sample
 
 
 def is_ignored(path: str, gitignore: str | None) -> bool:
-    """Whether ``path`` matches a pattern of a ``.gitignore`` (glob patterns on the path or its file name)."""
-    if not gitignore:
-        return False
-    name = path.rsplit("/", 1)[-1]
-    for line in gitignore.splitlines():
-        pattern = line.strip()
-        if not pattern or pattern.startswith("#"):
-            continue
-        pattern = pattern.lstrip("/").rstrip("/")
-        if fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(name, pattern) or path.startswith(pattern + "/"):
-            return True
-    return False
+    """Whether ``path`` matches a pattern of a ``.gitignore``."""
+    lines = (gitignore or "").splitlines()
+    return any(matches(path, line.strip()) for line in lines if line.strip() and not line.startswith("#"))
 
 
 def now_iso() -> str:
@@ -128,7 +148,7 @@ class RepoStore:
         return self.root / "blobs" / sha256
 
     def has_blob(self, sha256: str) -> bool:
-        return self.blob_path(sha256).is_file()
+        return SHA256.fullmatch(sha256) is not None and self.blob_path(sha256).is_file()
 
     def put_blob(self, content: bytes) -> str:
         """Store ``content``; returns its sha256."""
@@ -150,7 +170,7 @@ class RepoStore:
 
     def load(self, repo_type: str, repo_id: str) -> dict:
         """The state of a repository, or RepoNotFound."""
-        if repo_type not in REPO_TYPES or repo_id.count("/") != 1:
+        if repo_type not in REPO_TYPES or not valid_repo_id(repo_id):
             raise repo_not_found(repo_type, repo_id)
         path = self._state_path(repo_type, repo_id)
         if not path.is_file():
@@ -165,10 +185,21 @@ class RepoStore:
         os.replace(tmp, path)
 
     def exists(self, repo_type: str, repo_id: str) -> bool:
-        return repo_type in REPO_TYPES and self._state_path(repo_type, repo_id).is_file()
+        return (
+            repo_type in REPO_TYPES
+            and valid_repo_id(repo_id)
+            and self._state_path(repo_type, repo_id).is_file()
+        )
 
     def create(self, repo_type: str, repo_id: str, private: bool, author: str) -> None:
         """A new repository with one initial commit (a ``.gitattributes``, as on the Hub) on ``main``."""
+        if repo_type not in REPO_TYPES:
+            raise HubError(400, f"Invalid repo type '{repo_type}': expected one of {', '.join(REPO_TYPES)}.")
+        if not valid_repo_id(repo_id):
+            raise HubError(
+                400,
+                f"Invalid repo id '{repo_id}': expected namespace/name of letters, digits, '-', '_', '.'.",
+            )
         with self.lock:
             if self.exists(repo_type, repo_id):
                 raise HubError(409, f"You already created this {repo_type} repo: '{repo_id}'.")
@@ -181,7 +212,7 @@ class RepoStore:
                 "tags": {},
                 "commits": {},
             }
-            gitattributes = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
+            gitattributes = DEFAULT_GITATTRIBUTES.encode()
             sha256 = self.put_blob(gitattributes)
             files = {".gitattributes": FileEntry.regular(".gitattributes", sha256, gitattributes).to_json()}
             commit = self._new_commit(state, None, files, "initial commit", "", author)
@@ -265,7 +296,7 @@ class RepoStore:
                 key, value = op["key"], op["value"]
                 path = value["path"]
                 if key == "file":
-                    content = value["content"]
+                    content = value["content"]  # base64-decoded by the server
                     sha256 = self.put_blob(content)
                     files[path] = FileEntry.regular(path, sha256, content).to_json()
                 elif key == "lfsFile":
