@@ -434,8 +434,17 @@ LAYOUT = """
         missing = type(error).__name__
     api.create_repo(PARAMS["secret"], private=True)
     api.upload_file(path_or_fileobj=b"{}", path_in_repo="config.json", repo_id=PARAMS["secret"])
+    api.create_repo(PARAMS["doomed"])
+    api.delete_repo(PARAMS["doomed"])
+    api.create_repo(PARAMS["data"], repo_type="dataset")
+    api.upload_file(path_or_fileobj=b"a b c\\n", path_in_repo="train.txt", repo_id=PARAMS["data"],
+                    repo_type="dataset")
+    with open(hf_hub_download(PARAMS["data"], "train.txt", repo_type="dataset")) as f:
+        train = f.read()
     emit(top=top, sub=sub, paths=paths, after=api.list_repo_files(repo), missing=missing,
-         secret=hf_hub_download(PARAMS["secret"], "config.json") is not None)
+         secret=hf_hub_download(PARAMS["secret"], "config.json") is not None, user=api.whoami()["name"],
+         deleted=[api.repo_exists(PARAMS["doomed"]), api.repo_exists(PARAMS["data"], repo_type="dataset"),
+                  api.repo_exists(PARAMS["data"])], train=train)
 """
 
 ANONYMOUS_READ = """
@@ -457,7 +466,8 @@ ANONYMOUS_READ = """
 
 
 def test_folders_deletions_gitignore_and_private_repos(local_hub, tmp_path):  # noqa: F811
-    repos = {"repo": "zoo-tests/layout", "secret": "zoo-tests/secret"}
+    repos = {"repo": "zoo-tests/layout", "secret": "zoo-tests/secret", "doomed": "zoo-tests/doomed"}
+    repos["data"] = "zoo-tests/corpus"
     got = run_client(local_hub, tmp_path / "owner", LAYOUT, **repos)
     assert got["top"] == [
         ["RepoFolder", "sub", False],
@@ -473,7 +483,9 @@ def test_folders_deletions_gitignore_and_private_repos(local_hub, tmp_path):  # 
         ["RepoFile", "tokens.npy", True],
     ]
     assert got["after"] == [".gitattributes", ".gitignore", "sub/b.txt", "tokens.npy"]
-    assert got["missing"] == "RemoteEntryNotFoundError" and got["secret"]
+    assert got["missing"] == "RemoteEntryNotFoundError" and got["secret"] and got["user"] == "test-user"
+    assert got["deleted"] == [False, True, False]  # deleted; a dataset is not a model of the same name
+    assert got["train"] == "a b c\n"
     anonymous = run_client(local_hub, tmp_path / "anonymous", ANONYMOUS_READ, token=None, **repos)
     assert anonymous == {"info": "RepositoryNotFoundError", "file": "RepositoryNotFoundError", "public": "ok"}
 

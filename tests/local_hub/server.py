@@ -23,9 +23,27 @@ from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 if __package__:
-    from .store import DEFAULT_BRANCH, SHA256, HubError, RepoStore, is_ignored, is_lfs_content, lfs_pointer
+    from .store import (
+        DEFAULT_BRANCH,
+        SHA256,
+        HubError,
+        RepoStore,
+        is_ignored,
+        is_lfs_content,
+        lfs_pointer,
+        repo_not_found,
+    )
 else:  # run as a script
-    from store import DEFAULT_BRANCH, SHA256, HubError, RepoStore, is_ignored, is_lfs_content, lfs_pointer
+    from store import (
+        DEFAULT_BRANCH,
+        SHA256,
+        HubError,
+        RepoStore,
+        is_ignored,
+        is_lfs_content,
+        lfs_pointer,
+        repo_not_found,
+    )
 
 USER = "test-user"
 TYPE_PREFIXES = {"datasets": "dataset", "spaces": "space", "models": "model"}
@@ -88,7 +106,7 @@ class HubApp:
         segments = url.path.strip("/").split("/")
         token = self._token(headers)
         if segments[0] == "api":
-            return self._api(method, segments[1:], query, headers, body, token)
+            return self._api(method, segments[1:], query, body, token)
         if segments[0] == "lfs-upload" and len(segments) == 2 and method == "PUT":
             return self._lfs_put(segments[1], body)
         repo_type, rest = self._split_type(segments, TYPE_PREFIXES, url_style=True)
@@ -127,19 +145,21 @@ class HubApp:
         """A repository's state; a private one is invisible without a token (RepoNotFound, as on the Hub)."""
         state = self.store.load(repo_type, repo_id)
         if state["private"] and token is None:
-            raise HubError(404, f"Repository not found: {repo_type} '{repo_id}'.", "RepoNotFound")
+            raise repo_not_found(repo_type, repo_id)
         return state
 
     def _repo_url(self, repo_type: str, repo_id: str) -> str:
         return f"{self.endpoint}/{URL_PREFIXES[repo_type]}{repo_id}"
 
     # ---- /api --------------------------------------------------------------------------------------------
-    def _api(self, method: str, segments: list[str], query: dict, headers, body: bytes, token) -> Response:
+    def _api(self, method: str, segments: list[str], query: dict, body: bytes, token) -> Response:
         route = (method, "/".join(segments))
         if route == ("GET", "whoami-v2"):
             self._require_token(token)
+            access = {"displayName": "local test token", "role": "write"}
+            auth = {"type": "access_token", "accessToken": access}
             return Response(
-                json_body={"type": "user", "name": USER, "fullname": USER, "orgs": [], "auth": {}}
+                json_body={"type": "user", "name": USER, "fullname": USER, "orgs": [], "auth": auth}
             )
         if route == ("POST", "validate-yaml"):
             return self._validate_yaml(json.loads(body))
