@@ -530,6 +530,8 @@ def test_malformed_requests_get_clear_errors(pushed):
     assert status == 422 and "never uploaded" in error
     status, error = post(f"/api/models/{REPO}/commit/main", b"not json")
     assert status == 400 and "Bad request" in error
+    status, error = post(f"/api/models/{REPO}/preupload/main", json.dumps({"files": 3}).encode())
+    assert status == 400 and "Bad request" in error
     status, error = post(f"/api/models/{REPO}/no-such-action", b"")
     assert status == 404 and "No route" in error
     status, error = post("/api/repos/create", json.dumps({"name": "x"}).encode(), headers={})

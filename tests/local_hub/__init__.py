@@ -81,7 +81,7 @@ class LocalHub:
 
     def env(
         self, cache_dir: str | os.PathLike, offline: bool = False, token: str | None = "test-token"
-    ) -> dict:
+    ) -> dict[str, str]:
         """``os.environ`` with the Hugging Face client pointed at this Hub and caching under ``cache_dir``.
 
         ``token=None`` leaves the client without a token (and no token file in ``cache_dir`` to fall back to).

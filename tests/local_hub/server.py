@@ -18,6 +18,7 @@ import hashlib
 import json
 import sys
 import threading
+import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -538,9 +539,13 @@ def make_handler(app) -> type[BaseHTTPRequestHandler]:
                     headers["X-Repo-Commit"] = error.commit
                 body = {"error": error.message, **error.extra}
                 response = Response(error.status, json_body=body, headers=headers)
-            except (KeyError, ValueError) as error:  # malformed payloads
+            except (KeyError, ValueError, TypeError, AttributeError) as error:  # malformed payloads
                 message = f"Bad request: {error!r}"
                 response = Response(400, json_body={"error": message}, headers={"X-Error-Message": message})
+            except Exception as error:  # a bug of the server: say so to the client, log the traceback
+                traceback.print_exc()
+                message = f"Internal error of the local Hub: {error!r}"
+                response = Response(500, json_body={"error": message}, headers={"X-Error-Message": message})
             self.send_response(response.status)
             for name, value in response.headers.items():
                 self.send_header(name, value)
