@@ -19,7 +19,7 @@ import pytest
 from local_hub import LocalHub
 from local_hub.fixtures import local_hub  # noqa: F401
 
-REPO = "zoo-tests/tiny-model"
+REPO = "hub-tests/tiny-model"
 CONFIG_V1 = {"family": "hmm", "num_states": 4}
 CONFIG_V2 = {"family": "hmm", "num_states": 8}
 
@@ -232,13 +232,13 @@ ERRORS = """
 
     api, repo = HfApi(), PARAMS["repo"]
     emit(
-        unknown_repo=outcome(lambda: hf_hub_download("zoo-tests/no-such-model", "config.json")),
-        unknown_repo_info=outcome(lambda: api.model_info("zoo-tests/no-such-model")),
+        unknown_repo=outcome(lambda: hf_hub_download("hub-tests/no-such-model", "config.json")),
+        unknown_repo_info=outcome(lambda: api.model_info("hub-tests/no-such-model")),
         unknown_file=outcome(lambda: hf_hub_download(repo, "no-such-file.json")),
         unknown_revision=outcome(lambda: hf_hub_download(repo, "config.json", revision="no-such-branch")),
         unknown_pinned=outcome(lambda: hf_hub_download(repo, "config.json", revision="0" * 40)),
         unknown_tree_revision=outcome(lambda: api.list_repo_files(repo, revision="no-such-branch")),
-        exists=[api.repo_exists(repo), api.repo_exists("zoo-tests/no-such-model"),
+        exists=[api.repo_exists(repo), api.repo_exists("hub-tests/no-such-model"),
                 api.file_exists(repo, "config.json"), api.file_exists(repo, "no-such-file.json")],
         duplicate=outcome(lambda: api.create_repo(repo)),
         duplicate_ok=outcome(lambda: api.create_repo(repo, exist_ok=True)),
@@ -260,7 +260,7 @@ NO_TOKEN = """
 
     api, repo = HfApi(), PARAMS["repo"]
     emit(
-        create=status(lambda: api.create_repo("zoo-tests/anonymous")),
+        create=status(lambda: api.create_repo("hub-tests/anonymous")),
         upload=status(lambda: api.upload_file(path_or_fileobj=b"x", path_in_repo="x.txt", repo_id=repo)),
         delete=status(lambda: api.delete_repo(repo)),
         read=status(lambda: hf_hub_download(repo, "config.json")),
@@ -350,19 +350,19 @@ def test_repositories_survive_a_restart(tmp_path):
         request = {"Authorization": "Bearer t", "Content-Type": "application/json"}
         req = urllib.request.Request(
             hub.endpoint + "/api/repos/create",
-            data=json.dumps({"name": "kept", "organization": "zoo-tests", "type": "dataset"}).encode(),
+            data=json.dumps({"name": "kept", "organization": "hub-tests", "type": "dataset"}).encode(),
             headers=request,
             method="POST",
         )
         with urllib.request.urlopen(req, timeout=30) as response:
-            assert json.load(response)["url"] == f"{hub.endpoint}/datasets/zoo-tests/kept"
-        _, _, before = raw_request(hub, "GET", "/api/datasets/zoo-tests/kept")
+            assert json.load(response)["url"] == f"{hub.endpoint}/datasets/hub-tests/kept"
+        _, _, before = raw_request(hub, "GET", "/api/datasets/hub-tests/kept")
     with pytest.raises(RuntimeError, match="not running"):
         hub.env(tmp_path / "cache")
     with LocalHub(tmp_path / "hub") as hub:
-        status, _, after = raw_request(hub, "GET", "/api/datasets/zoo-tests/kept")
+        status, _, after = raw_request(hub, "GET", "/api/datasets/hub-tests/kept")
         assert status == 200 and json.loads(after)["sha"] == json.loads(before)["sha"]
-        status, headers, _ = raw_request(hub, "GET", "/api/models/zoo-tests/kept")
+        status, headers, _ = raw_request(hub, "GET", "/api/models/hub-tests/kept")
         assert status == 404 and headers["X-Error-Code"] == "RepoNotFound"  # repo types are separate
 
 
@@ -398,7 +398,7 @@ MIXIN_PUSH_AND_LOAD = """
 
 def test_pytorch_model_hub_mixin_round_trip_by_repo_id_pinned_revision_and_offline(local_hub, tmp_path):  # noqa: F811
     """``push_to_hub`` / ``from_pretrained`` of the client's own mixin: config and weights come back."""
-    repo, cache = "zoo-tests/mixin-model", tmp_path / "cache"
+    repo, cache = "hub-tests/mixin-model", tmp_path / "cache"
     online = run_client(local_hub, cache, MIXIN_MODEL + MIXIN_LOAD + MIXIN_PUSH_AND_LOAD, repo=repo)
     first = online.pop("first")
     assert online == {"latest": [1.0, -2.0, 4.0], "pinned": [0.5, -1.0, 2.0]}
@@ -466,8 +466,8 @@ ANONYMOUS_READ = """
 
 
 def test_folders_deletions_gitignore_and_private_repos(local_hub, tmp_path):  # noqa: F811
-    repos = {"repo": "zoo-tests/layout", "secret": "zoo-tests/secret", "doomed": "zoo-tests/doomed"}
-    repos["data"] = "zoo-tests/corpus"
+    repos = {"repo": "hub-tests/layout", "secret": "hub-tests/secret", "doomed": "hub-tests/doomed"}
+    repos["data"] = "hub-tests/corpus"
     got = run_client(local_hub, tmp_path / "owner", LAYOUT, **repos)
     assert got["top"] == [
         ["RepoFolder", "sub", False],
@@ -514,9 +514,9 @@ def test_malformed_requests_get_clear_errors(pushed):
         return status, json.loads(body)["error"]
 
     status, error = post(
-        "/api/repos/create", json.dumps({"name": "..", "organization": "zoo-tests"}).encode()
+        "/api/repos/create", json.dumps({"name": "..", "organization": "hub-tests"}).encode()
     )
-    assert status == 400 and "Invalid repo id 'zoo-tests/..'" in error
+    assert status == 400 and "Invalid repo id 'hub-tests/..'" in error
     status, error = post("/api/repos/create", json.dumps({"name": "x", "type": "bucket"}).encode())
     assert status == 400 and "Invalid repo type 'bucket'" in error
     batch = {"operation": "upload", "objects": [{"oid": "../../etc", "size": 3}]}
