@@ -244,6 +244,8 @@ ERRORS = """
         duplicate_ok=outcome(lambda: api.create_repo(repo, exist_ok=True)),
         stale_parent=outcome(lambda: api.upload_file(
             path_or_fileobj=b"x", path_in_repo="x.txt", repo_id=repo, parent_commit=PARAMS["first"])),
+        pull_request=outcome(lambda: api.upload_file(
+            path_or_fileobj=b"x", path_in_repo="x.txt", repo_id=repo, create_pr=True)),
     )
 """
 
@@ -277,6 +279,7 @@ def test_unknown_repo_file_and_revision_raise_the_clients_errors(pushed, tmp_pat
     assert got["exists"] == [True, False, True, False]
     assert got["duplicate"] == "HTTP 409" and got["duplicate_ok"] == "ok"
     assert got["stale_parent"] == "HTTP 412"  # committing on top of an old parent is refused
+    assert got["pull_request"] == "HTTP 501"  # said plainly rather than committed to main
 
 
 def test_writes_without_a_token_are_refused_reads_are_not(pushed, tmp_path):
@@ -328,6 +331,11 @@ def test_resolve_headers_redirects_and_ranges(pushed):
         hub, "GET", f"/{REPO}/resolve/{pushed['first']}/config.json", {"Range": "bytes=2-7"}
     )
     assert status == 206 and body == json.dumps(CONFIG_V1).encode()[2:8]
+    assert headers["Content-Range"] == f"bytes 2-7/{len(json.dumps(CONFIG_V1))}"
+    last = raw_request(hub, "GET", f"/{REPO}/resolve/main/config.json", {"Range": "bytes=-3"})
+    assert last[0] == 206 and last[2] == content[-3:]
+    beyond = raw_request(hub, "GET", f"/{REPO}/resolve/main/config.json", {"Range": f"bytes={len(content)}-"})
+    assert beyond[0] == 416
 
     status, headers, _ = raw_request(hub, "HEAD", f"/{REPO}/resolve/main/model.safetensors")
     assert status == 302 and headers["X-Repo-Commit"] == pushed["second"]

@@ -31,7 +31,6 @@ if __package__:
         RepoStore,
         is_ignored,
         is_lfs_content,
-        lfs_pointer,
         repo_not_found,
     )
 else:  # run as a script
@@ -42,7 +41,6 @@ else:  # run as a script
         RepoStore,
         is_ignored,
         is_lfs_content,
-        lfs_pointer,
         repo_not_found,
     )
 
@@ -78,6 +76,11 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     if start >= size or start >= end:
         raise HubError(416, f"Range {header} not satisfiable for a file of {size} bytes.")
     return start, end
+
+
+def flag(params: dict, name: str) -> bool:
+    """A boolean query or form parameter (``true`` / ``1``), as parsed by ``parse_qs``."""
+    return params.get(name, ["false"])[0].lower() in ("1", "true")
 
 
 class Response:
@@ -231,7 +234,7 @@ class HubApp:
         state = self._state(repo_type, repo_id, token)
         commit = self.store.resolve(state, revision)
         files = self.store.files(state, commit)
-        with_blobs = query.get("blobs", ["False"])[0].lower() in ("1", "true")
+        with_blobs = flag(query, "blobs")
         siblings = []
         for path in sorted(files):
             entry = files[path]
@@ -239,8 +242,11 @@ class HubApp:
             if with_blobs:
                 sibling.update(size=entry.size, blobId=entry.blob_id)
                 if entry.lfs:
-                    pointer_size = len(lfs_pointer(entry.sha256, entry.size))
-                    sibling["lfs"] = {"sha256": entry.sha256, "size": entry.size, "pointerSize": pointer_size}
+                    sibling["lfs"] = {
+                        "sha256": entry.sha256,
+                        "size": entry.size,
+                        "pointerSize": entry.pointer_size,
+                    }
             siblings.append(sibling)
         info = {
             "_id": hashlib.sha1(f"{repo_type}/{repo_id}".encode()).hexdigest()[:24],
@@ -272,8 +278,7 @@ class HubApp:
         else:
             item = {"type": "file", "oid": entry.blob_id, "size": entry.size}
             if entry.lfs:
-                pointer_size = len(lfs_pointer(entry.sha256, entry.size))
-                item["lfs"] = {"oid": entry.sha256, "size": entry.size, "pointerSize": pointer_size}
+                item["lfs"] = {"oid": entry.sha256, "size": entry.size, "pointerSize": entry.pointer_size}
         item["path"] = path
         if expand:
             sha, info = self.store.last_commit_touching(state, commit, path)
@@ -285,8 +290,7 @@ class HubApp:
         state = self._state(repo_type, repo_id, token)
         commit = self.store.resolve(state, revision)
         files = self.store.files(state, commit)
-        recursive = query.get("recursive", ["False"])[0].lower() in ("1", "true")
-        expand = query.get("expand", ["False"])[0].lower() in ("1", "true")
+        recursive, expand = flag(query, "recursive"), flag(query, "expand")
         prefix = path.strip("/") + "/" if path.strip("/") else ""
         if prefix and not any(p.startswith(prefix) for p in files):
             raise HubError(
@@ -312,7 +316,7 @@ class HubApp:
         state = self._state(repo_type, repo_id, token)
         commit = self.store.resolve(state, revision)
         files = self.store.files(state, commit)
-        expand = form.get("expand", ["False"])[0].lower() in ("1", "true")
+        expand = flag(form, "expand")
         items = []
         for path in form.get("paths", []):
             path = path.strip("/")
@@ -351,7 +355,7 @@ class HubApp:
 
     @staticmethod
     def _no_pull_requests(query: dict) -> None:
-        if query.get("create_pr", ["0"])[0] not in ("0", "false", "False"):
+        if flag(query, "create_pr"):
             raise HubError(501, "The local test Hub does not implement pull requests (create_pr).")
 
     def _preupload(self, repo_type: str, repo_id: str, revision: str, payload: dict, query: dict) -> Response:

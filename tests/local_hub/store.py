@@ -125,6 +125,11 @@ class FileEntry:
     def large(cls, path: str, sha256: str, size: int) -> FileEntry:
         return cls(path, sha256, size, True, git_blob_id(lfs_pointer(sha256, size)))
 
+    @property
+    def pointer_size(self) -> int:
+        """Size of the LFS pointer git stores for this file."""
+        return len(lfs_pointer(self.sha256, self.size))
+
     def to_json(self) -> dict:
         return {"sha256": self.sha256, "size": self.size, "lfs": self.lfs, "oid": self.blob_id}
 
