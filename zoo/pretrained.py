@@ -377,10 +377,11 @@ def push_to_hub(
     commit_message: str | None = None,
 ) -> CommitInfo:
     """Upload a model (saved first) or a pretrained-model folder (checked to load first) to the Hub
-    repo ``repo_id``, created if missing; one model per repo, one commit with every checkpoint file
-    and the card rendered for ``repo_id``. ``revision``: a branch (created from main if missing).
-    Returns the commit (``.oid`` is its sha, for pinned downloads)."""
-    from huggingface_hub import CommitOperationAdd, HfApi
+    repo ``repo_id``, created if missing; one model per repo: one commit with every checkpoint file
+    and the card rendered for ``repo_id``, deleting checkpoint files of an earlier push that this
+    folder does not have (e.g. an old ``results.json``). ``revision``: a branch (created from main
+    if missing). Returns the commit (``.oid`` is its sha, for pinned downloads)."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 
     with tempfile.TemporaryDirectory(prefix="zoo-push-") as temporary:
         if isinstance(source, ZooModel):
@@ -391,15 +392,18 @@ def push_to_hub(
         config = read_config(folder)
         card = str(render_folder_card(folder, repo_id)).encode()
         operations = [CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=card)]
+        present = [name for name in CHECKPOINT_FILES if (folder / name).is_file()]
         operations += [
             CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(folder / name))
-            for name in CHECKPOINT_FILES
-            if name != CARD_NAME and (folder / name).is_file()
+            for name in present
+            if name != CARD_NAME
         ]
         api = HfApi(token=token)
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
+        stale = set(api.list_repo_files(repo_id, revision=revision)) & set(CHECKPOINT_FILES) - set(present)
+        operations += [CommitOperationDelete(path_in_repo=name) for name in sorted(stale)]  # e.g. old results
         return api.create_commit(
             repo_id,
             operations,

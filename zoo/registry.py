@@ -149,7 +149,7 @@ def create_model(name: str, backend: str | None = None, pretrained: bool = False
 
 
 def _create_pretrained(name: str, arch_name: str, tag: str, backend: str | None, overrides: dict):
-    from zoo.pretrained import from_pretrained
+    from zoo.pretrained import from_pretrained, public_class_path
 
     architecture(arch_name)
     if not tag:
@@ -168,6 +168,8 @@ def _create_pretrained(name: str, arch_name: str, tag: str, backend: str | None,
             f"got {sorted(overrides)}"
         )
     model = from_pretrained(entry.source, revision=entry.revision)
+    if match_architecture(public_class_path(model), model.config) != arch_name:
+        raise ValueError(f"{name}: {entry.source} does not hold a {arch_name}; its arguments: {model.config}")
     if backend is not None and Backend.parse(backend).value != model.config["backend"]:
         raise ValueError(f"{name} was trained with backend {model.config['backend']!r}, not {backend!r}")
     return model
