@@ -332,10 +332,11 @@ def resolve(
             f"{source} is neither a local folder nor a valid Hub repo id: {error}"
         ) from None
     except LocalEntryNotFoundError:
+        cache = cache_dir or constants.HF_HUB_CACHE
         raise CheckpointError(
-            f"{source} (revision {revision or 'main'}) is not in the Hub cache "
-            f"({cache_dir or constants.HF_HUB_CACHE}) and downloading is off (local_files_only / "
-            "HF_HUB_OFFLINE=1): download it once online, or pass a local folder"
+            f"{source} is not a local folder, and it is not in the Hub cache ({cache}) at revision "
+            f"{revision or 'main'} while downloading is off (local_files_only / HF_HUB_OFFLINE=1): "
+            "download it once online, or pass a local folder"
         ) from None
     except HfHubHTTPError as error:
         raise CheckpointError(
