@@ -63,7 +63,7 @@ def zoo_command(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         return ZOO_HANDLERS[args.command](args)
-    except ValueError as error:  # CheckpointError and bad input: a message, not a traceback
+    except (ValueError, OSError) as error:  # bad input, CheckpointError, Hub HTTP errors: a message
         print(f"zoo {args.command}: error: {error}", file=sys.stderr)
         return 2
 

@@ -40,9 +40,11 @@ def logp(model):
 """
 
 
-def run(hub, cache: Path, script: str, offline: bool = False, args: tuple = (), **params) -> dict:
+def run(
+    hub, cache: Path, script: str, offline: bool = False, token: str | None = "test-token", **params
+) -> dict:
     """Run ``script`` (after PRELUDE) in a client subprocess; returns what it passed to ``emit``."""
-    env = hub.env(cache, offline=offline)
+    env = hub.env(cache, offline=offline, token=token)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
     env["OMP_NUM_THREADS"] = "1"
     params["zoo_tests"] = str(REPO_ROOT / "tests" / "zoo")
@@ -52,7 +54,7 @@ def run(hub, cache: Path, script: str, offline: bool = False, args: tuple = (), 
         + textwrap.dedent(script)
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, "-c", code],
         env=env,
         cwd=REPO_ROOT,
         capture_output=True,
@@ -181,3 +183,15 @@ def test_pretrained_tag_loads_from_the_hub_at_its_pinned_revision(local_hub, tmp
     out = run(local_hub, tmp_path / "cache", script, repo="zoo-tests/hmm-n512")
     assert out["same"] and "hmm_categorical_n512_d64.ptb_exact_test" in out["listed"]
     assert "does not hold a hmm_categorical_n512_d64" in out["mismatch"]
+
+
+def test_push_without_a_token_is_a_clear_cli_error(local_hub, tmp_path):  # noqa: F811
+    script = """
+    import subprocess
+    folder = tiny(0).save_pretrained(PARAMS["work"])
+    proc = subprocess.run([sys.executable, "-m", "zoo.cli", "push", str(folder), "zoo-tests/no-token"],
+                          capture_output=True, text=True)
+    emit(code=proc.returncode, err=proc.stderr)
+    """
+    out = run(local_hub, tmp_path / "cache", script, token=None, work=str(tmp_path / "m"))
+    assert out["code"] == 2 and out["err"].startswith("zoo push: error: ") and "401" in out["err"]
