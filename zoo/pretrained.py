@@ -90,14 +90,15 @@ def save_pretrained(
     model: ZooModel,
     directory: str | os.PathLike,
     *,
-    results: dict[str, Any] | None = None,
+    results: str | os.PathLike | dict | list | None = None,
     training_config: str | None = None,
     architecture: str | None = None,
 ) -> Path:
     """Write ``model`` as a pretrained-model folder (module docstring) and return its path.
 
     Args:
-        results: measured metrics for the card and ``results.json`` (``zoo.cards.read_results``'s format).
+        results: measured metrics for the card and ``results.json`` (``zoo.cards.read_results``'s
+            formats: a dict, a list of dicts or a JSON file).
         training_config: the YAML text of the ``zoo fit`` configuration that trained the model.
         architecture: the registry name (``zoo.list_models()``); by default the architecture whose
             configuration the model's arguments match, if any.
@@ -106,10 +107,15 @@ def save_pretrained(
     """
     from safetensors.torch import save_file
 
+    from zoo.cards import read_results
+    from zoo.registry import architecture as registered
     from zoo.registry import match_architecture
 
     if not isinstance(model, ZooModel):
         raise TypeError(f"save_pretrained needs a zoo model (ZooModel subclass), got {type(model).__name__}")
+    if architecture is not None:
+        registered(architecture)  # an unknown name is an error before anything is written
+    results = read_results(results) if results is not None else None
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     weights = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}

@@ -208,3 +208,11 @@ def test_init_from_a_pretrained_folder_and_mismatches(tmp_path, saved):
     (copy / "config.json").write_text("{}")
     with pytest.raises(CheckpointError, match="not a zoo model config"):
         LikelihoodTask(tiny().spec(), init_from=str(copy))
+
+
+def test_bad_save_arguments_write_nothing(tmp_path):
+    with pytest.raises(ValueError, match="result 'test/ppl' must be a number"):
+        tiny().save_pretrained(tmp_path / "a", results={"test/ppl": "n/a"})
+    with pytest.raises(ValueError, match="unknown architecture 'hmm_small'"):
+        tiny().save_pretrained(tmp_path / "b", architecture="hmm_small")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
