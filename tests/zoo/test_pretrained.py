@@ -216,3 +216,15 @@ def test_bad_save_arguments_write_nothing(tmp_path):
     with pytest.raises(ValueError, match="unknown architecture 'hmm_small'"):
         tiny().save_pretrained(tmp_path / "b", architecture="hmm_small")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_parsing_task_fine_tunes_from_a_pretrained_grammar(tmp_path):
+    from zoo.tasks import ParsingTask
+
+    torch.manual_seed(0)
+    grammar = zoo.create_model("pcfg_nt10_pt20_d64", backend="low-rank", vocab_size=30)
+    folder = grammar.save_pretrained(tmp_path / "pcfg")
+    torch.manual_seed(1)
+    task = ParsingTask(grammar.spec(), init_from=str(folder))
+    batch = example_batch(grammar)
+    assert torch.equal(scores(task.model, batch), scores(grammar, batch))
