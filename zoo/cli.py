@@ -80,7 +80,8 @@ def _models(args) -> int:
 
     for name in list_models(args.pattern, pretrained=args.pretrained):
         if args.pretrained:
-            print(f"{name}\t{pretrained_tag(name).source}")
+            tag = pretrained_tag(name)
+            print(f"{name}\t{tag.source}@{tag.revision or 'main'}\t{tag.description}")
         else:
             arch = architecture(name)
             backends = ", ".join(arch.backends)

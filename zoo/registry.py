@@ -58,7 +58,6 @@ class PretrainedTag:
     source: str
     revision: str | None = None
     description: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 _ARCHITECTURES: dict[str, Architecture] = {}

@@ -11,6 +11,7 @@ import yaml
 from zoo_testlib import example_batch, scores, small_overrides
 
 import zoo
+from zoo.cli import main
 from zoo.registry import (
     _PRETRAINED,
     PretrainedTag,
@@ -92,13 +93,15 @@ def test_clear_errors():
         zoo.create_model("pcfg_nt10_pt20_d64", backend="fast")
 
 
-def test_pretrained_hook_with_a_local_folder(tmp_path, monkeypatch):
+def test_pretrained_hook_with_a_local_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("zoo.registry._PRETRAINED", dict(_PRETRAINED))
     torch.manual_seed(0)
     model = zoo.create_model("pcfg_nt10_pt20_d64", backend="low-rank")
     folder = model.save_pretrained(tmp_path / "weights")
-    register_pretrained(PretrainedTag("pcfg_nt10_pt20_d64.test", str(folder)))
+    register_pretrained(PretrainedTag("pcfg_nt10_pt20_d64.test", str(folder), description="a test"))
     assert zoo.list_models(pretrained=True) == ["pcfg_nt10_pt20_d64.test"]
+    assert main(["models", "--pretrained"]) == 0
+    assert capsys.readouterr().out == f"pcfg_nt10_pt20_d64.test\t{folder}@main\ta test\n"
     batch = example_batch(model)
     for loaded in (
         zoo.create_model("pcfg_nt10_pt20_d64.test", pretrained=True),
