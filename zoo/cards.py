@@ -91,7 +91,7 @@ def _family_part(model_class: str, name: str, context: dict[str, Any]) -> str:
     return jinja2.Template(path.read_text(), keep_trailing_newline=True).render(**context).strip()
 
 
-def eval_results(model_name: str, model_class: str, results: dict[str, Any]):
+def eval_results(model_class: str, results: dict[str, Any]):
     """``huggingface_hub.EvalResult`` rows (model-index) of our measured metrics."""
     from huggingface_hub import EvalResult
 
@@ -178,6 +178,6 @@ def render_card(
         )
         or None,  # fmt: skip
         model_name=model_name,
-        eval_results=(eval_results(model_name, model_class, results) if results else None) or None,
+        eval_results=(eval_results(model_class, results) if results else None) or None,
     )
     return ModelCard.from_template(card_data, template_path=str(CARDS / "model_card.md"), **context)
