@@ -164,19 +164,14 @@ def render_card(
     tags = [LIBRARY_NAME, "pytorch", "structured-prediction", model_class.lower()]
     if backend:
         tags.append(f"backend-{backend}")
+    measured = (results or {}).get("metrics", {})
+    metric_types = sorted({METRICS[m][0] for m in (n.partition("/")[2] for n in measured) if m in METRICS})
     card_data = ModelCardData(
         library_name=LIBRARY_NAME,
         license=LICENSE,
         tags=tags,
         datasets=[dataset] if dataset else None,
-        metrics=sorted(
-            {
-                METRICS[m.partition("/")[2]][0]
-                for m in (results or {}).get("metrics", {})
-                if m.partition("/")[2] in METRICS
-            }
-        )
-        or None,  # fmt: skip
+        metrics=metric_types or None,
         model_name=model_name,
         eval_results=(eval_results(model_class, results) if results else None) or None,
     )
