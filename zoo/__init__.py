@@ -3,4 +3,9 @@
 from zoo.inference import Backend
 
 __version__ = "0.1.0"
-__all__ = ["Backend", "__version__"]
+
+from zoo import architectures  # noqa: E402, F401  (registers the built-in families)
+from zoo.pretrained import from_pretrained  # noqa: E402
+from zoo.registry import create_model, list_models  # noqa: E402
+
+__all__ = ["Backend", "__version__", "create_model", "from_pretrained", "list_models"]

@@ -7,17 +7,25 @@
           --trainer.devices 8
       zoo fit --config recipe.yaml --print_config
 
+  ``zoo validate | test ... --results results.json`` also writes the metrics for a model card.
+
 * ``zoo capabilities``: the engine's structure x backend x operation table (Markdown).
+* ``zoo models [PATTERN] [--pretrained]``: the registered architectures (or pretrained ``arch.tag``).
+* ``zoo export CKPT OUT_DIR [--results JSON]``: a ``zoo fit`` checkpoint as a pretrained-model folder
+  (config.json, model.safetensors, README.md card; the run's config.yaml as training_config.yaml).
+* ``zoo card DIR [--results JSON] [--repo-id ID]``: re-render a folder's model card.
+* ``zoo push DIR REPO_ID [--revision BRANCH] [--private] [--token TOKEN]``: upload it to the Hub.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-ZOO_COMMANDS = ("capabilities",)
+ZOO_COMMANDS = ("capabilities", "models", "export", "card", "push")
 
 
 def zoo_command(argv: list[str]) -> int:
@@ -27,14 +35,100 @@ def zoo_command(argv: list[str]) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("capabilities", help="print the structure x backend x operation table (Markdown)")
+    models = sub.add_parser("models", help="list the registered architectures")
+    models.add_argument("pattern", nargs="?", help="fnmatch pattern, e.g. 'hmm_*'")
+    models.add_argument("--pretrained", action="store_true", help="list pretrained arch.tag names instead")
+    export = sub.add_parser(
+        "export", help="convert a zoo fit checkpoint (.ckpt) to a pretrained-model folder"
+    )
+    export.add_argument("checkpoint", help="a .ckpt written by zoo fit")
+    export.add_argument("out_dir", help="the folder to write (config.json, model.safetensors, README.md)")
+    export.add_argument("--results", help="metrics JSON for the card (zoo validate | test --results FILE)")
+    export.add_argument(
+        "--training-config", help="the zoo fit config YAML (default: the run's config.yaml, if found)"
+    )
+    card = sub.add_parser("card", help="re-render the model card (README.md) of a pretrained-model folder")
+    card.add_argument("directory")
+    card.add_argument("--results", help="metrics JSON to record in results.json and show in the card")
+    card.add_argument("--repo-id", help="the Hub repo the card's usage examples name")
+    push = sub.add_parser("push", help="upload a pretrained-model folder with its card to a Hub repo")
+    push.add_argument("directory")
+    push.add_argument("repo_id", help="org/name; created if missing (one model per repo)")
+    push.add_argument("--revision", help="branch to commit to (created if missing; default: main)")
+    push.add_argument("--private", action="store_true", help="create the repo private")
+    push.add_argument("--token", help="Hub token (default: HF_TOKEN or the saved login)")
+    push.add_argument("--message", help="commit message")
     for name in LIGHTNING_COMMANDS:
         sub.add_parser(name, help=f"Lightning's {name} (see zoo {name} --help)")
     args = parser.parse_args(argv)
-    if args.command == "capabilities":
-        from zoo.inference.capabilities import capability_table
+    try:
+        return ZOO_HANDLERS[args.command](args)
+    except (ValueError, OSError) as error:  # bad input, CheckpointError, Hub HTTP errors: a message
+        print(f"zoo {args.command}: error: {error}", file=sys.stderr)
+        return 2
 
-        print(capability_table())
+
+def _capabilities(args) -> int:
+    from zoo.inference.capabilities import capability_table
+
+    print(capability_table())
     return 0
+
+
+def _models(args) -> int:
+    from zoo.registry import architecture, list_models, pretrained_tag
+
+    for name in list_models(args.pattern, pretrained=args.pretrained):
+        if args.pretrained:
+            tag = pretrained_tag(name)
+            print(f"{name}\t{tag.source}@{tag.revision or 'main'}\t{tag.description}")
+        else:
+            arch = architecture(name)
+            backends = ", ".join(arch.backends)
+            print(f"{name}\t{arch.class_path.rsplit('.', 1)[-1]}\t[{backends}]\t{arch.description}")
+    return 0
+
+
+def _export(args) -> int:
+    from zoo.export import export_checkpoint
+
+    folder = export_checkpoint(args.checkpoint, args.out_dir, args.results, args.training_config)
+    print(f"wrote {folder} ({', '.join(sorted(p.name for p in folder.iterdir()))})")
+    return 0
+
+
+def _card(args) -> int:
+    from zoo.pretrained import read_config, save_results, write_card
+
+    read_config(args.directory)
+    if args.results:
+        save_results(args.directory, args.results)
+    print(f"wrote {write_card(args.directory, repo_id=args.repo_id)}")
+    return 0
+
+
+def _push(args) -> int:
+    from zoo.pretrained import push_to_hub
+
+    commit = push_to_hub(
+        args.directory,
+        args.repo_id,
+        revision=args.revision,
+        private=args.private or None,
+        token=args.token,
+        commit_message=args.message,
+    )
+    print(f"pushed {args.directory} to {args.repo_id}: commit {commit.oid} ({commit.commit_url})")
+    return 0
+
+
+ZOO_HANDLERS = {
+    "capabilities": _capabilities,
+    "models": _models,
+    "export": _export,
+    "card": _card,
+    "push": _push,
+}
 
 
 def zoo_cli_class():
@@ -43,6 +137,47 @@ def zoo_cli_class():
     from lightning.pytorch.cli import LightningCLI
 
     class ZooCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser) -> None:
+            parser.add_argument(
+                "--results",
+                type=str | None,
+                default=None,
+                help="validate / test: write the metrics to this JSON (for zoo export / zoo card --results)",
+            )
+
+        def before_fit(self) -> None:
+            self._no_results("fit")
+
+        def before_predict(self) -> None:
+            self._no_results("predict")
+
+        def _no_results(self, subcommand: str) -> None:
+            if self.config[subcommand].get("results"):
+                raise ValueError(
+                    f"--results is written by zoo validate and zoo test, not by zoo {subcommand}"
+                )
+
+        def after_validate(self) -> None:
+            self._write_results("validate")
+
+        def after_test(self) -> None:
+            self._write_results("test")
+
+        def _write_results(self, subcommand: str) -> None:
+            """The logged metrics as ``{"dataset", "metrics"}`` JSON (``zoo.cards.read_results``)."""
+            path = self.config[subcommand].get("results")
+            if not path:
+                return
+            from zoo.cards import dataset_name
+
+            data = self.config[subcommand].get("data")
+            metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items()}
+            results = {
+                "dataset": dataset_name(data.as_dict() if data is not None else None),
+                "metrics": metrics,
+            }
+            Path(path).write_text(json.dumps(results, indent=2) + "\n")
+
         def _parse_ckpt_path(self) -> None:
             """Zoo tasks store their class path (``zoo_task``) beside their plain-value
             hyperparameters, so ``zoo validate --ckpt_path x.ckpt`` needs no model config."""

@@ -90,3 +90,28 @@ class ZooModel(nn.Module):
         if not (isinstance(cls, type) and issubclass(cls, ZooModel)):
             raise ValueError(f"{spec['class_path']!r} is not a zoo model (a ZooModel subclass)")
         return cls(**spec.get("init_args", {}))
+
+    # --- the zoo's checkpoint format (zoo.pretrained) -----------------------------------------
+    def save_pretrained(self, directory, **kwargs):
+        """Write ``config.json``, ``model.safetensors`` and the card ``README.md`` to ``directory``
+        (keyword arguments: ``zoo.pretrained.save_pretrained``); returns the folder's path."""
+        from zoo.pretrained import save_pretrained
+
+        return save_pretrained(self, directory, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, source, **kwargs) -> ZooModel:
+        """The model at ``source`` (a folder or Hub repo id; keyword arguments:
+        ``zoo.pretrained.from_pretrained``); called on a subclass, the checkpoint must be of it."""
+        from zoo.pretrained import CheckpointError, from_pretrained
+
+        model = from_pretrained(source, **kwargs)
+        if not isinstance(model, cls):
+            raise CheckpointError(f"{source} holds a {type(model).__name__}, not a {cls.__name__}")
+        return model
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        """Save and upload to the Hub repo ``repo_id`` (keyword arguments: ``zoo.pretrained.push_to_hub``)."""
+        from zoo.pretrained import push_to_hub
+
+        return push_to_hub(self, repo_id, **kwargs)

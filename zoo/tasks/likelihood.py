@@ -11,6 +11,7 @@ AdamW; the learning rate is multiplied by ``lr_factor`` when the validation NLL 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -19,6 +20,7 @@ from torch import Tensor
 
 from zoo.metrics import NegativeLogLikelihood, Perplexity
 from zoo.models.base import ZooModel
+from zoo.pretrained import CheckpointError, check_state_dict, load_into, read_config, read_weights, resolve
 
 
 class LikelihoodTask(pl.LightningModule):
@@ -29,8 +31,10 @@ class LikelihoodTask(pl.LightningModule):
             store it: plain values only).
         lr, weight_decay, betas: AdamW.
         lr_factor, lr_patience: ReduceLROnPlateau on ``val/nll``.
-        init_from: optional path of a checkpoint (``zoo fit``'s ``.ckpt``) whose model weights
-            initialize this one: fine-tuning with a fresh optimizer.
+        init_from: optional source of weights that initialize the model: fine-tuning with a fresh
+            optimizer. A ``zoo fit`` checkpoint (``.ckpt``), or any ``zoo.from_pretrained`` source
+            (a pretrained-model folder or a Hub repo id, honouring ``HF_HUB_OFFLINE``). The weights
+            must fit the model exactly (same class, keys, shapes); nothing is loaded otherwise.
         eval_seeds: seeds of a random evaluation (models with ``evaluation_is_exact() == False``).
     """
 
@@ -70,7 +74,7 @@ class LikelihoodTask(pl.LightningModule):
             }
         )
         if init_from is not None:
-            self.model.load_state_dict(load_model_weights(init_from))
+            load_into(self.model, load_model_weights(init_from, self.model), init_from)
         self.metrics = torch.nn.ModuleDict(
             {
                 f"{stage}_{name}": metric()
@@ -176,8 +180,28 @@ class LikelihoodTask(pl.LightningModule):
         }
 
 
-def load_model_weights(path: str) -> dict[str, Tensor]:
-    """The model's state dict from a LikelihoodTask checkpoint (keys without the ``model.`` prefix)."""
+def load_model_weights(source: str, model: ZooModel) -> dict[str, Tensor]:
+    """The state dict for ``model`` from ``source``: a zoo task's Lightning checkpoint (``.ckpt``: its
+    ``model.*`` weights) or a ``zoo.from_pretrained`` source, whose config must name ``model``'s class."""
+    path = Path(source)
+    if not (path.suffix == ".ckpt" or path.is_file()):
+        folder = resolve(source)
+        config = read_config(folder)
+        name, wanted = config["class_path"].rsplit(".", 1)[-1], type(model).__name__
+        if name != wanted:
+            raise CheckpointError(f"init_from={source!r} holds a {name}, but the task's model is a {wanted}")
+        differences = {
+            k: (v, model.config.get(k)) for k, v in config["init_args"].items() if model.config.get(k) != v
+        }
+        weights = read_weights(folder, config)
+        try:
+            check_state_dict(model, weights, source)
+        except CheckpointError as error:
+            raise CheckpointError(
+                f"{error}. The checkpoint's arguments differ from the model's as (checkpoint, model): "
+                f"{differences}"
+            ) from None
+        return weights
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     state = checkpoint.get("state_dict")
     if not isinstance(state, dict):

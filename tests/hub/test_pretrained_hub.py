@@ -1,0 +1,197 @@
+"""The zoo's checkpoints through a Hub with the real client: push a model with its card (``zoo push``
+and ``push_to_hub``), download it into an empty cache, load it by repo id and by pinned revision,
+then again with the network off (``HF_HUB_OFFLINE=1``), outputs identical everywhere.
+
+Client code runs in subprocesses with ``LocalHub.env`` (the client reads ``HF_ENDPOINT`` and
+``HF_HUB_OFFLINE`` when imported), from this checkout (``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from local_hub.fixtures import local_hub  # noqa: F401
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO = "zoo-tests/hmm-rank-space"
+
+PRELUDE = """
+import json, sys
+import torch
+import zoo
+sys.path.insert(0, PARAMS["zoo_tests"])
+from zoo_testlib import example_batch, scores
+
+def emit(**values):
+    print("RESULT " + json.dumps(values, default=str))
+
+def tiny(seed):
+    torch.manual_seed(seed)
+    return zoo.models.CategoricalHMM(17, 6, "rank-space", rank=3, embedding_dim=8, hidden_dim=8)
+
+def logp(model):
+    return scores(model, example_batch(model)).tolist()
+"""
+
+
+def run(
+    hub, cache: Path, script: str, offline: bool = False, token: str | None = "test-token", **params
+) -> dict:
+    """Run ``script`` (after PRELUDE) in a client subprocess; returns what it passed to ``emit``."""
+    env = hub.env(cache, offline=offline, token=token)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    params["zoo_tests"] = str(REPO_ROOT / "tests" / "zoo")
+    code = (
+        f"import json\nPARAMS = json.loads({json.dumps(json.dumps(params))})\n"
+        + PRELUDE
+        + textwrap.dedent(script)
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and results, f"client failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
+    return json.loads(results[-1][len("RESULT ") :])
+
+
+PUSH = """
+import subprocess
+from pathlib import Path
+import zoo.models
+work = Path(PARAMS["work"])
+first = tiny(0)
+first.save_pretrained(work / "first", results={"dataset": "ptb", "metrics": {"test/ppl": 123.4}})
+# the CLI: zoo push DIR REPO_ID
+out = subprocess.run([sys.executable, "-m", "zoo.cli", "push", str(work / "first"), PARAMS["repo"]],
+                     capture_output=True, text=True, check=True).stdout
+first_sha = out.split("commit ")[1].split()[0]
+second = tiny(1)
+commit = second.push_to_hub(PARAMS["repo"])  # the API; a new commit on main, without results
+branch = tiny(2).push_to_hub(PARAMS["repo"], revision="dev")
+emit(first_sha=first_sha, second_sha=commit.oid, first=logp(first), second=logp(second), dev=logp(tiny(2)))
+"""
+
+DOWNLOAD = """
+from huggingface_hub import ModelCard, hf_hub_download, list_repo_files
+repo, first_sha = PARAMS["repo"], PARAMS["first_sha"]
+latest, pinned, dev = zoo.from_pretrained(repo), zoo.from_pretrained(repo, revision=first_sha), \\
+    zoo.from_pretrained(repo, revision="dev")
+card = ModelCard.load(hf_hub_download(repo, "README.md", revision=first_sha))
+emit(latest=logp(latest), pinned=logp(pinned), dev=logp(dev), card_data=card.data.to_dict(), card=card.text,
+     files=sorted(list_repo_files(repo)), first_files=sorted(list_repo_files(repo, revision=first_sha)))
+"""
+
+OFFLINE = """
+from huggingface_hub import constants
+from zoo.pretrained import CheckpointError
+from zoo.tasks import LikelihoodTask
+assert constants.HF_HUB_OFFLINE
+repo = PARAMS["repo"]
+latest, pinned = zoo.from_pretrained(repo), zoo.from_pretrained(repo, revision=PARAMS["first_sha"])
+task = LikelihoodTask(tiny(5).spec(), init_from=repo)  # fine-tuning from the cached Hub model
+try:
+    zoo.from_pretrained("zoo-tests/never-downloaded")
+    error = None
+except CheckpointError as e:
+    error = str(e)
+emit(latest=logp(latest), pinned=logp(pinned), tuned=logp(task.model), error=error)
+"""
+
+
+@pytest.fixture(scope="module")
+def pushed(local_hub, tmp_path_factory):  # noqa: F811
+    work = tmp_path_factory.mktemp("zoo-push")
+    return run(local_hub, work / "cache", PUSH, repo=REPO, work=str(work))
+
+
+def test_push_download_pinned_and_offline(local_hub, pushed, tmp_path):  # noqa: F811
+    cache = tmp_path / "cache"  # empty: everything below is downloaded from the Hub
+    online = run(local_hub, cache, DOWNLOAD, repo=REPO, first_sha=pushed["first_sha"])
+    assert online["latest"] == pushed["second"] and online["pinned"] == pushed["first"]
+    assert online["dev"] == pushed["dev"] and pushed["first"] != pushed["second"]
+    # one model per repo: the second push removed the first one's results.json
+    assert online["first_files"] == [
+        ".gitattributes",
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "results.json",
+    ]
+    assert online["files"] == [".gitattributes", "README.md", "config.json", "model.safetensors"]
+    # the pushed card: front matter for the Hub, usage naming the repo, our measured number
+    data = online["card_data"]
+    assert data["library_name"] == "structured-zoo" and data["license"] == "mit"
+    assert data["model-index"][0]["results"][0]["metrics"][0] == {
+        "type": "perplexity",
+        "value": 123.4,
+        "name": "test perplexity",
+    }
+    assert f'zoo.from_pretrained("{REPO}", revision="COMMIT_SHA")' in online["card"]
+
+    offline = run(local_hub, cache, OFFLINE, offline=True, repo=REPO, first_sha=pushed["first_sha"])
+    assert offline["latest"] == pushed["second"] and offline["pinned"] == pushed["first"]
+    assert offline["tuned"] == pushed["second"]
+    assert "not in the Hub cache" in offline["error"] and "HF_HUB_OFFLINE" in offline["error"]
+
+
+def test_unknown_repo_and_revision_are_clear_errors(local_hub, pushed, tmp_path):  # noqa: F811
+    script = """
+    from zoo.pretrained import CheckpointError
+    errors = []
+    for source, revision in (("zoo-tests/no-such-model", None), (PARAMS["repo"], "no-such-branch")):
+        try:
+            zoo.from_pretrained(source, revision=revision)
+        except CheckpointError as e:
+            errors.append(str(e))
+    emit(errors=errors)
+    """
+    errors = run(local_hub, tmp_path / "cache", script, repo=REPO)["errors"]
+    assert len(errors) == 2
+    assert "zoo-tests/no-such-model is not a local folder, and the Hub could not provide it" in errors[0]
+    assert "revision no-such-branch" in errors[1]
+
+
+def test_pretrained_tag_loads_from_the_hub_at_its_pinned_revision(local_hub, tmp_path):  # noqa: F811
+    script = """
+    from zoo.registry import PretrainedTag, create_model, list_models, register_pretrained
+    model = create_model("hmm_categorical_n512_d64", vocab_size=50)  # not the architecture's vocabulary
+    try:
+        register_pretrained(PretrainedTag("hmm_categorical_n512_d64.wrong", PARAMS["repo"] + "-x", None))
+        model.push_to_hub(PARAMS["repo"] + "-x")
+        create_model("hmm_categorical_n512_d64.wrong", pretrained=True)
+        mismatch = None
+    except ValueError as e:
+        mismatch = str(e)
+    model = create_model("hmm_categorical_n512_d64")
+    sha = model.push_to_hub(PARAMS["repo"]).oid
+    register_pretrained(PretrainedTag("hmm_categorical_n512_d64.ptb_exact_test", PARAMS["repo"], sha))
+    loaded = create_model("hmm_categorical_n512_d64.ptb_exact_test", pretrained=True)
+    emit(same=logp(loaded) == logp(model), listed=list_models("hmm_*", pretrained=True), mismatch=mismatch)
+    """
+    out = run(local_hub, tmp_path / "cache", script, repo="zoo-tests/hmm-n512")
+    assert out["same"] and "hmm_categorical_n512_d64.ptb_exact_test" in out["listed"]
+    assert "does not hold a hmm_categorical_n512_d64" in out["mismatch"]
+
+
+def test_push_without_a_token_is_a_clear_cli_error(local_hub, tmp_path):  # noqa: F811
+    script = """
+    import subprocess
+    folder = tiny(0).save_pretrained(PARAMS["work"])
+    proc = subprocess.run([sys.executable, "-m", "zoo.cli", "push", str(folder), "zoo-tests/no-token"],
+                          capture_output=True, text=True)
+    emit(code=proc.returncode, err=proc.stderr)
+    """
+    out = run(local_hub, tmp_path / "cache", script, token=None, work=str(tmp_path / "m"))
+    assert out["code"] == 2 and out["err"].startswith("zoo push: error: ") and "401" in out["err"]

@@ -1,0 +1,129 @@
+"""Model cards: the front matter parses and has what the Hub needs; sections and numbers are ours."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+from zoo_testlib import small_overrides
+
+import zoo
+from zoo.cards import dataset_name, read_results, render_card
+from zoo.cli import main
+from zoo.pretrained import read_config
+
+SECTIONS = ["## Usage", "## Training", "## Evaluation", "## Results", "## Limitations", "## Citation"]
+TRAINING = "model:\n  class_path: zoo.tasks.LikelihoodTask\ndata:\n  class_path: zoo.data.PTBDataModule\n"
+
+
+def config_of(name: str, backend: str, tmp_path) -> dict:
+    torch.manual_seed(0)
+    model = zoo.create_model(name, backend=backend, **small_overrides(name, backend))
+    return read_config(model.save_pretrained(tmp_path / name))
+
+
+@pytest.mark.parametrize(
+    "name, backend, dataset, metric",
+    [
+        ("hmm_categorical_n16384_d256", "rank-space", "ptb", "ppl"),
+        ("hmm_bernoulli_n2048_d256", "low-rank", "JSB_Chorales", "nll"),
+        ("pcfg_nt30_pt60_d256", "low-rank", "ptb-wsj", "sentence_f1"),
+    ],
+)
+def test_card_of_every_family(tmp_path, name, backend, dataset, metric):
+    results = {
+        "dataset": dataset,
+        "metrics": {f"val/{metric}": 1.5, f"test/{metric}": 2.25, "val/nll_std": 0.1},
+    }
+    card = render_card(
+        config_of(name, backend, tmp_path), results=results, training_config=TRAINING, repo_id="org/m"
+    )
+    parsed = ModelCard(str(card))
+    data = parsed.data.to_dict()
+    assert data["library_name"] == "structured-zoo" and data["license"] == "mit"
+    assert (
+        data["datasets"] == [dataset]
+        and "structured-zoo" in data["tags"]
+        and f"backend-{backend}" in data["tags"]
+    )
+    assert data["metrics"] == [{"ppl": "perplexity", "nll": "nll", "sentence_f1": "f1"}[metric]]
+    index = data["model-index"][0]
+    assert index["name"].endswith(f"({backend})")
+    measured = {(r["dataset"]["split"], r["metrics"][0]["value"]) for r in index["results"]}
+    assert measured == {("validation", 1.5), ("test", 2.25)}  # the std is in the table, not the index
+    text = parsed.text
+    positions = [text.index(section) for section in SECTIONS]
+    assert positions == sorted(positions)
+    assert 'zoo.from_pretrained("org/m")' in text and "HF_HUB_OFFLINE=1" in text
+    assert "zoo fit --config training_config.yaml" in text and "class_path: zoo.data.PTBDataModule" in text
+    assert "zoo test --config training_config.yaml --model.init_args.init_from org/m" in text
+    assert f"| `test/{metric}` | 2.25 |" in text and "| `val/nll_std` | 0.1 |" in text
+    assert "Published numbers for comparison" in text  # REFERENCE.md numbers for this family and dataset
+    assert "@inproceedings" in text
+
+
+def test_card_without_results_or_training_config(tmp_path):
+    card = render_card(config_of("hmm_categorical_n512_d64", "exact", tmp_path))
+    data = ModelCard(str(card)).data.to_dict()
+    assert "model-index" not in data and "metrics" not in data and "datasets" not in data
+    assert "No evaluation results were recorded" in card.text
+    assert "was not recorded with this checkpoint" in card.text
+    assert 'zoo.from_pretrained("path/to/this/folder")' in card.text
+
+
+def test_papers_numbers_are_shown_beside_ours(tmp_path):
+    results = {"dataset": "ptb", "metrics": {"test/ppl": 262.8}}
+    text = render_card(config_of("hmm_categorical_n512_d64", "exact", tmp_path), results=results).text
+    row = "| rank-space HMM | 2^14..2^15 states, rank 2048..8192 | ptb | `test/ppl` | 126.4 | Yang et al."
+    assert row in text
+    assert "| `test/ppl` | 262.8 |" in text
+
+
+def test_read_results_formats_and_errors(tmp_path):
+    lightning = [{"test/ppl": 10.0, "test/nll": 2.3}]
+    assert read_results(lightning, dataset="ptb") == {
+        "dataset": "ptb",
+        "metrics": {"test/ppl": 10.0, "test/nll": 2.3},
+    }
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"dataset": "chorales", "metrics": {"val/nll": 7}}))
+    assert read_results(path) == {"dataset": "chorales", "metrics": {"val/nll": 7.0}}
+    with pytest.raises(ValueError, match="result 'test/ppl' must be a number, got 'high'"):
+        read_results({"test/ppl": "high"})
+    with pytest.raises(ValueError, match="cannot read results JSON"):
+        read_results(tmp_path / "missing.json")
+
+
+def test_dataset_names():
+    assert dataset_name({"class_path": "zoo.data.PTBDataModule"}) == "ptb"
+    assert (
+        dataset_name(
+            {"class_path": "zoo.data.MusicDataModule", "init_args": {"dataset": "data/Nottingham.pickle"}}
+        )
+        == "Nottingham"
+    )
+    assert dataset_name({"class_path": "zoo.data.MusicDataModule", "init_args": {}}) == "chorales"
+    assert (
+        dataset_name({"class_path": "zoo.data.PCFGDataModule", "init_args": {"tree_files": {"train": "x"}}})
+        == "ptb-wsj"
+    )
+    assert dataset_name(None) is None
+
+
+def test_zoo_card_command_rerenders_with_results(tmp_path, capsys):
+    torch.manual_seed(0)
+    folder = zoo.create_model("pcfg_nt10_pt20_d64").save_pretrained(tmp_path / "m")
+    results = tmp_path / "metrics.json"
+    results.write_text(json.dumps([{"test/ppl": 431.7}]))
+    assert main(["card", str(folder), "--results", str(results), "--repo-id", "org/pcfg"]) == 0
+    assert json.loads((folder / "results.json").read_text()) == {
+        "dataset": None,
+        "metrics": {"test/ppl": 431.7},
+    }
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.to_dict()["model-index"][0]["results"][0]["metrics"][0]["value"] == 431.7
+    assert 'zoo.from_pretrained("org/pcfg")' in card.text
+    assert main(["card", str(tmp_path)]) == 2
+    assert "is not a zoo pretrained-model folder" in capsys.readouterr().err

@@ -1,0 +1,230 @@
+"""The checkpoint format: save_pretrained -> from_pretrained round trips, and every way a folder can
+be wrong gets a clear CheckpointError with nothing loaded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from zoo_testlib import example_batch, scores
+
+import zoo
+from zoo.models import BernoulliHMM, CategoricalHMM
+from zoo.pretrained import CheckpointError, load_into, read_config
+from zoo.tasks import LikelihoodTask
+
+
+def tiny(backend: str = "rank-space", **kw) -> CategoricalHMM:
+    extra = {"rank": 3} if backend in ("low-rank", "rank-space") else {}
+    torch.manual_seed(0)
+    return CategoricalHMM(17, 6, backend, embedding_dim=8, hidden_dim=8, **{**extra, **kw})
+
+
+@pytest.fixture
+def saved(tmp_path) -> tuple[CategoricalHMM, Path]:
+    model = tiny()
+    return model, model.save_pretrained(tmp_path / "model")
+
+
+def test_round_trip_identical_outputs_and_files(saved):
+    model, folder = saved
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["zoo_format_version"] == 1 and config["zoo_version"] == zoo.__version__
+    assert config["class_path"] == "zoo.models.CategoricalHMM"
+    assert config["init_args"] == model.config and config["dtype"] == "float32"
+    loaded = zoo.from_pretrained(folder)
+    assert type(loaded) is CategoricalHMM and not loaded.training
+    batch = example_batch(model)
+    assert torch.equal(scores(loaded, batch), scores(model, batch))
+    assert CategoricalHMM.from_pretrained(str(folder)).config == model.config
+
+
+def test_float64_model_round_trips(tmp_path):
+    model = tiny("exact").double()
+    loaded = zoo.from_pretrained(model.save_pretrained(tmp_path / "m"))
+    assert next(loaded.parameters()).dtype == torch.float64
+    batch = example_batch(model)
+    assert torch.equal(scores(loaded, batch), scores(model, batch))
+
+
+def test_subclass_from_pretrained_checks_the_class(saved):
+    with pytest.raises(CheckpointError, match="holds a CategoricalHMM, not a BernoulliHMM"):
+        BernoulliHMM.from_pretrained(saved[1])
+
+
+def test_missing_folder_and_missing_files(tmp_path, saved):
+    with pytest.raises(CheckpointError, match="neither a local folder nor a Hub repo id"):
+        zoo.from_pretrained(tmp_path / "does" / "not" / "exist")
+    with pytest.raises(CheckpointError, match="zoo export CKPT OUT_DIR"):
+        zoo.from_pretrained(str(tmp_path / "best.ckpt"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match=r"has no config.json .*found nothing"):
+        zoo.from_pretrained(tmp_path / "empty")
+    (saved[1] / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="has config.json but no model.safetensors"):
+        zoo.from_pretrained(saved[1])
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def test_foreign_newer_and_unknown_configs(saved):
+    _, folder = saved
+    original = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 768}))
+    with pytest.raises(
+        CheckpointError, match="not a zoo model config .*transformers config, model_type='bert'"
+    ):
+        zoo.from_pretrained(folder)
+    (folder / "config.json").write_text(original[: len(original) // 2])
+    with pytest.raises(CheckpointError, match="not valid JSON .*corrupt or truncated"):
+        zoo.from_pretrained(folder)
+    cases = [
+        ({"zoo_format_version": 2, "zoo_version": "9.0"}, "format 2 .*reads formats 1..1: upgrade"),
+        ({"zoo_format_version": "1"}, "must be an int >= 1"),
+        ({"class_path": "os.system"}, "only zoo model classes"),
+        ({"class_path": "zoo.models.NoSuchModel"}, "cannot build zoo.models.NoSuchModel"),
+        ({"class_path": "zoo.tasks.LikelihoodTask"}, "not a zoo model"),
+        ({"init_args": {"vocab_size": 17}}, "cannot build"),
+        ({"dtype": "int64"}, "floating torch dtype"),
+    ]
+    for changes, message in cases:
+        (folder / "config.json").write_text(original)
+        _edit_config(folder, **changes)
+        with pytest.raises(CheckpointError, match=message):
+            zoo.from_pretrained(folder)
+
+
+def test_corrupt_truncated_and_swapped_weights(tmp_path, saved):
+    model, folder = saved
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) - 100])
+    with pytest.raises(CheckpointError, match="does not match the checksum .*corrupt, truncated"):
+        zoo.from_pretrained(folder)
+    flipped = bytearray(data)
+    flipped[-5] ^= 0xFF
+    weights.write_bytes(bytes(flipped))
+    with pytest.raises(CheckpointError, match="does not match the checksum"):
+        zoo.from_pretrained(folder)
+    # a damaged file whose checksum was updated too: safetensors rejects the header
+    weights.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}")
+    _edit_config(folder, weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest())
+    with pytest.raises(CheckpointError, match="not a readable safetensors file"):
+        zoo.from_pretrained(folder)
+
+
+def _resave(folder: Path, weights: dict) -> None:
+    save_file(weights, folder / "model.safetensors")
+    _edit_config(
+        folder, weights_sha256=hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    )
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda w: w.pop("start_query"), r"missing keys \['start_query'\]"),
+        (lambda w: w.update(extra=torch.zeros(2)), r"unexpected keys \['extra'\]"),
+        (
+            lambda w: w.update(state_emb=torch.zeros(7, 8)),
+            r"state_emb: shape \(7, 8\), the model has \(6, 8\)",
+        ),
+        (lambda w: w.update(state_emb=w["state_emb"].double()), "state_emb: dtype torch.float64"),
+    ],
+)
+def test_mismatched_weights_are_rejected_whole(saved, edit, message):
+    _, folder = saved
+    weights = load_file(folder / "model.safetensors")
+    edit(weights)
+    _resave(folder, weights)
+    with pytest.raises(CheckpointError, match=message):
+        zoo.from_pretrained(folder)
+
+
+def test_config_of_another_size_is_a_shape_error(saved):
+    _, folder = saved
+    config = read_config(folder)
+    _edit_config(folder, init_args={**config["init_args"], "num_states": 7})
+    with pytest.raises(CheckpointError, match="do not fit CategoricalHMM: .*shape"):
+        zoo.from_pretrained(folder)
+
+
+def test_nothing_loads_partially(saved):
+    """A mismatched state dict leaves the target model untouched (torch's load_state_dict alone
+    copies the matching tensors before it raises)."""
+    _, folder = saved
+    weights = load_file(folder / "model.safetensors")
+    weights["state_emb"] = torch.zeros(7, 8)
+    target = tiny()
+    target.load_state_dict({k: torch.randn_like(v) for k, v in target.state_dict().items()})
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    weights["start_query"] = weights["start_query"] + 1
+    with pytest.raises(CheckpointError):
+        load_into(target, weights, "edited")
+    assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
+
+
+def test_resaving_replaces_files_of_an_earlier_save(tmp_path):
+    folder = tmp_path / "m"
+    tiny().save_pretrained(
+        folder, results={"dataset": "ptb", "metrics": {"test/ppl": 10.0}}, training_config="a: 1\n"
+    )
+    assert (folder / "results.json").is_file() and (folder / "training_config.yaml").is_file()
+    other = tiny("exact")
+    other.save_pretrained(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    assert zoo.from_pretrained(folder).config == other.config
+    assert not list(folder.glob(".*"))  # no temporary files left behind
+
+
+def test_init_from_a_pretrained_folder_and_mismatches(tmp_path, saved):
+    model, folder = saved
+    fresh = tiny()
+    fresh.load_state_dict({k: torch.randn_like(v) for k, v in fresh.state_dict().items()})
+    task = LikelihoodTask(fresh.spec(), init_from=str(folder))
+    batch = example_batch(model)
+    assert torch.equal(scores(task.model, batch), scores(model, batch))
+    assert task.hparams["init_from"] is None
+    with pytest.raises(
+        CheckpointError, match="holds a CategoricalHMM, but the task's model is a BernoulliHMM"
+    ):
+        LikelihoodTask(BernoulliHMM(6, 5, embedding_dim=8, hidden_dim=8).spec(), init_from=str(folder))
+    bigger = CategoricalHMM(17, 7, "rank-space", rank=3, embedding_dim=8, hidden_dim=8)
+    differences = r"shape .*differ from the model's as \(checkpoint, model\): .*'num_states': \(6, 7\)"
+    with pytest.raises(CheckpointError, match=differences):
+        LikelihoodTask(bigger.spec(), init_from=str(folder))
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    (copy / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="not a zoo model config"):
+        LikelihoodTask(tiny().spec(), init_from=str(copy))
+
+
+def test_bad_save_arguments_write_nothing(tmp_path):
+    with pytest.raises(ValueError, match="result 'test/ppl' must be a number"):
+        tiny().save_pretrained(tmp_path / "a", results={"test/ppl": "n/a"})
+    with pytest.raises(ValueError, match="unknown architecture 'hmm_small'"):
+        tiny().save_pretrained(tmp_path / "b", architecture="hmm_small")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_parsing_task_fine_tunes_from_a_pretrained_grammar(tmp_path):
+    from zoo.tasks import ParsingTask
+
+    torch.manual_seed(0)
+    grammar = zoo.create_model("pcfg_nt10_pt20_d64", backend="low-rank", vocab_size=30)
+    folder = grammar.save_pretrained(tmp_path / "pcfg")
+    torch.manual_seed(1)
+    task = ParsingTask(grammar.spec(), init_from=str(folder))
+    batch = example_batch(grammar)
+    assert torch.equal(scores(task.model, batch), scores(grammar, batch))

@@ -1,0 +1,138 @@
+"""The registry: names, patterns, errors, every architecture x backend round trip, recipes <-> registry."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from zoo_testlib import example_batch, scores, small_overrides
+
+import zoo
+from zoo.cli import main
+from zoo.registry import (
+    _PRETRAINED,
+    PretrainedTag,
+    architecture,
+    match_architecture,
+    model_config,
+    register_pretrained,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+ARCH_NAME = re.compile(r"^[a-z]+(_[a-z]+)?_(n\d+|nt\d+_pt\d+)_d\d+$")
+CASES = [(name, backend) for name in zoo.list_models() for backend in architecture(name).backends]
+
+
+def test_every_family_is_registered_on_import_with_documented_names():
+    names = zoo.list_models()
+    families = {architecture(n).class_path for n in names}
+    assert {"zoo.models.CategoricalHMM", "zoo.models.BernoulliHMM", "zoo.models.PCFG"} <= families
+    for name in names:
+        assert ARCH_NAME.match(name), f"{name} does not follow <family>_<size>_d<width>"
+        arch = architecture(name)
+        assert arch.default_backend in arch.backends and arch.description and arch.recipes
+        assert all((REPO / recipe).is_file() for recipe in arch.recipes), arch.recipes
+
+
+def test_patterns_and_pretrained_listing():
+    assert zoo.list_models("pcfg_*") == [n for n in zoo.list_models() if n.startswith("pcfg_")]
+    assert zoo.list_models("*_n4096_*") == ["hmm_categorical_n4096_d64"]
+    assert zoo.list_models("nothing*") == []
+    assert zoo.list_models(pretrained=True) == []  # no weights are published yet
+
+
+@pytest.mark.parametrize("name, backend", CASES)
+def test_every_architecture_round_trips_save_load(tmp_path, name, backend):
+    """Each architecture with each of its backends (at test size): identical outputs after the trip."""
+    torch.manual_seed(0)
+    model = zoo.create_model(name, backend=backend, **small_overrides(name, backend))
+    assert model.config["backend"] == backend
+    loaded = zoo.from_pretrained(model.save_pretrained(tmp_path / name))
+    assert type(loaded) is type(model) and loaded.config == model.config
+    batch = example_batch(model)
+    assert torch.equal(scores(loaded, batch), scores(model, batch))
+
+
+@pytest.mark.parametrize("name", ["hmm_categorical_n512_d64", "hmm_bernoulli_n256_d64", "pcfg_nt10_pt20_d64"])
+def test_small_architectures_round_trip_at_full_size(tmp_path, name):
+    torch.manual_seed(0)
+    model = zoo.create_model(name)
+    folder = model.save_pretrained(tmp_path / name)
+    assert zoo.from_pretrained(folder).config == model.config
+    assert (folder / "config.json").read_text().count(f'"architecture": "{name}"') == 1
+    batch = example_batch(model)
+    assert torch.equal(scores(zoo.from_pretrained(folder), batch), scores(model, batch))
+
+
+def test_create_model_defaults_backend_and_overrides():
+    config = model_config("hmm_categorical_n16384_d256")
+    assert config["backend"] == "rank-space" and config["rank"] == 4096 and config["num_states"] == 16384
+    assert model_config("hmm_categorical_n16384_d256", "low_rank")["rank"] == 2048  # underscores accepted
+    model = zoo.create_model("pcfg_nt10_pt20_d64", backend="rank-space", rank=5, vocab_size=30)
+    assert model.config["rank"] == 5 and model.config["vocab_size"] == 30
+    # a backend without registered settings: the model's own error says what it needs
+    with pytest.raises(ValueError, match="needs rank=R"):
+        zoo.create_model("hmm_categorical_n512_d64", backend="rank-space")
+
+
+def test_clear_errors():
+    with pytest.raises(ValueError, match="unknown architecture 'hmm_categorical_n4069_d64'; did you mean"):
+        zoo.create_model("hmm_categorical_n4069_d64")
+    with pytest.raises(ValueError, match="unknown architecture 'resnet50'; see zoo.list_models"):
+        zoo.create_model("resnet50")
+    with pytest.raises(
+        ValueError, match="no pretrained weights yet; train it with zoo fit .*ptb-exact-small"
+    ):
+        zoo.create_model("hmm_categorical_n512_d64", pretrained=True)
+    with pytest.raises(ValueError, match="unknown pretrained model 'pcfg_nt10_pt20_d64.ptb'"):
+        zoo.create_model("pcfg_nt10_pt20_d64.ptb")
+    with pytest.raises(ValueError, match="unknown backend|backend"):
+        zoo.create_model("pcfg_nt10_pt20_d64", backend="fast")
+
+
+def test_pretrained_hook_with_a_local_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("zoo.registry._PRETRAINED", dict(_PRETRAINED))
+    torch.manual_seed(0)
+    model = zoo.create_model("pcfg_nt10_pt20_d64", backend="low-rank")
+    folder = model.save_pretrained(tmp_path / "weights")
+    register_pretrained(PretrainedTag("pcfg_nt10_pt20_d64.test", str(folder), description="a test"))
+    assert zoo.list_models(pretrained=True) == ["pcfg_nt10_pt20_d64.test"]
+    assert main(["models", "--pretrained"]) == 0
+    assert capsys.readouterr().out == f"pcfg_nt10_pt20_d64.test\t{folder}@main\ta test\n"
+    batch = example_batch(model)
+    for loaded in (
+        zoo.create_model("pcfg_nt10_pt20_d64.test", pretrained=True),
+        zoo.create_model("pcfg_nt10_pt20_d64.test"),  # a tag implies pretrained
+        zoo.create_model("pcfg_nt10_pt20_d64", pretrained=True),  # the architecture's only tag
+    ):
+        assert torch.equal(scores(loaded, batch), scores(model, batch))
+    with pytest.raises(ValueError, match="trained with backend 'low-rank', not 'exact'"):
+        zoo.create_model("pcfg_nt10_pt20_d64.test", backend="exact")
+    with pytest.raises(ValueError, match="no overrides with pretrained=True"):
+        zoo.create_model("pcfg_nt10_pt20_d64.test", rank=4)
+    with pytest.raises(ValueError, match="already registered"):
+        register_pretrained(PretrainedTag("pcfg_nt10_pt20_d64.test", str(folder)))
+    with pytest.raises(ValueError, match="unknown architecture"):
+        register_pretrained(PretrainedTag("pcfg_nt11_pt20_d64.test", str(folder)))
+
+
+RECIPES = sorted((REPO / "recipes").glob("*/*.yaml"))
+MODEL_RECIPES = [r for r in RECIPES if "model" in yaml.safe_load(r.read_text())]
+
+
+@pytest.mark.parametrize("recipe", MODEL_RECIPES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_recipe_trains_a_registered_architecture(recipe):
+    """A recipe's model is create_model(arch, backend) (a -r<rank> variant differs in the rank only),
+    and the architecture lists the recipe."""
+    spec = yaml.safe_load(recipe.read_text())["model"]["init_args"]["model"]
+    args = spec["init_args"]
+    name = match_architecture(spec["class_path"], args)
+    assert name is not None, f"{recipe.name}: no registered architecture has {args}"
+    arch = architecture(name)
+    assert str(recipe.relative_to(REPO)) in arch.recipes
+    variant = re.search(r"-r(\d+)$", recipe.stem)
+    config = model_config(name, args["backend"], **({"rank": int(variant.group(1))} if variant else {}))
+    assert {k: config.get(k) for k in args} == args

@@ -1,0 +1,86 @@
+"""zoo fit -> zoo test --results -> zoo export -> from_pretrained, and zoo fit fine-tuning from the
+exported folder; the commands' errors. Tiny PTB-format files, CPU, one epoch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+from zoo_testlib import example_batch, scores
+
+import zoo
+from zoo.cli import main
+from zoo.tasks import LikelihoodTask
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tasks"))
+from test_training_cli import recipe, write_ptb  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(recipe, best checkpoint, results JSON) of a tiny rank-space HMM trained by zoo fit."""
+    tmp = tmp_path_factory.mktemp("zoo-cli")
+    config = recipe(tmp, write_ptb(tmp), "rank-space")
+    main(["fit", "--config", str(config)])
+    (checkpoint,) = tmp.rglob("*.ckpt")
+    results = tmp / "results.json"
+    main(["test", "--config", str(config), "--ckpt_path", str(checkpoint), "--results", str(results)])
+    return config, checkpoint, results
+
+
+def test_fit_test_export_load(trained, tmp_path, capsys):
+    config, checkpoint, results = trained
+    measured = json.loads(results.read_text())
+    assert measured["dataset"] == "ptb" and set(measured["metrics"]) == {"test/nll", "test/ppl"}
+    assert main(["export", str(checkpoint), str(tmp_path / "out"), "--results", str(results)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    folder = tmp_path / "out"
+    names = ["README.md", "config.json", "model.safetensors", "results.json", "training_config.yaml"]
+    assert sorted(p.name for p in folder.iterdir()) == names
+    task = LikelihoodTask.load_from_checkpoint(checkpoint)
+    model = zoo.from_pretrained(folder)
+    assert model.config == task.model.config
+    batch = example_batch(model)
+    assert torch.equal(scores(model, batch), scores(task.model, batch))
+    card = ModelCard.load(folder / "README.md")
+    value = card.data.to_dict()["model-index"][0]["results"][0]["metrics"][0]["value"]
+    assert value in measured["metrics"].values()
+    assert "zoo fit --config training_config.yaml" in card.text
+    assert "class_path: zoo.models.CategoricalHMM" in (folder / "training_config.yaml").read_text()
+
+
+def test_fit_fine_tunes_from_an_exported_folder(trained, tmp_path):
+    config, checkpoint, _ = trained
+    main(["export", str(checkpoint), str(tmp_path / "out")])
+    args = ["fit", "--config", str(config), "--trainer.fast_dev_run", "true"]
+    main([*args, "--model.init_args.init_from", str(tmp_path / "out")])  # exact architecture: loads
+    with pytest.raises(ValueError, match="shape .*'num_states': \\(6, 7\\)"):
+        main([*args, "--model.init_args.init_from", str(tmp_path / "out"),
+              "--model.init_args.model.init_args.num_states", "7"])  # fmt: skip
+
+
+def test_command_errors(trained, tmp_path, capsys):
+    config, checkpoint, _ = trained
+    bogus = tmp_path / "bogus.ckpt"
+    bogus.write_bytes(b"not a checkpoint")
+    assert main(["export", str(bogus), str(tmp_path / "x")]) == 2
+    assert "is not a readable Lightning checkpoint" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "missing.ckpt"), str(tmp_path / "x")]) == 2
+    assert "no checkpoint file" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match="--results is written by zoo validate and zoo test, not by zoo fit"):
+        main(["fit", "--config", str(config), "--results", str(tmp_path / "r.json")])
+
+
+def test_models_command(capsys):
+    assert main(["models", "pcfg_nt10_*"]) == 0
+    out = capsys.readouterr().out.strip().split("\n")
+    assert out == [
+        "pcfg_nt10_pt20_d64\tPCFG\t[exact, low-rank, rank-space, randomized]\tsmall PTB PCFG for a CPU"
+    ]
+    assert main(["models", "--pretrained"]) == 0
+    assert capsys.readouterr().out == ""

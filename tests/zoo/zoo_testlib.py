@@ -1,0 +1,51 @@
+"""What the zoo tests share: small versions of registered architectures and a batch for each family."""
+
+from __future__ import annotations
+
+import torch
+
+from zoo.registry import architecture
+
+# Per family: constructor overrides that shrink any architecture to test size (sizes, and the
+# backend-specific arguments scaled to them). A new family adds its line here and in example_batch.
+SMALL = {
+    "CategoricalHMM": {"vocab_size": 17, "num_states": 6, "embedding_dim": 8, "hidden_dim": 8},
+    "BernoulliHMM": {"num_keys": 5, "num_states": 6, "embedding_dim": 8, "hidden_dim": 8},
+    "PCFG": {
+        "vocab_size": 17,
+        "num_nonterminals": 3,
+        "num_preterminals": 4,
+        "embedding_dim": 8,
+        "hidden_dim": 8,
+    },
+}
+SMALL_BACKEND = {"low-rank": {"rank": 3}, "rank-space": {"rank": 3}, "randomized": {"k1": 1, "k2": 1}}
+
+
+def small_overrides(name: str, backend: str) -> dict:
+    """Overrides of architecture ``name`` with ``backend`` that make it tiny."""
+    family = architecture(name).class_path.rsplit(".", 1)[-1]
+    if family not in SMALL:
+        raise KeyError(f"tests/zoo/zoo_testlib.py: add test sizes for the family {family} to SMALL")
+    return {**SMALL[family], **SMALL_BACKEND.get(backend, {})}
+
+
+def example_batch(model, seed: int = 0) -> dict:
+    """A ragged batch of 3 sequences the model scores (tokens or 0/1 frames)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([5, 3, 4])
+    family = type(model).__name__
+    if family in ("CategoricalHMM", "PCFG"):
+        tokens = torch.randint(model.config["vocab_size"], (3, 5), generator=g)
+        return {"tokens": tokens, "lengths": lengths}
+    if family == "BernoulliHMM":
+        frames = (torch.rand(3, 5, model.config["num_keys"], generator=g) < 0.3).float()
+        return {"frames": frames, "lengths": lengths}
+    raise KeyError(f"tests/zoo/zoo_testlib.py: add an example batch for the family {family}")
+
+
+def scores(model, batch: dict) -> torch.Tensor:
+    """log p of each sequence in eval mode, without gradients (a seeded draw for random evaluation)."""
+    model.eval()
+    with torch.no_grad():
+        return model.log_likelihood(batch, generator=torch.Generator().manual_seed(1))

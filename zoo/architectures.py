@@ -1,0 +1,186 @@
+"""The built-in architectures, one block per family (names: ``zoo.registry``'s docstring).
+
+Sizes and backend settings are those of the recipes (recipes/*.yaml; papers' sizes from
+REFERENCE.md section 3, and the small CPU variants); a test checks that every recipe's model is one of
+these architectures with one of its backends. Adding a family: one ``_family(...)`` block below
+(docs/zoo-api.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zoo.registry import Architecture, register_architecture
+
+
+def _family(class_path: str, prefix: str, entries: list[tuple[str, dict, dict, str, tuple, str]], **shared):
+    """Register ``prefix_<size>`` architectures of one class: (size, config, backends, default backend,
+    recipes, description) each; ``shared`` arguments go into every architecture's ``defaults``."""
+    for size, config, backends, default, recipes, description in entries:
+        register_architecture(
+            Architecture(
+                name=f"{prefix}_{size}",
+                class_path=class_path,
+                config=config,
+                backends=backends,
+                default_backend=default,
+                defaults=dict(shared),
+                recipes=tuple(f"recipes/{r}.yaml" for r in recipes),
+                description=description,
+            )
+        )
+
+
+def _hmm(states: int, width: int, **extra: Any) -> dict[str, Any]:
+    return {"num_states": states, "embedding_dim": width, "hidden_dim": width, **extra}
+
+
+def _pcfg(nt: int, pt: int, width: int) -> dict[str, Any]:
+    return {
+        "vocab_size": 10000,
+        "num_nonterminals": nt,
+        "num_preterminals": pt,
+        "embedding_dim": width,
+        "hidden_dim": width,
+    }
+
+
+# --- CategoricalHMM: PTB language models (10k words incl. <unk> and <eos>) ---------------------------
+_family(
+    "zoo.models.CategoricalHMM",
+    "hmm_categorical",
+    [
+        (
+            "n16384_d256",
+            _hmm(16384, 256, vocab_size=10000),
+            {
+                "exact": {},
+                "low-rank": {"rank": 2048, "feature_dropout": 0.1},
+                "rank-space": {"rank": 4096},
+                "randomized": {"k1": 1638, "k2": 1638, "proposal": "local+global"},
+            },
+            "rank-space",
+            ("hmm/ptb-exact", "hmm/ptb-low-rank", "hmm/ptb-rank-space", "hmm/ptb-randomized"),
+            "PTB HMM at the papers' size: 2^14 states (Chiu et al. 2021; Yang et al. 2022)",
+        ),
+        (
+            "n4096_d64",
+            _hmm(4096, 64, vocab_size=10000),
+            {"rank-space": {"rank": 256}},
+            "rank-space",
+            ("hmm/ptb-rank-space-small",),
+            "small PTB rank-space HMM for a CPU (the README's main job)",
+        ),
+        (
+            "n1024_d64",
+            _hmm(1024, 64, vocab_size=10000),
+            {"low-rank": {"rank": 128}},
+            "low-rank",
+            ("hmm/ptb-low-rank-small",),
+            "small PTB low-rank HMM for a CPU",
+        ),
+        (
+            "n512_d64",
+            _hmm(512, 64, vocab_size=10000),
+            {"exact": {}, "randomized": {"k1": 32, "k2": 32}},
+            "exact",
+            ("hmm/ptb-exact-small", "hmm/ptb-randomized-small"),
+            "small PTB softmax / randomized HMM for a CPU",
+        ),
+    ],
+    dropout=0.1,
+)
+
+# --- BernoulliHMM: polyphonic music, 88 keys -------------------------------------------------------
+_family(
+    "zoo.models.BernoulliHMM",
+    "hmm_bernoulli",
+    [
+        (
+            "n2048_d256",
+            _hmm(2048, 256, num_keys=88),
+            {"exact": {}, "low-rank": {"rank": 512}},
+            "exact",
+            tuple(
+                f"hmm/{d}-{b}"
+                for d in ("jsb", "nottingham", "musedata", "piano")
+                for b in ("exact", "low-rank")
+            ),
+            "music HMM at the paper's size: 2^11 states, LHMM rank 2^9 (Chiu et al. 2021, Fig. 2)",
+        ),
+        (
+            "n256_d64",
+            _hmm(256, 64, num_keys=88),
+            {"exact": {}, "low-rank": {"rank": 64}, "rank-space": {"rank": 64}},
+            "exact",
+            ("hmm/chorales-exact-small", "hmm/chorales-low-rank-small", "hmm/chorales-rank-space-small"),
+            "small Bach-chorales HMM for a CPU",
+        ),
+    ],
+    dropout=0.1,
+)
+
+# --- PCFG: PTB language models and unsupervised parsers ---------------------------------------------
+_family(
+    "zoo.models.PCFG",
+    "pcfg",
+    [
+        (
+            "nt30_pt60_d256",
+            _pcfg(30, 60, 256),
+            {"exact": {}, "low-rank": {"rank": 8}},
+            "exact",
+            (
+                "pcfg/ptb-exact-30-60",
+                "pcfg/wsj-exact-30-60",
+                *(f"pcfg/ptb-low-rank-30-60{r}" for r in ("", "-r16", "-r32", "-r64")),
+            ),
+            "N-PCFG / LPCFG at Kim et al. 2019's size (Chiu et al. 2021, Table 2)",
+        ),
+        (
+            "nt60_pt120_d256",
+            _pcfg(60, 120, 256),
+            {"exact": {}, "low-rank": {"rank": 32}},
+            "exact",
+            ("pcfg/ptb-exact-60-120", "pcfg/ptb-low-rank-60-120"),
+            "N-PCFG / LPCFG, 60 / 120 symbols (Chiu et al. 2021, Table 2)",
+        ),
+        (
+            "nt100_pt200_d256",
+            _pcfg(100, 200, 256),
+            {"exact": {}, "low-rank": {"rank": 64}, "randomized": {"k1": 20, "k2": 20}},
+            "exact",
+            ("pcfg/ptb-exact-100-200", "pcfg/ptb-low-rank-100-200", "pcfg/ptb-randomized-100-200"),
+            "N-PCFG / LPCFG / randomized inside, 100 / 200 symbols (Chiu et al. 2021, Table 2)",
+        ),
+        (
+            "nt250_pt500_d256",
+            _pcfg(250, 500, 256),
+            {"rank-space": {"rank": 500}},
+            "rank-space",
+            ("pcfg/ptb-rank-space-250-500",),
+            "TN-PCFG, 250 / 500 symbols, rank 500 (Yang et al. 2021b)",
+        ),
+        (
+            "nt4500_pt9000_d256",
+            _pcfg(4500, 9000, 256),
+            {"rank-space": {"rank": 1000}},
+            "rank-space",
+            ("pcfg/ptb-rank-space-4500-9000",),
+            "rank-space PCFG, 4500 / 9000 symbols, rank 1000 (Yang et al. 2022)",
+        ),
+        (
+            "nt10_pt20_d64",
+            _pcfg(10, 20, 64),
+            {
+                "exact": {},
+                "low-rank": {"rank": 8},
+                "rank-space": {"rank": 32},
+                "randomized": {"k1": 3, "k2": 3},
+            },
+            "exact",
+            tuple(f"pcfg/ptb-{b}-small" for b in ("exact", "low-rank", "rank-space", "randomized")),
+            "small PTB PCFG for a CPU",
+        ),
+    ],
+)

@@ -1,0 +1,178 @@
+"""Model cards: rendered from the templates in ``cards/`` with ``huggingface_hub.ModelCard``.
+
+``cards/model_card.md`` is the layout shared by every family; ``cards/<ModelClass>/`` holds a
+family's own parts (``intro.md``, ``metric.md``, ``limitations.md``, ``citation.bib``), themselves
+Jinja templates. The card is filled from the model's ``config.json`` (class, arguments, architecture),
+its measured results (``results.json``: never numbers we did not measure) and the ``zoo fit``
+configuration that trained it, with the papers' numbers (``zoo.paper_results``) beside ours.
+
+Results are ``{"dataset": name, "metrics": {"val/ppl": 262.8, ...}}`` with the metric names the
+tasks log; ``zoo validate | test ... --results FILE`` writes exactly this.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from zoo.paper_results import paper_results
+
+CARDS = Path(__file__).resolve().parent.parent / "cards"
+LIBRARY_NAME = "structured-zoo"
+LICENSE = "mit"
+
+# Our logged metric name (after the stage) -> (model-index metric type, human name).
+METRICS = {
+    "ppl": ("perplexity", "perplexity"),
+    "nll": ("nll", "negative log-likelihood (nats per event)"),
+    "sentence_f1": ("f1", "sentence-level unlabeled F1 (%)"),
+    "corpus_f1": ("f1", "corpus-level unlabeled F1 (%)"),
+}
+SPLITS = {"val": "validation", "test": "test"}
+TASK_TYPES = {"CategoricalHMM": "text-generation", "PCFG": "text-generation", "BernoulliHMM": "other"}
+
+
+def dataset_name(data: dict[str, Any] | None) -> str | None:
+    """The dataset a LightningCLI ``data`` section ({"class_path", "init_args"}) reads, for cards."""
+    if not data or "class_path" not in data:
+        return None
+    args = data.get("init_args") or {}
+    short = data["class_path"].rsplit(".", 1)[-1]
+    if short == "MusicDataModule":
+        dataset = args.get("dataset", "chorales")
+        return "chorales" if dataset == "chorales" else Path(dataset).stem
+    if short == "PCFGDataModule":
+        return "ptb-wsj" if args.get("tree_files") else "ptb"
+    return short.removesuffix("DataModule").lower()
+
+
+def read_results(results: str | os.PathLike | dict | list, dataset: str | None = None) -> dict[str, Any]:
+    """Measured results as ``{"dataset": str | None, "metrics": {name: float}}``.
+
+    Accepts that format, a flat {metric: value} mapping, or a list of them (what ``trainer.validate``
+    / ``trainer.test`` return), as an object or a JSON file path. ``dataset`` fills a missing name.
+    """
+    if isinstance(results, (str, os.PathLike)):
+        try:
+            results = json.loads(Path(results).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"cannot read results JSON {results}: {error}") from None
+    if isinstance(results, list):
+        merged: dict[str, Any] = {}
+        for part in results:
+            if not isinstance(part, dict):
+                raise ValueError(f"a list of results holds dicts of metrics, got {type(part).__name__}")
+            merged.update(part)
+        results = merged
+    if not isinstance(results, dict):
+        raise ValueError(f"results must be a dict of metrics, got {type(results).__name__}")
+    metrics = results["metrics"] if "metrics" in results else results
+    dataset = results.get("dataset", dataset) if "metrics" in results else dataset
+    clean = {}
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"result {name!r} must be a number, got {value!r}")
+        clean[str(name)] = float(value)
+    return {"dataset": dataset, "metrics": clean}
+
+
+def _family_part(model_class: str, name: str, context: dict[str, Any]) -> str:
+    path = CARDS / model_class / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no model-card part {path}: a family's card needs cards/{model_class}/"
+            "{intro.md, metric.md, limitations.md, citation.bib} (docs/zoo-api.md)"
+        )
+    return jinja2.Template(path.read_text(), keep_trailing_newline=True).render(**context).strip()
+
+
+def eval_results(model_class: str, results: dict[str, Any]):
+    """``huggingface_hub.EvalResult`` rows (model-index) of our measured metrics."""
+    from huggingface_hub import EvalResult
+
+    rows = []
+    dataset = results.get("dataset") or "unknown"
+    for name, value in results["metrics"].items():
+        stage, _, metric = name.partition("/")
+        if stage not in SPLITS or metric not in METRICS:
+            continue  # e.g. train/loss, val/nll_std: shown in the card's table, not in the model index
+        metric_type, metric_name = METRICS[metric]
+        rows.append(
+            EvalResult(
+                task_type=TASK_TYPES.get(model_class, "other"),
+                dataset_type=dataset,
+                dataset_name=dataset,
+                dataset_split=SPLITS[stage],
+                metric_type=metric_type,
+                metric_name=f"{SPLITS[stage]} {metric_name}",
+                metric_value=value,
+            )
+        )
+    return rows
+
+
+def render_card(
+    config: dict[str, Any],
+    results: dict[str, Any] | None = None,
+    training_config: str | None = None,
+    repo_id: str | None = None,
+):
+    """The ``huggingface_hub.ModelCard`` of a pretrained-model folder's ``config.json`` contents.
+
+    Args:
+        results: measured results (``read_results``'s format, or anything it accepts).
+        training_config: the YAML text of the ``zoo fit`` configuration that trained the model.
+        repo_id: the Hub repo the card is for (usage examples name it; default: a local folder).
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    model_class = config["class_path"].rsplit(".", 1)[-1]
+    args = config["init_args"]
+    backend = args.get("backend")
+    results = read_results(results) if results is not None else None
+    training = yaml.safe_load(training_config) if training_config else None
+    dataset = (results or {}).get("dataset") or dataset_name((training or {}).get("data"))
+    if results is not None and results.get("dataset") is None:
+        results["dataset"] = dataset
+    name = config.get("architecture") or model_class
+    model_name = f"{name} ({backend})" if backend else name
+    source = repo_id or "path/to/this/folder"
+    context = {
+        "model_name": model_name,
+        "model_class": model_class,
+        "class_path": config["class_path"],
+        "architecture": config.get("architecture"),
+        "backend": backend,
+        "init_args": args,
+        "dataset": dataset,
+        "repo_id": repo_id,
+        "source": source,
+        "zoo_version": config.get("zoo_version"),
+        "format_version": config.get("zoo_format_version"),
+        "training_config": training_config.strip() if training_config else None,
+        "task_class": ((training or {}).get("model") or {}).get("class_path"),
+        "results": results,
+        "papers": paper_results(model_class, dataset),
+    }
+    for part in ("intro.md", "metric.md", "limitations.md", "citation.bib"):
+        context[part.split(".")[0]] = _family_part(model_class, part, context)
+    tags = [LIBRARY_NAME, "pytorch", "structured-prediction", model_class.lower()]
+    if backend:
+        tags.append(f"backend-{backend}")
+    measured = (results or {}).get("metrics", {})
+    metric_types = sorted({METRICS[m][0] for m in (n.partition("/")[2] for n in measured) if m in METRICS})
+    card_data = ModelCardData(
+        library_name=LIBRARY_NAME,
+        license=LICENSE,
+        tags=tags,
+        datasets=[dataset] if dataset else None,
+        metrics=metric_types or None,
+        model_name=model_name,
+        eval_results=(eval_results(model_class, results) if results else None) or None,
+    )
+    return ModelCard.from_template(card_data, template_path=str(CARDS / "model_card.md"), **context)

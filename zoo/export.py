@@ -1,0 +1,67 @@
+"""``zoo export``: a Lightning checkpoint of ``zoo fit`` as a pretrained-model folder.
+
+The checkpoint holds the task's plain-value hyperparameters (the model as its ``spec()``) and the
+state dict (the model's weights under ``model.``); LightningCLI wrote the run's full configuration
+(``config.yaml``) into the run's log folder, next to the ``checkpoints/`` folder, and it becomes the
+folder's ``training_config.yaml`` (the card's exact training command).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from zoo.models.base import ZooModel
+from zoo.pretrained import CheckpointError, load_into, save_pretrained
+
+
+def run_config(checkpoint: Path) -> Path | None:
+    """The ``config.yaml`` LightningCLI saved for the run that wrote ``checkpoint``, if found."""
+    for folder in (checkpoint.parent, checkpoint.parent.parent):
+        if (folder / "config.yaml").is_file():
+            return folder / "config.yaml"
+    return None
+
+
+def export_checkpoint(
+    checkpoint: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    results: str | os.PathLike | dict | None = None,
+    training_config: str | os.PathLike | None = None,
+) -> Path:
+    """Write the model of a ``zoo fit`` checkpoint as a pretrained-model folder; returns its path.
+
+    Args:
+        results: measured metrics (a JSON path or dict, ``zoo.cards.read_results``'s formats).
+        training_config: the YAML file that trained it (default: the run's ``config.yaml``, if found).
+    """
+    checkpoint = Path(checkpoint)
+    if not checkpoint.is_file():
+        raise CheckpointError(f"no checkpoint file {checkpoint}")
+    try:
+        content = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many types for a corrupt or foreign file
+        raise CheckpointError(f"{checkpoint} is not a readable Lightning checkpoint: {error}") from None
+    spec = (content.get("hyper_parameters") or {}).get("model") if isinstance(content, dict) else None
+    state = content.get("state_dict") if isinstance(content, dict) else None
+    if not isinstance(spec, dict) or not isinstance(state, dict):
+        raise CheckpointError(
+            f"{checkpoint} is not a zoo task checkpoint (expected hyper_parameters['model'] = a model spec "
+            "and a state_dict, as zoo fit writes)"
+        )
+    model = ZooModel.from_config(spec)
+    weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    dtypes = {v.dtype for v in weights.values() if v.is_floating_point()}
+    if len(dtypes) == 1:  # e.g. trained with precision="bf16-true"
+        model.to(dtypes.pop())
+    load_into(model, weights, str(checkpoint))
+    if training_config is None:
+        training_config = run_config(checkpoint)
+        if training_config is None:
+            print(f"zoo export: no config.yaml found beside {checkpoint}: the card has no training command",
+                  file=sys.stderr)  # fmt: skip
+    text = Path(training_config).read_text() if training_config is not None else None
+    return save_pretrained(model, out_dir, results=results, training_config=text)

@@ -1,0 +1,420 @@
+"""The zoo's checkpoint format: ``save_pretrained``, ``from_pretrained``, ``push_to_hub``.
+
+A pretrained model is a folder (locally, or one Hugging Face Hub repo per model) holding
+
+* ``config.json``: plain JSON, ``{"zoo_format_version": 1, "zoo_version", "class_path", "init_args",
+  "architecture", "dtype", "weights_sha256"}``: the model class and every constructor argument;
+* ``model.safetensors``: the state dict (no pickle);
+* ``README.md``: the model card (``zoo.cards``), and optionally ``results.json`` (the measured
+  metrics the card reports) and ``training_config.yaml`` (the exact ``zoo fit`` configuration).
+
+Loading is strict and all-or-nothing: the file's keys, shapes and dtypes must be exactly the model's,
+the weights must match the checksum in ``config.json``, the class must be a zoo model, and the format
+version must be one this release reads; otherwise a ``CheckpointError`` says what was expected and
+what was found, and no model is returned. docs/zoo-api.md describes the format and its versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+import zoo
+from zoo.models.base import ZooModel
+
+if TYPE_CHECKING:
+    from huggingface_hub import CommitInfo
+
+FORMAT_VERSION = 1  # bump when config.json or the weights' layout changes; older versions keep loading
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+CARD_NAME = "README.md"
+RESULTS_NAME = "results.json"
+TRAINING_CONFIG_NAME = "training_config.yaml"
+CHECKPOINT_FILES = (CONFIG_NAME, WEIGHTS_NAME, CARD_NAME, RESULTS_NAME, TRAINING_CONFIG_NAME)
+
+
+class CheckpointError(ValueError):
+    """A pretrained-model folder that cannot be loaded (missing, corrupt, foreign or mismatched)."""
+
+
+# --- writing -----------------------------------------------------------------------------------
+def public_class_path(model: ZooModel) -> str:
+    """``zoo.models.Name`` when the class is exported there (stable across module moves), else its
+    defining module's path."""
+    import zoo.models
+
+    cls = type(model)
+    return (
+        f"zoo.models.{cls.__name__}" if getattr(zoo.models, cls.__name__, None) is cls else model.class_path
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_atomic(path: Path, write) -> None:
+    """``write(temporary_path)`` then rename over ``path``: an interrupted save never leaves half a file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(handle)
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def _floating_dtype(model: nn.Module) -> str:
+    dtypes = {
+        str(t.dtype).removeprefix("torch.") for t in model.state_dict().values() if t.is_floating_point()
+    }
+    if len(dtypes) > 1:
+        raise ValueError(f"the model mixes floating dtypes {sorted(dtypes)}; cast it to one before saving")
+    return dtypes.pop() if dtypes else "float32"
+
+
+def save_pretrained(
+    model: ZooModel,
+    directory: str | os.PathLike,
+    *,
+    results: str | os.PathLike | dict | list | None = None,
+    training_config: str | None = None,
+    architecture: str | None = None,
+) -> Path:
+    """Write ``model`` as a pretrained-model folder (module docstring) and return its path.
+
+    Args:
+        results: measured metrics for the card and ``results.json`` (``zoo.cards.read_results``'s
+            formats: a dict, a list of dicts or a JSON file).
+        training_config: the YAML text of the ``zoo fit`` configuration that trained the model.
+        architecture: the registry name (``zoo.list_models()``); by default the architecture whose
+            configuration the model's arguments match, if any.
+    Files of an earlier save in the same folder are replaced; its ``results.json`` and
+    ``training_config.yaml`` are removed unless given again, so the folder describes this model only.
+    """
+    from safetensors.torch import save_file
+
+    from zoo.cards import read_results
+    from zoo.registry import architecture as registered
+    from zoo.registry import match_architecture
+
+    if not isinstance(model, ZooModel):
+        raise TypeError(f"save_pretrained needs a zoo model (ZooModel subclass), got {type(model).__name__}")
+    if architecture is not None:
+        registered(architecture)  # an unknown name is an error before anything is written
+    results = read_results(results) if results is not None else None
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    weights = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
+    weights_path = directory / WEIGHTS_NAME
+    _write_atomic(weights_path, lambda p: save_file(weights, p, metadata={"format": "pt"}))
+    class_path = public_class_path(model)
+    config = {
+        "zoo_format_version": FORMAT_VERSION,
+        "zoo_version": zoo.__version__,
+        "class_path": class_path,
+        "init_args": dict(model.config),
+        "architecture": architecture or match_architecture(class_path, model.config),
+        "dtype": _floating_dtype(model),
+        "weights_sha256": _sha256(weights_path),
+    }
+    _write_json(directory / CONFIG_NAME, config)
+    for name, content in ((RESULTS_NAME, results), (TRAINING_CONFIG_NAME, training_config)):
+        path = directory / name
+        if content is None:
+            path.unlink(missing_ok=True)
+        elif name == RESULTS_NAME:
+            save_results(directory, content)
+        else:
+            _write_atomic(path, lambda p, text=content: Path(p).write_text(text))
+    write_card(directory)
+    return directory
+
+
+def render_folder_card(directory: str | os.PathLike, repo_id: str | None = None):
+    """The ``ModelCard`` of a pretrained-model folder from its config, ``results.json`` and
+    ``training_config.yaml``; ``repo_id``: the Hub repo its usage examples name."""
+    from zoo.cards import render_card
+
+    directory = Path(directory)
+    config = read_config(directory)
+    results, training = directory / RESULTS_NAME, directory / TRAINING_CONFIG_NAME
+    return render_card(
+        config,
+        results=results if results.is_file() else None,
+        training_config=training.read_text() if training.is_file() else None,
+        repo_id=repo_id,
+    )
+
+
+def save_results(directory: str | os.PathLike, results: str | os.PathLike | dict | list) -> Path:
+    """Record measured results (``zoo.cards.read_results``'s formats) as the folder's ``results.json``."""
+    from zoo.cards import read_results
+
+    path = Path(directory) / RESULTS_NAME
+    _write_json(path, read_results(results))
+    return path
+
+
+def write_card(directory: str | os.PathLike, repo_id: str | None = None) -> Path:
+    """(Re-)render a folder's ``README.md`` (``render_folder_card``); returns its path."""
+    path = Path(directory) / CARD_NAME
+    card = str(render_folder_card(directory, repo_id))
+    _write_atomic(path, lambda p: Path(p).write_text(card))
+    return path
+
+
+def _write_json(path: Path, content: Any) -> None:
+    _write_atomic(path, lambda p: Path(p).write_text(json.dumps(content, indent=2, sort_keys=False) + "\n"))
+
+
+# --- reading -----------------------------------------------------------------------------------
+def read_config(directory: str | os.PathLike) -> dict[str, Any]:
+    """The validated ``config.json`` of a pretrained-model folder (CheckpointError if foreign or newer)."""
+    path = Path(directory) / CONFIG_NAME
+    if not path.is_file():
+        present = sorted(p.name for p in Path(directory).iterdir()) if Path(directory).is_dir() else []
+        raise CheckpointError(
+            f"{directory} is not a zoo pretrained-model folder: it has no {CONFIG_NAME} "
+            f"(expected {CONFIG_NAME} and {WEIGHTS_NAME}; found {present or 'nothing'})"
+        )
+    try:
+        config = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(
+            f"{path} is not valid JSON ({error}): the file is corrupt or truncated"
+        ) from None
+    if not isinstance(config, dict) or "zoo_format_version" not in config:
+        hint = ""
+        if isinstance(config, dict) and "model_type" in config:
+            hint = f" (it looks like a transformers config, model_type={config['model_type']!r})"
+        keys = sorted(config)[:8] if isinstance(config, dict) else type(config).__name__
+        raise CheckpointError(
+            f"{path} is not a zoo model config{hint}: it has no 'zoo_format_version' (found {keys})"
+        )
+    version = config["zoo_format_version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CheckpointError(f"{path}: zoo_format_version must be an int >= 1, got {version!r}")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} was written in zoo checkpoint format {version} (by structured-zoo "
+            f"{config.get('zoo_version', '?')}); this structured-zoo {zoo.__version__} reads formats "
+            f"1..{FORMAT_VERSION}: upgrade structured-zoo"
+        )
+    for key, kind in (("class_path", str), ("init_args", dict), ("weights_sha256", str), ("dtype", str)):
+        if not isinstance(config.get(key), kind):
+            raise CheckpointError(f"{path}: {key!r} must be a {kind.__name__}, got {config.get(key)!r}")
+    if not config["class_path"].startswith("zoo."):
+        raise CheckpointError(
+            f"{path} names the class {config['class_path']!r}: only zoo model classes (zoo.*) are loaded"
+        )
+    return config
+
+
+def build_model(config: dict[str, Any], source: str = "the checkpoint") -> ZooModel:
+    """A freshly initialized model of the class and arguments that ``config`` records."""
+    spec = {"class_path": config["class_path"], "init_args": config["init_args"]}
+    try:
+        model = ZooModel.from_config(spec)
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{source}: cannot build {config['class_path']}: {error}") from None
+    dtype = getattr(torch, config["dtype"], None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise CheckpointError(f"{source}: 'dtype' must name a floating torch dtype, got {config['dtype']!r}")
+    return model.to(dtype)
+
+
+def read_weights(directory: str | os.PathLike, config: dict[str, Any]) -> dict[str, Tensor]:
+    """The state dict in ``model.safetensors``, verified against the checksum in ``config.json``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(directory) / WEIGHTS_NAME
+    if not path.is_file():
+        raise CheckpointError(f"{directory} has {CONFIG_NAME} but no {WEIGHTS_NAME}")
+    digest = _sha256(path)
+    if digest != config["weights_sha256"]:
+        raise CheckpointError(
+            f"{path} does not match the checksum in {CONFIG_NAME} (sha256 {digest[:12]}..., expected "
+            f"{config['weights_sha256'][:12]}...): the file is corrupt, truncated or from another model"
+        )
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path} is not a readable safetensors file: {error}") from None
+
+
+def check_state_dict(model: nn.Module, weights: dict[str, Tensor], source: str) -> None:
+    """CheckpointError unless ``weights`` has exactly the model's keys, shapes and dtypes."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    problems = []
+    if missing:
+        problems.append(f"missing keys {missing[:10]}{' ...' if len(missing) > 10 else ''}")
+    if unexpected:
+        problems.append(f"unexpected keys {unexpected[:10]}{' ...' if len(unexpected) > 10 else ''}")
+    for key in sorted(set(expected) & set(weights)):
+        want, got = expected[key], weights[key]
+        if want.shape != got.shape:
+            problems.append(f"{key}: shape {tuple(got.shape)}, the model has {tuple(want.shape)}")
+        elif want.dtype != got.dtype:
+            problems.append(f"{key}: dtype {got.dtype}, the model has {want.dtype}")
+    if problems:
+        raise CheckpointError(
+            f"the weights of {source} do not fit {type(model).__name__}: " + "; ".join(problems[:12])
+        )
+
+
+def load_into(model: nn.Module, weights: dict[str, Tensor], source: str) -> None:
+    """Copy ``weights`` into ``model`` after checking all of them first (never a partial load)."""
+    check_state_dict(model, weights, source)
+    model.load_state_dict(weights, strict=True)
+
+
+def load_folder(directory: str | os.PathLike) -> ZooModel:
+    """The model saved in a local pretrained-model folder, in eval mode."""
+    config = read_config(directory)
+    model = build_model(config, str(directory))
+    load_into(model, read_weights(directory, config), str(directory))
+    return model.eval()
+
+
+def resolve(
+    source: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    local_files_only: bool | None = None,
+    token: str | bool | None = None,
+) -> Path:
+    """The local folder of ``source``: the folder itself, or a Hub repo's snapshot in the cache.
+
+    A Hub repo id is downloaded with ``snapshot_download`` (only the checkpoint's files), at
+    ``revision`` (branch, tag or commit sha), into ``cache_dir`` (default: the Hub cache); with
+    ``local_files_only`` (default: the ``HF_HUB_OFFLINE`` environment variable) only the cache is read.
+    """
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
+
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if revision is not None:
+            raise ValueError(f"revision={revision!r} applies to Hub repos; {source} is a local folder")
+        return path
+    text = str(source)
+    if path.suffix == ".ckpt" or text.startswith((".", "/", "~")) or text.count("/") > 1:
+        raise CheckpointError(
+            f"{source} is neither a local folder nor a Hub repo id ('org/name'); a Lightning .ckpt from "
+            "zoo fit converts with: zoo export CKPT OUT_DIR"
+        )
+    offline = constants.HF_HUB_OFFLINE if local_files_only is None else bool(local_files_only)
+    try:
+        folder = snapshot_download(
+            text,
+            revision=revision,
+            cache_dir=cache_dir,
+            local_files_only=offline,
+            token=token,
+            allow_patterns=list(CHECKPOINT_FILES),
+            library_name="structured-zoo",
+            library_version=zoo.__version__,
+        )
+    except HFValidationError as error:
+        raise CheckpointError(
+            f"{source} is neither a local folder nor a valid Hub repo id: {error}"
+        ) from None
+    except LocalEntryNotFoundError:
+        cache = cache_dir or constants.HF_HUB_CACHE
+        raise CheckpointError(
+            f"{source} is not a local folder, and it is not in the Hub cache ({cache}) at revision "
+            f"{revision or 'main'} while downloading is off (local_files_only / HF_HUB_OFFLINE=1): "
+            "download it once online, or pass a local folder"
+        ) from None
+    except HfHubHTTPError as error:
+        raise CheckpointError(
+            f"{source} is not a local folder, and the Hub could not provide it (revision "
+            f"{revision or 'main'}): {error}"
+        ) from None
+    return Path(folder)
+
+
+def from_pretrained(
+    source: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    local_files_only: bool | None = None,
+    token: str | bool | None = None,
+) -> ZooModel:
+    """The pretrained model at ``source`` (a local folder or a Hub repo id), rebuilt as the class its
+    ``config.json`` names, weights strictly checked, in eval mode. Arguments as ``resolve``."""
+    folder = resolve(
+        source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
+    )
+    try:
+        return load_folder(folder)
+    except CheckpointError as error:
+        if folder == Path(source):
+            raise
+        raise CheckpointError(f"{source} (revision {revision or 'main'}): {error}") from None
+
+
+# --- pushing -----------------------------------------------------------------------------------
+def push_to_hub(
+    source: ZooModel | str | os.PathLike,
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    private: bool | None = None,
+    token: str | bool | None = None,
+    commit_message: str | None = None,
+) -> CommitInfo:
+    """Upload a model (saved first) or a pretrained-model folder (checked to load first) to the Hub
+    repo ``repo_id``, created if missing; one model per repo: one commit with every checkpoint file
+    and the card rendered for ``repo_id``, deleting checkpoint files of an earlier push that this
+    folder does not have (e.g. an old ``results.json``). ``revision``: a branch (created from main
+    if missing). Returns the commit (``.oid`` is its sha, for pinned downloads)."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+
+    with tempfile.TemporaryDirectory(prefix="zoo-push-") as temporary:
+        if isinstance(source, ZooModel):
+            folder = save_pretrained(source, temporary)
+        else:
+            folder = Path(source)
+            load_folder(folder)  # never push a checkpoint that does not load
+        config = read_config(folder)
+        card = str(render_folder_card(folder, repo_id)).encode()
+        operations = [CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=card)]
+        present = [name for name in CHECKPOINT_FILES if (folder / name).is_file()]
+        operations += [
+            CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(folder / name))
+            for name in present
+            if name != CARD_NAME
+        ]
+        api = HfApi(token=token)
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        stale = set(api.list_repo_files(repo_id, revision=revision)) & set(CHECKPOINT_FILES) - set(present)
+        operations += [CommitOperationDelete(path_in_repo=name) for name in sorted(stale)]  # e.g. old results
+        return api.create_commit(
+            repo_id,
+            operations,
+            revision=revision,
+            commit_message=commit_message
+            or f"{config.get('architecture') or config['class_path']} (structured-zoo {zoo.__version__})",
+        )
