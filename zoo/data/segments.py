@@ -103,8 +103,11 @@ class SequenceFeatures(Dataset):
         parts = []
         for i in range(len(self)):
             mine = chosen[(chosen >= offsets[i]) & (chosen < offsets[i + 1])] - offsets[i]
-            if len(mine):
-                parts.append(self.features(i).numpy()[mine])
+            if len(mine):  # from a file, only the chosen rows are read (memory-mapped)
+                rows = self.sources[i]
+                if isinstance(rows, (str, Path)):
+                    rows = load_feature_file(Path(rows), mmap=True)
+                parts.append(np.asarray(rows[mine], dtype=np.float32))
         return np.concatenate(parts)
 
 
