@@ -359,7 +359,7 @@ class GaussianHSMM(ZooModel):
         if self.backend == Backend.RANK_SPACE.value:
             segmentation = dist.rank_argmax
         else:
-            if dist.backend is Backend.RANDOMIZED:  # training mode: decode the model itself, exactly
+            if dist.backend is Backend.RANDOMIZED:  # training, or N > exact_max_states: decode exactly
                 dist = SemiMarkovChain(dist.factors, dist.lengths, "exact")
             segmentation = dist.argmax
         return segmentation, to_frame_states(segmentation, dist.lengths)
