@@ -81,3 +81,34 @@ _LAZY.update(
     }
 )
 __all__ += ["PCFGDataModule", "SentenceDataset", "collate_sentences", "read_tree_file"]
+
+# Feature sequences with known segments for HSMMs (zoo.tasks.SegmentationTask).
+from zoo.data.features import IGNORE_LABEL, collate_features, fit_feature_transform  # noqa: E402
+
+_LAZY.update(
+    {
+        "SegmentDataModule": "zoo.data.segments",
+        "SequenceFeatures": "zoo.data.segments",
+        "SmartwatchDataModule": "zoo.data.smartwatch",
+        "load_smartwatch": "zoo.data.smartwatch",
+        "CrossTaskDataModule": "zoo.data.crosstask",
+        "read_step_annotations": "zoo.data.crosstask",
+        "read_video_list": "zoo.data.crosstask",
+        "NpyFolderDataModule": "zoo.data.npy_folder",
+        "read_npy_folder": "zoo.data.npy_folder",
+    }
+)
+__all__ += [
+    "IGNORE_LABEL",
+    "collate_features",
+    "fit_feature_transform",
+    "SegmentDataModule",
+    "SequenceFeatures",
+    "SmartwatchDataModule",
+    "load_smartwatch",
+    "CrossTaskDataModule",
+    "read_step_annotations",
+    "read_video_list",
+    "NpyFolderDataModule",
+    "read_npy_folder",
+]

@@ -2,5 +2,14 @@
 
 from zoo.metrics.likelihood import NegativeLogLikelihood, Perplexity
 from zoo.metrics.parsing import CorpusF1, SentenceF1, span_sets
+from zoo.metrics.segmentation import BoundaryF1, MatchedFrameAccuracy
 
-__all__ = ["CorpusF1", "NegativeLogLikelihood", "Perplexity", "SentenceF1", "span_sets"]
+__all__ = [
+    "BoundaryF1",
+    "CorpusF1",
+    "MatchedFrameAccuracy",
+    "NegativeLogLikelihood",
+    "Perplexity",
+    "SentenceF1",
+    "span_sets",
+]

@@ -22,3 +22,9 @@ __all__ = [
 from zoo.models.pcfg import PCFG  # noqa: E402
 
 __all__ += ["PCFG"]
+
+from zoo.models.emissions import GaussianEmission  # noqa: E402
+from zoo.models.hsmm import GaussianHSMM  # noqa: E402
+from zoo.models.projection import InputProjection  # noqa: E402
+
+__all__ += ["GaussianEmission", "GaussianHSMM", "InputProjection"]

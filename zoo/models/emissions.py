@@ -1,4 +1,4 @@
-"""Emission distributions of the HMM family, one per observation type.
+"""Emission distributions of the HMM and HSMM families, one per observation type.
 
 Each emission module maps C components (the N states of a softmax or low-rank HMM, or the R rank
 components of a rank-space HMM), given as hidden vectors C x D, to the log-probability of each
@@ -7,6 +7,8 @@ the observation side (word embeddings, key embeddings) and the normalization.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -105,3 +107,49 @@ class BernoulliEmission(nn.Module):
     def table(self, hidden: Tensor) -> Tensor:
         """p(x_k = 1 | c): C x K (for inspection and tests)."""
         return torch.sigmoid(self.logits(hidden))
+
+
+class GaussianEmission(nn.Module):
+    """Diagonal-covariance Gaussians over F-dimensional frames (Chiu et al. 2021's HSMM on video features):
+
+        log p(x | c) = -1/2 sum_f [ (x_f - mu_cf)^2 / s_cf + log s_cf + log 2 pi ],
+
+    mu_c = A h_c + a and s_c = min_variance + softplus(B h_c + b) from each component's hidden vector,
+    computed as three B*T x F @ F x C products (x^2 / s, x mu / s and a per-component constant); no
+    B x T x C x F tensor is formed.
+
+    Args:
+        feature_dim: F.
+        dim: D, the size of the component hidden vectors.
+        min_variance: a floor on every variance (keeps the likelihood bounded when a component
+            collapses onto a few frames).
+    """
+
+    def __init__(self, feature_dim: int, dim: int, min_variance: float = 1e-3):
+        super().__init__()
+        self.feature_dim = feature_dim
+        self.min_variance = min_variance
+        self.mean = nn.Linear(dim, feature_dim)
+        self.scale = nn.Linear(dim, feature_dim)
+        nn.init.normal_(self.mean.weight, std=1.0 / dim**0.5)  # means spread over standardized data
+        nn.init.zeros_(self.scale.weight)
+        nn.init.constant_(self.scale.bias, 0.5413)  # softplus(0.5413) = 1: unit variances at init
+
+    def moments(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        """Means and variances: C x F each. hidden: C x D."""
+        return self.mean(hidden), self.min_variance + F.softplus(self.scale(hidden))
+
+    def forward(self, hidden: Tensor, features: Tensor) -> Tensor:
+        """log p(features[b, t] | c): B x T x C. hidden: C x D; features: B x T x F float."""
+        if features.dim() != 3 or features.shape[-1] != self.feature_dim:
+            raise ValueError(
+                f"features must have shape B x T x {self.feature_dim} (feature_dim), "
+                f"got {tuple(features.shape)}"
+            )
+        mean, var = self.moments(hidden)
+        precision = var.reciprocal()  # C x F
+        x = features.to(mean.dtype)
+        log_norm = var.log().sum(-1) + self.feature_dim * math.log(2 * math.pi)
+        const = (mean.square() * precision).sum(-1) + log_norm
+        quad = x.square() @ precision.T - 2 * x @ (mean * precision).T  # B x T x C
+        return -0.5 * (quad + const)

@@ -7,3 +7,7 @@ __all__ = ["LikelihoodTask"]
 from zoo.tasks.parsing import ParsingTask, TreeWriter  # noqa: E402
 
 __all__ += ["ParsingTask", "TreeWriter"]
+
+from zoo.tasks.segmentation import SegmentationTask, SegmentationWriter  # noqa: E402
+
+__all__ += ["SegmentationTask", "SegmentationWriter"]

@@ -22,7 +22,7 @@ from zoo.inference.semimarkov.factors import (
 )
 from zoo.inference.semimarkov.low_rank import LowRankEngine
 from zoo.inference.semimarkov.randomized import RandomizedEngine
-from zoo.inference.semimarkov.rank_space import RankSpaceEngine
+from zoo.inference.semimarkov.rank_space import RankSpaceEngine, rank_space_argmax
 
 NATIVE_BACKEND = {
     DenseSemiMarkov: Backend.EXACT,
@@ -110,6 +110,27 @@ class SemiMarkovChain:
     def max_score(self) -> Tensor:
         """score(argmax): (B,)."""
         return self._viterbi[0]
+
+    @cached_property
+    def _rank_viterbi(self) -> tuple[Tensor, Tensor]:
+        if self.backend is not Backend.RANK_SPACE:
+            raise TypeError(
+                "rank_argmax decodes over the rank nodes of a rank-space model: it needs backend "
+                f"'rank-space' (RankSpaceSemiMarkov factors), got backend {self.backend.value!r}; use argmax"
+            )
+        self.log_partition  # noqa: B018
+        return rank_space_argmax(self.factors, self.lengths)
+
+    @property
+    def rank_argmax(self) -> Tensor:
+        """Rank-space only: the best (segmentation, rank components) with the states summed out,
+        B x T (the rank component of each segment at its start, -1 elsewhere); O(T (D R + R^2))."""
+        return self._rank_viterbi[1]
+
+    @property
+    def rank_max_score(self) -> Tensor:
+        """Rank-space only: the log weight of ``rank_argmax`` (states summed out): (B,)."""
+        return self._rank_viterbi[0]
 
     def log_prob(self, segmentation: Tensor) -> Tensor:
         """log p(segmentation): B x T or S x B x T -> (B,) or (S, B)."""

@@ -9,11 +9,13 @@ duration log-potentials dur (B x K x D), first-segment log-potentials init (B x 
     alpha[t]    = step(t, beta[t])                       (the transition, t = 1..T-1)
     log Z       = lse_j beta[L, j] + final[j]
 
-The duration window is a log-sum-exp over D entries of a B x D x K block (O(D K) a frame, cumulative
-sums for the emissions); the transition ``step`` is the only place K x K (or its low-rank /
-randomized replacement) enters, and it runs as log-einsum-exp: subtract a detached max, exponentiate,
-one matrix product, log, add the max back. So the exact DP costs O(T (D N + N^2)), the low-rank one
-O(T (D N + N R)), the rank-space one O(T (D R + R^2)); no B x T x D x N x N tensor is ever formed.
+The duration window is a log-sum-exp over D entries of a B x D x K block (O(D K) a frame; the segment
+emissions, differences of cumulative sums, are gathered for all frames at once, B x T x D x K, so that
+the backward scatters them back once instead of once a frame); the transition ``step`` is the only
+place K x K (or its low-rank / randomized replacement) enters, and it runs as log-einsum-exp: subtract
+a detached max, exponentiate, one matrix product, log, add the max back. So the exact DP costs
+O(T (D N + N^2)), the low-rank one O(T (D N + N R)), the rank-space one O(T (D R + R^2)); no
+B x T x D x N x N tensor is ever formed.
 The ``max`` semiring gives the Viterbi forward; ``backtrack`` samples (Gumbel-max) or decodes from it.
 """
 
@@ -103,6 +105,24 @@ class Problem:
         return self.cum.shape[1] - 1
 
 
+def segment_windows(cum: Tensor, D: int, probe: Tensor | None = None) -> Tensor:
+    """The emission (plus probe) of every segment by its end: B x T x D x K, [:, t-1, i] for the segment
+    of duration d = D - i ending at frame t (starting at t - d; rows with t - d < 0 are never read).
+
+    Built by one gather for all frames, so its backward is one scatter-add: slicing ``cum`` frame by
+    frame would give every frame's backward a zero tensor of the size of ``cum`` (O(T^2 K) in all).
+    """
+    B, T1, K = cum.shape
+    T = T1 - 1
+    ends = torch.arange(1, T + 1, device=cum.device).view(T, 1)
+    durations = torch.arange(D, 0, -1, device=cum.device).view(1, D)
+    starts = (ends - durations).clamp_min(0)  # T x D
+    out = cum[:, 1:].unsqueeze(2) - cum[:, starts]
+    if probe is not None:  # probe B x T x D x K: segment (start, duration, node)
+        out = out + probe[:, starts, (durations - 1).expand(T, D)]
+    return out
+
+
 def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semiring: str = "log"):
     """Run the forward.
 
@@ -122,16 +142,14 @@ def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semi
     reduce = lse if semiring == "log" else (lambda x, dim: x.amax(dim))
     step = problem.step if semiring == "log" else problem.max_step
     dur_rev = dur.transpose(1, 2).flip(1)  # B x D x K, row i holds duration D - i
+    segments = segment_windows(cum, D, probe).unbind(1)  # per end frame: B x D x K (one backward for all)
     alphas = [init]
     betas = [cum.new_full((B, K), float("-inf"))]
     for t in range(1, T + 1):
         n = min(D, t)
         window = torch.stack(alphas[t - n : t], 1) if n > 1 else alphas[t - 1].unsqueeze(1)
         # row i of the window: a segment starting at s = t - n + i, of duration d = n - i
-        x = window + dur_rev[:, D - n :] + (cum[:, t : t + 1] - cum[:, t - n : t])
-        if probe is not None:
-            s = torch.arange(t - n, t, device=cum.device)
-            x = x + probe[:, s, t - 1 - s]
+        x = window + dur_rev[:, D - n :] + segments[t - 1][:, D - n :]
         beta = reduce(x, 1)
         betas.append(beta)
         if t < T:

@@ -68,6 +68,23 @@ def rank_space_sample(f: RankSpaceSemiMarkov, lengths, n: int, generator=None) -
     return torch.where(start, states, -1)
 
 
+def rank_space_argmax(f: RankSpaceSemiMarkov, lengths) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best (segmentation, rank components) with every state node summed out: the max-product
+    forward over rank nodes, O(T (D R + R^2)), then the walk back. Returns the score (B,), log of
+    pi[r_1] W_{r_1} prod_k H[r_{k-1}, r_k] W_{r_k} f[r_m], and the segmentation B x T labelled by the
+    rank component of each segment (at its start, -1 elsewhere). Not the Viterbi over states (a max of
+    sums, which rank nodes do not carry): the segments' emission and duration models are the rank
+    components, so this is the decoding that scales with N."""
+    with torch.no_grad():
+        problem = rank_problem(f)
+        problem.max_step = problem.step.max
+        score, ends = forward(problem, lengths, semiring="max")
+        log_h = safe_log(rank_transition(f))
+        choice = factorized_choice(problem, ends, lambda r: log_h.T[r])
+        seg, _ = backtrack(ends, problem.final, choice, lengths, f.max_duration, 1, noise=False)
+    return score, seg[0]
+
+
 class RankSpaceEngine(SemiMarkovEngine):
     """Rank-space HSMM: log Z over rank nodes; state-level operations (which rank nodes do not carry)
     run exactly on the materialized per-segment form (B x (T-1) x D x N x N: small sizes)."""

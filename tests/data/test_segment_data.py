@@ -1,0 +1,198 @@
+"""Feature-sequence data for HSMMs: the smartwatch recordings (real data from seglearn), ``.npy`` folders and
+CrossTask files written by the tests in the real formats, the collator and the fitted input transform."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from zoo.data import (
+    CrossTaskDataModule,
+    NpyFolderDataModule,
+    SmartwatchDataModule,
+    collate_features,
+    fit_feature_transform,
+    load_smartwatch,
+    read_step_annotations,
+)
+from zoo.data.smartwatch import smartwatch_file
+
+
+def runs(labels: torch.Tensor) -> list[int]:
+    return [k for k, _ in itertools.groupby(labels.tolist())]
+
+
+def test_smartwatch_sequences_concatenate_one_subject_and_side():
+    raw = np.load(smartwatch_file(), allow_pickle=True).item()
+    sequences = load_smartwatch(window=50)
+    assert len(sequences) == 20
+    first = sequences[0]  # subject 1, side 0: its recordings in file order
+    members = [i for i, (s, d) in enumerate(zip(raw["subject"], raw["side"])) if (s, d) == (1, 0)]
+    assert first["name"] == "subject1-side0" and len(members) == 7
+    assert runs(first["labels"]) == [int(raw["y"][i]) for i in members]  # 7 known segments, one a recording
+    assert sorted(runs(first["labels"])) == list(range(7))
+    x = np.asarray(raw["X"][members[0]])
+    expected = np.concatenate([x[:50].mean(0), x[:50].std(0)])
+    np.testing.assert_allclose(first["features"][0].numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert len(first["features"]) == sum(len(raw["X"][i]) // 50 for i in members)
+
+
+def test_smartwatch_split_by_subject():
+    dm = SmartwatchDataModule(window=100)
+    dm.setup()
+    subjects = {s: {n.split("-")[0] for n in d.names} for s, d in dm.datasets.items()}
+    assert [len(dm.datasets[s]) for s in ("train", "valid", "test")] == [14, 2, 4]
+    assert not (subjects["train"] & subjects["valid"] or subjects["train"] & subjects["test"])
+    assert dm.input_dim == 12 and dm.num_classes == 7
+    batch = next(iter(dm.val_dataloader()))
+    assert set(batch) == {"features", "lengths", "index", "labels"}
+    assert batch["features"].dtype == torch.float32 and batch["labels"].shape == batch["features"].shape[:2]
+    with pytest.raises(ValueError, match="window must be a positive int"):
+        SmartwatchDataModule(window=0)
+
+
+def test_collate_pads_features_and_labels():
+    items = [
+        {"features": torch.ones(3, 2), "labels": torch.tensor([0, 0, 1]), "index": 4},
+        {"features": torch.full((1, 2), 2.0), "labels": None, "index": 1},
+    ]
+    batch = collate_features(items)
+    assert batch["lengths"].tolist() == [3, 1] and batch["index"].tolist() == [4, 1]
+    assert batch["features"][1].tolist() == [[2.0, 2.0], [0.0, 0.0], [0.0, 0.0]]
+    assert batch["labels"].tolist() == [[0, 0, 1], [-1, -1, -1]]
+    assert "labels" not in collate_features([{**items[1]}])
+    with pytest.raises(ValueError, match="one F"):
+        collate_features([items[0], {"features": torch.ones(2, 3), "index": 0}])
+
+
+def test_fit_feature_transform_standardizes_or_whitens():
+    rng = np.random.default_rng(0)
+    frames = rng.normal(size=(500, 5)) @ rng.normal(size=(5, 5)) + 3.0
+    mean, matrix = fit_feature_transform(frames, 5)
+    y = (torch.tensor(frames, dtype=torch.float32) - mean) @ matrix
+    torch.testing.assert_close(y.mean(0), torch.zeros(5), atol=1e-4, rtol=0)
+    torch.testing.assert_close(y.std(0, unbiased=False), torch.ones(5), atol=1e-4, rtol=0)
+    mean, matrix = fit_feature_transform(frames, 3)
+    y = ((torch.tensor(frames) - mean.double()) @ matrix.double()).numpy()
+    np.testing.assert_allclose(np.cov(y.T), np.eye(3), atol=1e-4)  # whitened principal components
+    with pytest.raises(ValueError, match="output_dim must be an int in 1..5"):
+        fit_feature_transform(frames, 6)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        fit_feature_transform(np.full((3, 2), np.nan), 2)
+
+
+def write_npy_folder(root, dims=3, labelled=True):
+    rng = np.random.default_rng(1)
+    for split, count in (("train", 4), ("valid", 2), ("test", 2)):
+        (root / split).mkdir(parents=True)
+        for i in range(count):
+            n = 6 + 3 * i
+            np.save(root / split / f"seq{i}.npy", rng.normal(size=(n, dims)).astype(np.float32))
+            if labelled and i != 1:
+                np.save(
+                    root / split / f"seq{i}.labels.npy", (np.arange(n) >= n // 2).astype(np.int64) + i % 2
+                )
+    return root
+
+
+def test_npy_folder_reads_sequences_and_labels(tmp_path):
+    dm = NpyFolderDataModule(str(write_npy_folder(tmp_path)), batch_size=8)
+    dm.setup()
+    train = dm.datasets["train"]
+    assert train.names == ["seq0", "seq1", "seq2", "seq3"] and train.lengths.tolist() == [6, 9, 12, 15]
+    assert dm.input_dim == 3 and dm.num_classes == 3  # labels up to 1 + 1
+    assert train[1]["labels"] is None and train[2]["labels"].tolist()[:7] == [0] * 6 + [1]
+    batch = next(iter(dm.train_dataloader()))
+    assert (batch["labels"][batch["index"] == 1] == -1).all()
+    assert dm.predict_names() == ["seq0", "seq1"]
+
+
+def test_npy_folder_errors(tmp_path):
+    root = write_npy_folder(tmp_path / "a", labelled=False)
+    dm = NpyFolderDataModule(str(root))
+    dm.setup()
+    assert dm.num_classes is None and dm.datasets["train"].labels is None
+    with pytest.raises(FileNotFoundError, match=r"missing \['valid', 'test'\]"):
+        (tmp_path / "b" / "train").mkdir(parents=True)
+        NpyFolderDataModule(str(tmp_path / "b"))
+    np.save(root / "train" / "seq0.labels.npy", np.zeros(5, dtype=np.int64))
+    with pytest.raises(ValueError, match="6 frames but labels of shape \\(5,\\)"):
+        NpyFolderDataModule(str(root)).setup()
+    np.save(root / "train" / "seq0.labels.npy", np.zeros(6))
+    with pytest.raises(ValueError, match="expected one integer label"):
+        NpyFolderDataModule(str(root)).setup()
+    (root / "train" / "seq0.labels.npy").unlink()
+    np.save(root / "test" / "seq0.npy", np.zeros((2, 3, 4)))
+    with pytest.raises(ValueError, match="expected a numeric frames x dims array"):
+        NpyFolderDataModule(str(root)).setup()
+    np.save(root / "test" / "seq0.npy", np.zeros((4, 5)))
+    with pytest.raises(ValueError, match="same feature size"):
+        NpyFolderDataModule(str(root)).setup()
+
+
+def write_crosstask(root, dims=16, missing="v9"):
+    """CrossTask's release layout: features/VIDEO.npy (1 frame a second), annotations/TASK_VIDEO.csv,
+    videos.csv and videos_val.csv (task,video_id,url)."""
+    rng = np.random.default_rng(2)
+    (root / "features").mkdir(parents=True)
+    (root / "annotations").mkdir()
+    train = [("23521", f"v{i}") for i in range(8)] + [("59684", "w0"), ("59684", "w1"), ("23521", missing)]
+    test = [("23521", "t0"), ("59684", "t1")]
+    for task, video in train + test:
+        if video == missing:
+            continue
+        np.save(root / "features" / f"{video}.npy", rng.normal(size=(12, dims)).astype(np.float32))
+        if video != "w1":  # a video without annotations
+            steps = "1,2.0,4.5\n3,6,9.0\n" if task == "23521" else "2,0.5,3.0\n"
+            (root / "annotations" / f"{task}_{video}.csv").write_text(steps)
+    for name, videos in (("videos.csv", train), ("videos_val.csv", test)):
+        (root / name).write_text("".join(f"{t},{v},https://www.youtube.com/watch?v={v}\n" for t, v in videos))
+    return {
+        "features_dir": str(root / "features"),
+        "annotations_dir": str(root / "annotations"),
+        "train_videos": str(root / "videos.csv"),
+        "test_videos": str(root / "videos_val.csv"),
+    }
+
+
+def test_crosstask_reads_features_annotations_and_splits(tmp_path, caplog):
+    files = write_crosstask(tmp_path)
+    dm = CrossTaskDataModule(**files, valid_fraction=0.2, batch_size=4)
+    with caplog.at_level("WARNING"):
+        dm.setup()
+    assert "1 of 11 videos have no features" in caplog.text
+    assert [len(dm.datasets[s]) for s in ("train", "valid", "test")] == [8, 2, 2]
+    assert dm.classes == [("23521", 1), ("23521", 3), ("59684", 2)] and dm.num_classes == 4
+    assert dm.input_dim == 16
+    test = dm.datasets["test"]
+    assert test.names == ["t0", "t1"]
+    # t0: step 1 over seconds [2, 4.5) -> frames 2..4, step 3 over [6, 9) -> frames 6..8; background 0
+    assert test[0]["labels"].tolist() == [0, 0, 1, 1, 1, 0, 2, 2, 2, 0, 0, 0]
+    assert test[1]["labels"].tolist() == [0, 3, 3] + [0] * 9  # step 2 over [0.5, 3): frames 1, 2
+    every = dm.datasets["train"].names + dm.datasets["valid"].names
+    assert sorted(every) == sorted([f"v{i}" for i in range(8)] + ["w0", "w1"])
+    unlabelled = dm.datasets["train"].names.index("w1") if "w1" in dm.datasets["train"].names else None
+    if unlabelled is not None:
+        assert dm.datasets["train"][unlabelled]["labels"] is None
+    only = CrossTaskDataModule(**files, tasks=["59684"], valid_fraction=0.5)
+    only.setup()
+    assert only.datasets["test"].names == ["t1"] and only.num_classes == 2
+
+
+def test_crosstask_errors(tmp_path):
+    files = write_crosstask(tmp_path)
+    (tmp_path / "annotations" / "23521_v0.csv").write_text("1,5,2\n")
+    with pytest.raises(ValueError, match="0 <= start < end"):
+        CrossTaskDataModule(**files).setup()
+    (tmp_path / "bad.csv").write_text("step,start,end\n")
+    with pytest.raises(ValueError, match="expected step,start,end"):
+        read_step_annotations(tmp_path / "bad.csv")
+    with pytest.raises(FileNotFoundError, match="no video list"):
+        CrossTaskDataModule(**{**files, "test_videos": str(tmp_path / "none.csv")}).setup()
+    with pytest.raises(FileNotFoundError, match="features_dir"):
+        CrossTaskDataModule(**{**files, "features_dir": str(tmp_path / "nowhere")})
+    with pytest.raises(ValueError, match="has features"):
+        CrossTaskDataModule(**files, tasks=["00000"]).setup()

@@ -1,0 +1,249 @@
+"""GaussianHSMM semantics on tiny sizes: log p(x) against brute-force enumeration of every segmentation
+(scored term by term from the model's own distributions with torch.distributions.Normal), normalization
+by numerical integration, backends that parameterize the same distribution agree, decoding, the input
+projection and its checkpoint, and clear errors."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.distributions import Normal
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "semimarkov"))
+import sm_bruteforce as bf  # noqa: E402
+
+from zoo.models import GaussianHSMM  # noqa: E402
+
+BACKENDS = {
+    "exact": {"backend": "exact"},
+    "exact-no-self": {"backend": "exact", "self_transitions": False},
+    "low-rank": {"backend": "low-rank", "rank": 2},
+    "low-rank-no-self": {"backend": "low-rank", "rank": 2, "self_transitions": False},
+    "rank-space": {"backend": "rank-space", "rank": 2},
+    "randomized": {"backend": "randomized", "k1": 2, "k2": 1},
+}
+SMALL = {"embedding_dim": 6, "hidden_dim": 6}
+
+
+def model(num_states=3, feature_dim=2, max_duration=3, seed=0, **kwargs) -> GaussianHSMM:
+    torch.manual_seed(seed)
+    return GaussianHSMM(num_states, feature_dim, max_duration, **SMALL, **kwargs).double().eval()
+
+
+def ragged_batch(B=3, T=5, F=2, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([T, 2, 4][:B])
+    features = torch.randn(B, T, F, generator=g, dtype=torch.float64)
+    features = torch.where(torch.arange(T).view(1, T, 1) < lengths.view(B, 1, 1), features, 0.0)
+    return {"features": features, "lengths": lengths}
+
+
+def frame_log_probs(p: dict, x: torch.Tensor) -> torch.Tensor:
+    """log N(x_t; mu_c, diag var_c): L x C, from the model's moments."""
+    return Normal(p["mean"], p["variance"].sqrt()).log_prob(x.unsqueeze(1)).sum(-1)
+
+
+def brute_force_log_likelihood(m: GaussianHSMM, x: torch.Tensor) -> float:
+    """log p(x) of one sequence x (L x F): the sum over every segmentation into durations 1..D and
+    every state labelling (rank-space: every state sequence z_0..z_m, ranks summed per segment)."""
+    with torch.no_grad():
+        p = m.distributions()
+    L, D = len(x), m.max_duration
+    emit = frame_log_probs(p, x)  # L x C
+    total = 0.0
+    for durations in bf.compositions(L, D):
+        starts = [sum(durations[:k]) for k in range(len(durations))]
+        seg = [
+            (p["duration"][:, d - 1].log() + emit[s : s + d].sum(0)).exp() for s, d in zip(starts, durations)
+        ]  # per segment: C weights p(d | c) prod_t N(x_t | c)
+        if m.backend == "rank-space":  # start^T prod_k (U diag(w_k) V^T) 1
+            vector = p["start"]
+            for w in seg:
+                vector = ((vector @ p["U"]) * w) @ p["V"].T
+            total += float(vector.sum())
+            continue
+        N = m.num_states
+        for labels in itertools.product(range(N), repeat=len(durations)):
+            weight = float(p["start"][labels[0]])
+            for k, z in enumerate(labels):
+                weight *= float(seg[k][z])
+                if k:
+                    weight *= float(p["transition"][labels[k - 1], z])
+            total += weight
+    return math.log(total)
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_log_likelihood_matches_brute_force_enumeration(name):
+    m = model(**BACKENDS[name])
+    batch = ragged_batch()
+    log_p = m.log_likelihood(batch)
+    assert log_p.shape == (3,)
+    for b, L in enumerate(batch["lengths"].tolist()):
+        expected = brute_force_log_likelihood(m, batch["features"][b, :L])
+        assert float(log_p[b].detach()) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_density_integrates_to_one_when_every_segment_has_one_frame(name):
+    """With D = 1 every segmentation is the frame-by-frame one, so p(x_1, x_2) is a density: its
+    integral over a grid (F = 1, trapezoid rule) is 1."""
+    m = model(feature_dim=1, max_duration=1, **BACKENDS[name])
+    with torch.no_grad():
+        m.emission.scale.bias.fill_(-0.5)  # variances about 0.47: the mass lies well inside the grid
+    grid = torch.linspace(-12.0, 12.0, 481, dtype=torch.float64)
+    x1, x2 = torch.meshgrid(grid, grid, indexing="ij")
+    features = torch.stack([x1.flatten(), x2.flatten()], -1).unsqueeze(-1)  # G^2 x 2 x 1
+    with torch.no_grad():
+        density = m.log_likelihood({"features": features, "lengths": torch.full((len(features),), 2)}).exp()
+    integral = torch.trapezoid(torch.trapezoid(density.view(len(grid), len(grid)), grid), grid)
+    assert float(integral) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_one_frame_mass_is_the_probability_that_the_first_segment_has_one_frame():
+    m = model(feature_dim=1, max_duration=3)
+    grid = torch.linspace(-15.0, 15.0, 3001, dtype=torch.float64)
+    with torch.no_grad():
+        density = m.log_likelihood(
+            {"features": grid.view(-1, 1, 1), "lengths": torch.ones(len(grid), dtype=torch.long)}
+        ).exp()
+        p = m.distributions()
+    expected = float((p["start"] * p["duration"][:, 0]).sum())
+    assert float(torch.trapezoid(density, grid)) == pytest.approx(expected, abs=1e-6)
+    assert 0 < expected < 1
+
+
+def test_randomized_keeping_every_state_is_exact_and_eval_is_exact_up_to_its_bound():
+    batch = ragged_batch()
+    exact = model(backend="exact")
+    randomized = model(backend="randomized", k1=3, k2=0)
+    randomized.load_state_dict(exact.state_dict())
+    randomized.train()
+    torch.testing.assert_close(randomized.log_likelihood(batch), exact.log_likelihood(batch))
+    estimated = model(backend="randomized", k1=1, k2=1, exact_max_states=2)
+    estimated.load_state_dict(exact.state_dict())
+    assert not estimated.evaluation_is_exact() and model(**BACKENDS["randomized"]).evaluation_is_exact()
+    g = torch.Generator().manual_seed(0)
+    assert estimated.hsmm(batch, g).backend.value == "randomized"
+
+
+def test_low_rank_transition_rows_are_distributions_without_self_transitions():
+    p = model(backend="low-rank", rank=2, self_transitions=False).distributions()
+    torch.testing.assert_close(p["transition"].sum(-1), torch.ones(3, dtype=torch.float64))
+    assert (p["transition"].diagonal() == 0).all()
+    torch.testing.assert_close(p["duration"].sum(-1), torch.ones(3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", ["exact", "exact-no-self", "low-rank", "randomized"])
+def test_segment_is_the_best_state_segmentation(name):
+    m = model(**BACKENDS[name])
+    batch = ragged_batch()
+    segmentation, frames = m.segment(batch)
+    with torch.no_grad():
+        p = m.distributions()
+    for b, L in enumerate(batch["lengths"].tolist()):
+        emit = frame_log_probs(p, batch["features"][b, :L])
+        best, best_segs = -math.inf, None
+        for durations in bf.compositions(L, m.max_duration):
+            starts = [sum(durations[:k]) for k in range(len(durations))]
+            for labels in itertools.product(range(3), repeat=len(durations)):
+                score = math.log(p["start"][labels[0]])
+                for k, (s, d, z) in enumerate(zip(starts, durations, labels)):
+                    score += math.log(p["duration"][z, d - 1]) + float(emit[s : s + d, z].sum())
+                    if k:
+                        score += math.log(max(float(p["transition"][labels[k - 1], z]), 1e-300))
+                if score > best:
+                    best, best_segs = score, tuple(zip(starts, durations, labels))
+        assert bf.from_tensor_format(segmentation[b].tolist(), L) == best_segs
+        expected_frames = [z for _, d, z in best_segs for _ in range(d)] + [-1] * (5 - L)
+        assert frames[b].tolist() == expected_frames
+
+
+def test_rank_space_segments_are_labelled_by_rank_component():
+    m = model(num_states=4, backend="rank-space", rank=2)
+    assert m.num_labels == 2 and model().num_labels == 3
+    segmentation, frames = m.segment(ragged_batch())
+    lengths = [5, 2, 4]
+    for b, L in enumerate(lengths):
+        assert set(frames[b, :L].tolist()) <= {0, 1} and (frames[b, L:] == -1).all()
+        assert segmentation[b, 0] >= 0
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_gradients_are_finite_for_every_backend(name):
+    m = model(**BACKENDS[name]).train()
+    m.log_likelihood(ragged_batch()).sum().backward()
+    grads = [p.grad for p in m.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    assert m.emission.mean.weight.grad.abs().sum() > 0 and m.duration_head.weight.grad.abs().sum() > 0
+
+
+def test_input_projection_is_applied_and_survives_the_state_dict():
+    raw = ragged_batch(F=4)
+    m = model(input_dim=4)
+    with pytest.raises(RuntimeError, match="input projection .* has not been fitted"):
+        m.log_likelihood(raw)
+    mean = torch.tensor([0.1, -0.2, 0.3, 0.0], dtype=torch.float64)
+    matrix = torch.randn(4, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    m.input_projection.set(mean, matrix)
+    plain = model()
+    plain.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("input_projection")})
+    projected = {"features": (raw["features"] - mean) @ matrix, "lengths": raw["lengths"]}
+    torch.testing.assert_close(m.log_likelihood(raw), plain.log_likelihood(projected))
+    again = GaussianHSMM(**m.config).double().eval()
+    again.load_state_dict(m.state_dict())
+    assert again.input_projection.fitted
+    torch.testing.assert_close(again.log_likelihood(raw), m.log_likelihood(raw))
+    with pytest.raises(ValueError, match=r"needs mean \(4,\) and matrix \(4, 2\)"):
+        m.input_projection.set(mean, matrix.T)
+
+
+def test_config_holds_plain_values_and_rebuilds_the_model():
+    m = model(**BACKENDS["rank-space"], input_dim=5)
+    assert m.config["backend"] == "rank-space" and m.config["input_dim"] == 5
+    rebuilt = GaussianHSMM.from_config(m.spec())
+    assert rebuilt.config == m.config
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"backend": "low-rank"}, ValueError, "needs rank=R"),
+        ({"backend": "exact", "rank": 2}, ValueError, "rank is used only by"),
+        ({"backend": "low-rank", "rank": 9}, ValueError, "rank must be at most num_states=3"),
+        ({"backend": "rank-space", "rank": 2, "self_transitions": False}, ValueError, "always allows self"),
+        ({"backend": "randomized"}, ValueError, "needs k1"),
+        ({"backend": "randomized", "k1": 3, "k2": 1}, ValueError, r"k1 \+ k2 must be in 1..num_states=3"),
+        ({"backend": "randomized", "k1": 1, "k2": 1, "proposal": "best"}, ValueError, "unknown proposal"),
+        ({"k1": 1, "k2": 1}, ValueError, "used only by backend='randomized'"),
+        ({"backend": "semi"}, ValueError, "unknown backend"),
+        ({"input_dim": 1}, ValueError, r"feature_dim \(2\) must be at most input_dim \(1\)"),
+        ({"min_variance": 0.0}, ValueError, "min_variance must be a positive float"),
+        ({"dropout": 1.0}, ValueError, "dropout must be a float in"),
+        ({"self_transitions": "no"}, TypeError, "self_transitions must be a bool"),
+    ],
+)
+def test_constructor_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        GaussianHSMM(3, 2, 3, **kwargs)
+
+
+def test_bad_batches_are_named():
+    m = model()
+    with pytest.raises(KeyError, match="needs batch\\['features'\\]"):
+        m.log_likelihood({"frames": torch.zeros(1, 2, 2), "lengths": torch.tensor([2])})
+    with pytest.raises(ValueError, match="must have 2 dimensions per frame .* feature_dim"):
+        m.log_likelihood({"features": torch.zeros(1, 2, 3), "lengths": torch.tensor([2])})
+    with pytest.raises(ValueError, match="must be a float tensor B x T x F"):
+        m.log_likelihood({"features": torch.zeros(1, 2, 2, dtype=torch.long), "lengths": torch.tensor([2])})
+    with pytest.raises(ValueError, match="lengths must lie in 1..T"):
+        m.log_likelihood(
+            {"features": torch.zeros(1, 2, 2, dtype=torch.float64), "lengths": torch.tensor([3])}
+        )
+    with pytest.raises(ValueError, match=r"must be finite, got NaN or inf in sequences \[0\]"):
+        m.log_likelihood({"features": torch.full((1, 2, 2), float("nan")), "lengths": torch.tensor([2])})

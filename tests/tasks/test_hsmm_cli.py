@@ -1,0 +1,167 @@
+"""HSMMs end to end: `zoo fit | validate | predict` with SegmentationTask on the smartwatch recordings
+(seglearn), CrossTask files and a .npy folder written by the tests; the input projection is fitted at
+`fit`, stored in the checkpoint and reused; segmentations written; clear errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from cli_testlib import cpu_trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+from test_segment_data import write_crosstask, write_npy_folder  # noqa: E402
+
+from zoo.cli import main  # noqa: E402
+from zoo.data import SmartwatchDataModule  # noqa: E402
+from zoo.tasks import SegmentationTask  # noqa: E402
+
+SMARTWATCH = {"class_path": "zoo.data.SmartwatchDataModule", "init_args": {"window": 100, "batch_size": 4}}
+BACKENDS = {
+    "exact": {"backend": "exact", "self_transitions": False},
+    "low-rank": {"backend": "low-rank", "rank": 2},
+    "rank-space": {"backend": "rank-space", "rank": 3},
+    "randomized": {"backend": "randomized", "k1": 2, "k2": 1},
+}
+
+
+def recipe(
+    tmp: Path, data: dict, backend: str = "exact", input_dim: int = 12, feature_dim: int = 6, **task
+) -> Path:
+    init = {"num_states": 4, "feature_dim": feature_dim, "input_dim": input_dim, "max_duration": 6,
+            "embedding_dim": 8, "hidden_dim": 8, **BACKENDS[backend]}  # fmt: skip
+    config = {
+        "seed_everything": 0,
+        "model": {
+            "class_path": "zoo.tasks.SegmentationTask",
+            "init_args": {
+                "model": {"class_path": "zoo.models.GaussianHSMM", "init_args": init},
+                "lr": 0.01,
+                **task,
+            },
+        },
+        "data": data,
+        "trainer": cpu_trainer(tmp),
+    }
+    path = tmp / f"recipe-{backend}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def logged(tmp: Path, key: str) -> list[float]:
+    rows = []
+    for file in sorted(tmp.rglob("metrics.csv")):
+        with open(file) as f:
+            rows += list(csv.DictReader(f))
+    return [float(r[key]) for r in rows if r.get(key)]
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_fit_fast_dev_run_every_backend(tmp_path, backend):
+    path = recipe(tmp_path, SMARTWATCH, backend)
+    assert main(["fit", "--config", str(path), "--trainer.fast_dev_run", "1"]) == 0
+
+
+def test_fit_validate_predict_reload_on_smartwatch(tmp_path):
+    path = recipe(tmp_path, SMARTWATCH, "exact", boundary_tolerance=3)
+    assert main(["fit", "--config", str(path), "--trainer.max_steps", "2"]) == 0
+    (ckpt,) = tmp_path.rglob("*.ckpt")
+    assert main(["validate", "--config", str(path), "--ckpt_path", str(ckpt)]) == 0
+    accuracy, f1 = logged(tmp_path, "val/frame_accuracy"), logged(tmp_path, "val/boundary_f1")
+    nll, per_sequence = logged(tmp_path, "val/nll"), logged(tmp_path, "val/nll_sequence")
+    assert accuracy and all(0 < a <= 1 for a in accuracy) and f1 and all(0 <= v <= 1 for v in f1)
+    assert nll and per_sequence and per_sequence[-1] > 50 * nll[-1]  # sequences of 140..170 frames
+
+    task = SegmentationTask.load_from_checkpoint(ckpt).eval()
+    assert task.model.input_projection.fitted  # fitted on the training split at `fit`, kept in the checkpoint
+    dm = SmartwatchDataModule(window=100)
+    mean, matrix = dm.fit_feature_transform(6)
+    torch.testing.assert_close(task.model.input_projection.mean, mean)
+    torch.testing.assert_close(task.model.input_projection.matrix, matrix)
+    batch = next(iter(dm.test_dataloader()))
+    again = SegmentationTask.load_from_checkpoint(ckpt).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(task(batch), again(batch), rtol=0, atol=0)
+
+    out = tmp_path / "pred" / "segments.jsonl"
+    writer = {"class_path": "zoo.tasks.SegmentationWriter", "init_args": {"output_path": str(out)}}
+    args = [
+        "predict",
+        "--config",
+        str(path),
+        "--ckpt_path",
+        str(ckpt),
+        "--trainer.callbacks+",
+        yaml.safe_dump(writer),
+    ]
+    assert main(args) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    test = dm.datasets["test"]
+    assert [r["name"] for r in rows] == test.names and [r["frames"] for r in rows] == test.lengths.tolist()
+    for row in rows:
+        segments = row["segments"]
+        assert segments[0][0] == 0 and segments[-1][1] == row["frames"]
+        assert all(a[1] == b[0] for a, b in zip(segments, segments[1:]))
+        assert all(1 <= e - s <= 6 and 0 <= z < 4 for s, e, z in segments) and row["log_likelihood"] < 0
+
+
+def test_crosstask_with_pca_end_to_end(tmp_path):
+    files = write_crosstask(tmp_path)
+    data = {
+        "class_path": "zoo.data.CrossTaskDataModule",
+        "init_args": {**files, "valid_fraction": 0.2, "batch_size": 4},
+    }
+    path = recipe(tmp_path, data, "rank-space", input_dim=16, feature_dim=4)
+    assert main(["fit", "--config", str(path), "--trainer.max_steps", "2"]) == 0
+    (ckpt,) = tmp_path.rglob("*.ckpt")
+    task = SegmentationTask.load_from_checkpoint(ckpt)
+    assert task.model.input_projection.matrix.shape == (16, 4) and task.model.input_projection.fitted
+    assert logged(tmp_path, "val/frame_accuracy") and logged(tmp_path, "val/nll_sequence")
+    out = tmp_path / "segments.jsonl"
+    writer = {"class_path": "zoo.tasks.SegmentationWriter", "init_args": {"output_path": str(out)}}
+    args = [
+        "predict",
+        "--config",
+        str(path),
+        "--ckpt_path",
+        str(ckpt),
+        "--trainer.callbacks+",
+        yaml.safe_dump(writer),
+    ]
+    assert main(args) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["name"] for r in rows] == ["t0", "t1"]
+    assert all(0 <= z < 3 for r in rows for _, _, z in r["segments"])  # rank components label the segments
+
+
+def test_npy_folder_fast_dev_run_without_projection(tmp_path):
+    data = {
+        "class_path": "zoo.data.NpyFolderDataModule",
+        "init_args": {"data_dir": str(write_npy_folder(tmp_path / "d"))},
+    }
+    path = recipe(tmp_path, data, "low-rank", input_dim=None, feature_dim=3)
+    assert main(["fit", "--config", str(path), "--trainer.fast_dev_run", "1"]) == 0
+
+
+def test_errors(tmp_path):
+    path = recipe(tmp_path, SMARTWATCH, "exact", input_dim=10)
+    with pytest.raises(
+        ValueError, match="the data have 12 features per frame but the model expects 10 \\(input_dim\\)"
+    ):
+        main(["fit", "--config", str(path), "--trainer.fast_dev_run", "1"])
+    hmm = {"class_path": "zoo.models.BernoulliHMM", "init_args": {"num_states": 2}}
+    with pytest.raises(TypeError, match="needs a model with segment"):
+        SegmentationTask(hmm)
+    model = {
+        "class_path": "zoo.models.GaussianHSMM",
+        "init_args": {"num_states": 2, "feature_dim": 2, "max_duration": 2},
+    }
+    with pytest.raises(ValueError, match="tolerance must be an int >= 0"):
+        SegmentationTask(model, boundary_tolerance=-1)
+    with pytest.raises(ValueError, match="matching must be 'corpus' or 'sequence'"):
+        SegmentationTask(model, matching="global")

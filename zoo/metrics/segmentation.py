@@ -1,0 +1,193 @@
+"""Unsupervised segmentation quality against known segments, as DDP-safe torchmetrics ``Metric``s.
+
+Inputs to ``update(preds, target, lengths)``: ``preds`` B x T long, the predicted label of each frame
+(``GaussianHSMM.segment``'s frame labels: states, or rank components); ``target`` B x T long, the known
+segment label of each frame, ``ignore_index`` (-1) where unknown and past each length; ``lengths`` B.
+
+* ``MatchedFrameAccuracy``: the fraction of labelled frames whose predicted label maps to their true
+  label under the best one-to-one map from predicted labels to true labels (Hungarian matching,
+  ``scipy.optimize.linear_sum_assignment``), as in unsupervised action segmentation. ``matching="corpus"``
+  finds one map for the whole evaluation set from the summed contingency table (a label means the same
+  thing in every sequence); ``matching="sequence"`` finds one map per sequence. Predicted labels left
+  without a partner (more labels than classes) count as errors.
+* ``BoundaryF1``: boundaries are the frames t >= 1 (t < length) whose label differs from frame t-1's
+  (ignored frames count as a label of their own); a predicted boundary is correct when it is matched
+  one-to-one to a true boundary at most ``tolerance`` frames away (the maximum matching, computed
+  greedily in time order, which is optimal for equal windows on a line). F1 = 2 tp / (#pred + #true)
+  summed over the set (micro-averaged), 1 when neither side has a boundary.
+
+Values are fractions in [0, 1]; ``nan`` before any update.
+"""
+
+from __future__ import annotations
+
+import torch
+from scipy.optimize import linear_sum_assignment
+from torch import Tensor
+from torchmetrics import Metric
+
+__all__ = ["BoundaryF1", "MatchedFrameAccuracy", "boundaries", "match_boundaries"]
+
+
+def _check(preds: Tensor, target: Tensor, lengths: Tensor) -> None:
+    for name, value in (("preds", preds), ("target", target)):
+        if (
+            not torch.is_tensor(value)
+            or value.dim() != 2
+            or value.is_floating_point()
+            or value.dtype == torch.bool
+        ):
+            raise ValueError(
+                f"{name} must be a B x T integer tensor of frame labels, got "
+                f"{type(value).__name__} {getattr(value, 'dtype', '')} {tuple(getattr(value, 'shape', ()))}"
+            )
+    if preds.shape != target.shape:
+        raise ValueError(
+            f"preds and target must have the same shape, got {tuple(preds.shape)} and {tuple(target.shape)}"
+        )
+    if (
+        lengths.shape != (preds.shape[0],)
+        or bool((lengths < 1).any())
+        or bool((lengths > preds.shape[1]).any())
+    ):
+        raise ValueError(
+            f"lengths must have shape ({preds.shape[0]},) with values in 1..{preds.shape[1]}, "
+            f"got {lengths.tolist()}"
+        )
+
+
+class MatchedFrameAccuracy(Metric):
+    """Frame accuracy under the best one-to-one label matching (module docstring).
+
+    Args:
+        num_predicted: P, predicted labels lie in 0..P-1 (the model's ``num_labels``).
+        num_classes: G, true labels lie in 0..G-1.
+        matching: "corpus" (one map for the whole set) or "sequence" (one map per sequence).
+        ignore_index: the target value of frames that are not scored.
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(
+        self, num_predicted: int, num_classes: int, matching: str = "corpus", ignore_index: int = -1, **kwargs
+    ):
+        super().__init__(**kwargs)
+        for name, value in (("num_predicted", num_predicted), ("num_classes", num_classes)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if matching not in ("corpus", "sequence"):
+            raise ValueError(f"matching must be 'corpus' or 'sequence', got {matching!r}")
+        self.num_predicted, self.num_classes = num_predicted, num_classes
+        self.matching, self.ignore_index = matching, ignore_index
+        self.add_state(
+            "counts", torch.zeros(num_predicted, num_classes, dtype=torch.long), dist_reduce_fx="sum"
+        )
+        self.add_state("matched", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("total", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def _table(self, preds: Tensor, target: Tensor) -> Tensor:
+        """P x G counts of (predicted, true) label pairs over the scored frames."""
+        keep = target != self.ignore_index
+        p, g = preds[keep], target[keep]
+        if p.numel() and (int(p.min()) < 0 or int(p.max()) >= self.num_predicted):
+            raise ValueError(
+                f"predicted labels must lie in 0..{self.num_predicted - 1} on scored frames, "
+                f"got values in {int(p.min())}..{int(p.max())}"
+            )
+        if g.numel() and (int(g.min()) < 0 or int(g.max()) >= self.num_classes):
+            raise ValueError(
+                f"true labels must lie in 0..{self.num_classes - 1} (or be ignore_index "
+                f"{self.ignore_index}), "
+                f"got values in {int(g.min())}..{int(g.max())}"
+            )
+        flat = torch.bincount(p * self.num_classes + g, minlength=self.num_predicted * self.num_classes)
+        return flat.view(self.num_predicted, self.num_classes)
+
+    def update(self, preds: Tensor, target: Tensor, lengths: Tensor) -> None:
+        """Add a batch: preds, target B x T, lengths B (module docstring)."""
+        _check(preds, target, lengths)
+        T = preds.shape[1]
+        within = torch.arange(T, device=target.device).view(1, T) < lengths.view(-1, 1).to(target.device)
+        target = torch.where(within, target, self.ignore_index)
+        if self.matching == "corpus":
+            self.counts += self._table(preds, target).to(self.counts.device)
+            return
+        for b in range(len(preds)):
+            table = self._table(preds[b], target[b])
+            self.matched += _best_matching(table)
+            self.total += int(table.sum())
+
+    def compute(self) -> Tensor:
+        if self.matching == "corpus":
+            matched, total = _best_matching(self.counts), int(self.counts.sum())
+        else:
+            matched, total = int(self.matched), int(self.total)
+        if total == 0:
+            return torch.tensor(float("nan"))
+        return torch.tensor(matched / total)
+
+
+def _best_matching(table: Tensor) -> int:
+    """The most frames a one-to-one map of rows (predicted) to columns (true) gets right."""
+    counts = table.cpu().numpy()
+    rows, cols = linear_sum_assignment(counts, maximize=True)
+    return int(counts[rows, cols].sum())
+
+
+def boundaries(labels: Tensor, length: int) -> list[int]:
+    """Frames t in 1..length-1 whose label differs from frame t-1's: labels T (one sequence)."""
+    row = labels[:length]
+    return (torch.nonzero(row[1:] != row[:-1]).flatten() + 1).tolist()
+
+
+def match_boundaries(predicted: list[int], true: list[int], tolerance: int) -> int:
+    """The size of the largest one-to-one matching of sorted predicted to sorted true boundaries with
+    |p - t| <= tolerance (two pointers: the earliest feasible pair is always in some maximum matching)."""
+    i = j = matched = 0
+    while i < len(predicted) and j < len(true):
+        if abs(predicted[i] - true[j]) <= tolerance:
+            matched, i, j = matched + 1, i + 1, j + 1
+        elif predicted[i] < true[j]:
+            i += 1
+        else:
+            j += 1
+    return matched
+
+
+class BoundaryF1(Metric):
+    """Boundary F1 within a tolerance, micro-averaged over the set (module docstring).
+
+    Args:
+        tolerance: the largest distance in frames between a matched predicted and true boundary.
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, tolerance: int, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(tolerance, int) or isinstance(tolerance, bool) or tolerance < 0:
+            raise ValueError(f"tolerance must be an int >= 0 (frames), got {tolerance!r}")
+        self.tolerance = tolerance
+        for name in ("matched", "predicted", "true", "sequences"):
+            self.add_state(name, torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, preds: Tensor, target: Tensor, lengths: Tensor) -> None:
+        """Add a batch: preds, target B x T, lengths B (module docstring)."""
+        _check(preds, target, lengths)
+        preds, target = preds.cpu(), target.cpu()
+        for b, n in enumerate(lengths.tolist()):
+            p, t = boundaries(preds[b], n), boundaries(target[b], n)
+            self.matched += match_boundaries(p, t, self.tolerance)
+            self.predicted += len(p)
+            self.true += len(t)
+        self.sequences += len(lengths)
+
+    def compute(self) -> Tensor:
+        if int(self.sequences) == 0:
+            return torch.tensor(float("nan"))
+        denominator = int(self.predicted + self.true)
+        return torch.tensor(1.0 if denominator == 0 else 2 * int(self.matched) / denominator)

@@ -1,0 +1,374 @@
+"""``GaussianHSMM``: a neural hidden semi-Markov model over continuous frames (video, audio, sensor features),
+with the inference backend as a constructor argument.
+
+Generative story (Chiu et al. 2021, Sec. 3 and their CrossTask experiments): a first state z_1, then,
+segment after segment, a duration d_k in 1..D given the state, d_k frames drawn independently from the
+state's diagonal Gaussian, and the next state given the current one. The last segment ends exactly at
+the sequence's last frame, so ``log_likelihood`` is log p(x_1..x_L, a segment ends at L), the quantity
+the HSMM papers report (NLL per video). Batches: ``{"features": B x T x F float, "lengths": B}``
+(docs/training-api.md).
+
+Parameterization (E embedding size, N states, R rank; every distribution is a softmax of dot products of
+embeddings passed through residual MLPs h, as the neural HMMs of ``zoo.models.hmm``):
+
+* ``exact``: p(z_1) = softmax_z(e_z . h_s(q)); p(z_k = j | z_{k-1} = i) = softmax_j(h_T(e_i) . f_j),
+  over j != i when ``self_transitions=False`` (the classical explicit-duration HSMM); p(d | z) =
+  softmax_d(w_d . h_D(e_z) + b_d) over 1..D; p(x | z) = N(mu_z, diag s_z) from h_E(e_z). Inference: the
+  exact semi-Markov forward, O(T (D N + N^2)).
+* ``low-rank``: the LHSMM (Chiu et al. 2021, Eq. 6): p(j | i) proportional to phi(h_T(e_i)) . phi(f_j),
+  phi(x) = exp(W x) (W R x E, orthogonal random features at init, trained); the rest as ``exact``.
+  Inference: O(T (D N + N R)); N x N is never built.
+* ``rank-space``: the CPD of the merged transition-duration-emission factor (docs/semimarkov-rank-space.md):
+  p(z_k = j, d, x_seg | z_{k-1} = i) = sum_r U[i, r] V[j, r] p_r(d) prod_t N(x_t; mu_r, diag s_r), with
+  U = softmax_r(e_i . g_r), V = softmax_j(f_j . g_r) and the duration and Gaussian carried by the R rank
+  components g_r; z_0 ~ softmax_z(e_z . h_s(q)) summed out. Inference over rank nodes,
+  O(N R^2 + T (D R + R^2)). Self-transitions are always allowed (the DP needs them).
+* ``randomized``: the model of ``exact`` trained with the randomized semi-Markov forward (Fu et al. 2022)
+  keeping K1 top + K2 sampled states at each segment boundary; in eval mode the exact forward runs
+  whenever N <= ``exact_max_states`` (see ``evaluation_is_exact``).
+
+Segmentation (``segment``): the semi-Markov Viterbi over states (``exact``, ``low-rank`` and ``randomized``;
+the latter two on the materialized N x N transition), labelled by state; for ``rank-space`` the
+max-product DP over rank nodes with the states summed out (``SemiMarkovChain.rank_argmax``), labelled by
+the rank component that emits the segment. ``num_labels`` is N or R accordingly.
+
+Raw features can be mapped to the model's F dimensions by a fitted linear ``input_projection`` (PCA or
+standardization, ``input_dim`` = the raw size) that is part of the state dict: a trained model scores new
+raw sequences as its training data were scored.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from zoo.inference import (
+    Backend,
+    DenseSemiMarkov,
+    LowRankSemiMarkov,
+    RankSpaceSemiMarkov,
+    RDPOptions,
+    SemiMarkovChain,
+)
+from zoo.inference.chain.randomized import PROPOSALS
+from zoo.inference.semimarkov import to_frame_states
+from zoo.models.base import ZooModel
+from zoo.models.emissions import GaussianEmission
+from zoo.models.hmm import _check_int
+from zoo.models.layers import ExpFeatureMap, ResidualMLP
+from zoo.models.projection import InputProjection
+
+
+class GaussianHSMM(ZooModel):
+    """A neural HSMM with diagonal Gaussian emissions (module docstring).
+
+    Args:
+        num_states: N.
+        feature_dim: F, the size of the frames the Gaussians model (after ``input_projection``).
+        max_duration: D, the longest segment in frames (durations 1..D).
+        backend: "exact", "low-rank", "rank-space" or "randomized".
+        rank: R: LHSMM features (low-rank, at most N) or the CPD rank (rank-space); required by those
+            two backends, rejected by the others.
+        embedding_dim: E, the size of every embedding (states, ranks, the feature map's input).
+        hidden_dim: inner width of the residual blocks.
+        num_blocks: residual blocks per MLP.
+        dropout: dropout inside the MLPs (and on the rank embeddings).
+        self_transitions: whether a segment may be followed by one with the same state (False: the
+            classical explicit-duration HSMM; not available for rank-space).
+        k1, k2: randomized only (required there): states kept exactly and sampled per boundary.
+        proposal: randomized only: "local+global", "local", "global" or "uniform".
+        exact_max_states: randomized only: in eval mode the exact forward runs when N <= this bound.
+        input_dim: the raw feature size when the model owns a fitted projection to F dimensions
+            (``input_projection``); None: batches already hold F-dimensional features.
+        min_variance: floor of every Gaussian variance.
+    """
+
+    observation_key = "features"
+
+    def __init__(
+        self,
+        num_states: int,
+        feature_dim: int,
+        max_duration: int,
+        backend: str = "exact",
+        rank: int | None = None,
+        embedding_dim: int = 64,
+        hidden_dim: int = 64,
+        num_blocks: int = 2,
+        dropout: float = 0.0,
+        self_transitions: bool = True,
+        k1: int | None = None,
+        k2: int | None = None,
+        proposal: str = "local+global",
+        exact_max_states: int = 4096,
+        input_dim: int | None = None,
+        min_variance: float = 1e-3,
+    ):
+        super().__init__()
+        for name, value in (
+            ("num_states", num_states),
+            ("feature_dim", feature_dim),
+            ("max_duration", max_duration),
+            ("embedding_dim", embedding_dim),
+            ("hidden_dim", hidden_dim),
+            ("exact_max_states", exact_max_states),
+        ):
+            _check_int(name, value)
+        _check_int("num_blocks", num_blocks, low=0)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        if (
+            isinstance(min_variance, bool)
+            or not isinstance(min_variance, (int, float))
+            or not min_variance > 0
+        ):
+            raise ValueError(f"min_variance must be a positive float, got {min_variance!r}")
+        if not isinstance(self_transitions, bool):
+            raise TypeError(f"self_transitions must be a bool, got {self_transitions!r}")
+        parsed = Backend.parse(backend)
+        low_rank_like = parsed in (Backend.LOW_RANK, Backend.RANK_SPACE)
+        if low_rank_like:
+            if rank is None:
+                raise ValueError(f"backend={parsed.value!r} needs rank=R (LHSMM features / CPD rank)")
+            _check_int("rank", rank)
+            if parsed is Backend.LOW_RANK and rank > num_states:
+                raise ValueError(
+                    f"rank must be at most num_states={num_states} for backend='low-rank' (a rank-{rank} "
+                    f"LHSMM is slower than the softmax HSMM: use backend='exact'), got {rank}"
+                )
+        elif rank is not None:
+            raise ValueError(
+                f"rank is used only by the 'low-rank' and 'rank-space' backends, got rank={rank!r} with "
+                f"backend={parsed.value!r}"
+            )
+        if parsed is Backend.RANK_SPACE and not self_transitions:
+            raise ValueError(
+                "backend='rank-space' always allows self-transitions (forbidding them would tie two rank "
+                "nodes through a state node: docs/semimarkov-rank-space.md, Sec. 6); use "
+                "self_transitions=True or backend 'exact' / 'low-rank' / 'randomized'"
+            )
+        if not self_transitions and num_states < 2:
+            raise ValueError(
+                "self_transitions=False needs num_states >= 2 (a segment must go somewhere else)"
+            )
+        if parsed is Backend.RANDOMIZED:
+            if k1 is None or k2 is None:
+                raise ValueError(
+                    "backend='randomized' needs k1 (states kept exactly) and k2 (states sampled) per segment "
+                    f"boundary, e.g. k1 = k2 = num_states // 10; got k1={k1!r}, k2={k2!r}"
+                )
+            _check_int("k1", k1, low=0)
+            _check_int("k2", k2, low=0)
+            if not 1 <= k1 + k2 <= num_states:
+                raise ValueError(f"k1 + k2 must be in 1..num_states={num_states}, got k1={k1}, k2={k2}")
+            if proposal not in PROPOSALS:
+                raise ValueError(f"unknown proposal {proposal!r}; expected one of {PROPOSALS}")
+        elif k1 is not None or k2 is not None:
+            raise ValueError(
+                f"k1 and k2 are used only by backend='randomized', got k1={k1!r}, k2={k2!r} with "
+                f"backend={parsed.value!r}"
+            )
+        if input_dim is not None:
+            _check_int("input_dim", input_dim)
+            if feature_dim > input_dim:
+                raise ValueError(
+                    f"feature_dim ({feature_dim}) must be at most input_dim ({input_dim}): the input "
+                    "projection is a PCA or a standardization of the raw features"
+                )
+
+        self.num_states, self.feature_dim, self.max_duration = num_states, feature_dim, max_duration
+        self.backend = parsed.value
+        self.rank = rank
+        self.self_transitions = self_transitions
+        self.k1, self.k2, self.proposal = k1, k2, proposal
+        self.exact_max_states = exact_max_states
+        self.input_dim = input_dim
+        self.input_projection = InputProjection(input_dim, feature_dim) if input_dim is not None else None
+
+        E = embedding_dim
+
+        def mlp() -> ResidualMLP:
+            return ResidualMLP(E, hidden_dim, num_blocks, dropout)
+
+        def embedding(rows: int) -> nn.Parameter:
+            return nn.Parameter(nn.init.xavier_normal_(torch.empty(rows, E)))
+
+        self.state_emb = embedding(num_states)  # e_z: the previous state's role (and the start)
+        self.next_state_emb = embedding(num_states)  # f_z: the next state's role
+        self.start_query = nn.Parameter(torch.randn(E) / E**0.5)  # q
+        self.start_mlp = mlp()  # h_s
+        self.emit_mlp = mlp()  # h_E: component (state or rank) -> Gaussian
+        self.duration_mlp = mlp()  # h_D: component -> duration logits
+        self.duration_head = nn.Linear(E, max_duration)
+        self.emission = GaussianEmission(feature_dim, E, min_variance)
+        if parsed is Backend.RANK_SPACE:
+            self.rank_emb = embedding(rank)  # g_r
+            self.rank_dropout = nn.Dropout(dropout)
+        else:
+            self.trans_mlp = mlp()  # h_T
+        if parsed is Backend.LOW_RANK:
+            self.feature_map = ExpFeatureMap(E, rank)
+
+    # --- parameters -------------------------------------------------------------------------
+    @property
+    def num_labels(self) -> int:
+        """How many labels ``segment`` uses: N, or R for rank-space (rank components)."""
+        return self.rank if self.backend == Backend.RANK_SPACE.value else self.num_states
+
+    def _components(self) -> Tensor:
+        """The hidden vectors of the emitting components: N x E (states) or R x E (rank components)."""
+        if self.backend == Backend.RANK_SPACE.value:
+            return self.rank_dropout(self.rank_emb)
+        return self.state_emb
+
+    def _start_log_probs(self) -> Tensor:
+        """log p(z_1) (rank-space: log p(z_0)): N."""
+        return torch.log_softmax(self.state_emb @ self.start_mlp(self.start_query), -1)
+
+    def _duration_log_probs(self, components: Tensor) -> Tensor:
+        """log p(d | component) for d = 1..D: C x D."""
+        return torch.log_softmax(self.duration_head(self.duration_mlp(components)), -1)
+
+    def _transition_log_probs(self) -> Tensor:
+        """log p(z_k = j | z_{k-1} = i) at [i, j]: N x N (-inf on the diagonal without self-transitions)."""
+        logits = self.trans_mlp(self.state_emb) @ self.next_state_emb.T
+        if not self.self_transitions:
+            eye = torch.eye(self.num_states, dtype=torch.bool, device=logits.device)
+            logits = logits.masked_fill(eye, float("-inf"))
+        return torch.log_softmax(logits, -1)
+
+    def _low_rank_features(self) -> tuple[Tensor, Tensor]:
+        """phi(h_T(e_i)) and phi(f_j): N x R each."""
+        left = self.feature_map(self.trans_mlp(self.state_emb), shift="row")
+        right = self.feature_map(self.next_state_emb, shift="global")
+        return left, right
+
+    def _rank_factors(self, ranks: Tensor) -> tuple[Tensor, Tensor]:
+        """U = p(r | z_{k-1}) (rows sum to 1) and V = p(z_k | r) (columns sum to 1): N x R each."""
+        U = torch.softmax(self.state_emb @ ranks.T, -1)
+        V = torch.softmax(self.next_state_emb @ ranks.T, 0)
+        return U, V
+
+    def distributions(self) -> dict[str, Tensor]:
+        """The model's normalized distributions, for inspection and tests (call it in eval mode).
+
+        ``start`` N (p(z_1); rank-space: p(z_0)), ``duration`` C x D (p(d | c), column d-1), ``mean`` and
+        ``variance`` C x F (the Gaussians), with C = N states, or R rank components for rank-space; and
+        ``transition`` N x N (p(z_k = j | z_{k-1} = i), materialized for low-rank), or ``U``, ``V``
+        (N x R) for rank-space.
+        """
+        components = self._components()
+        mean, variance = self.emission.moments(self.emit_mlp(components))
+        out = {
+            "start": self._start_log_probs().exp(),
+            "duration": self._duration_log_probs(components).exp(),
+            "mean": mean,
+            "variance": variance,
+        }
+        if self.backend == Backend.RANK_SPACE.value:
+            out["U"], out["V"] = self._rank_factors(components)
+        elif self.backend == Backend.LOW_RANK.value:
+            left, right = self._low_rank_features()
+            scores = left @ right.T
+            if not self.self_transitions:
+                scores = scores.fill_diagonal_(0.0)
+            out["transition"] = scores / scores.sum(-1, keepdim=True)
+        else:
+            out["transition"] = self._transition_log_probs().exp()
+        return out
+
+    # --- inference --------------------------------------------------------------------------
+    def features(self, batch: dict) -> tuple[Tensor, Tensor]:
+        """The batch's frames as the Gaussians see them (B x T x F, projected when the model has an
+        input projection) and its lengths (B,)."""
+        for key in (self.observation_key, "lengths"):
+            if key not in batch:
+                raise KeyError(f"GaussianHSMM needs batch[{key!r}]; the batch has keys {sorted(batch)}")
+        features, lengths = batch[self.observation_key], batch["lengths"]
+        if not torch.is_tensor(features) or not features.is_floating_point() or features.dim() != 3:
+            raise ValueError(
+                "batch['features'] must be a float tensor B x T x F, got "
+                f"{type(features).__name__} {getattr(features, 'dtype', '')} "
+                f"{tuple(getattr(features, 'shape', ()))}"
+            )
+        expected = self.input_dim if self.input_projection is not None else self.feature_dim
+        if features.shape[-1] != expected:
+            where = "input_dim" if self.input_projection is not None else "feature_dim"
+            raise ValueError(
+                f"batch['features'] must have {expected} dimensions per frame (the model's {where}), "
+                f"got shape {tuple(features.shape)}"
+            )
+        if not bool(torch.isfinite(features).all()):
+            bad = (~torch.isfinite(features)).flatten(1).any(-1).nonzero().flatten().tolist()
+            raise ValueError(f"batch['features'] must be finite, got NaN or inf in sequences {bad}")
+        if self.input_projection is not None:
+            features = self.input_projection(features)
+        return features, lengths
+
+    def evaluation_is_exact(self) -> bool:
+        """Whether ``log_likelihood`` in eval mode is the exact log p(x) (False only for the randomized
+        backend with num_states > exact_max_states: then it is a random estimate)."""
+        return self.backend != Backend.RANDOMIZED.value or self.num_states <= self.exact_max_states
+
+    def hsmm(self, batch: dict, generator: torch.Generator | None = None) -> SemiMarkovChain:
+        """The posterior over segmentations p(segmentation, states | x) of this batch as a
+        ``SemiMarkovChain`` (rank-space: over rank nodes for log Z). ``generator`` seeds the
+        randomized backend's draws."""
+        features, lengths = self.features(batch)
+        components = self._components()
+        unary = self.emission(self.emit_mlp(components), features)  # B x T x C
+        duration = self._duration_log_probs(components)  # C x D
+        start = self._start_log_probs()
+        if self.backend == Backend.RANK_SPACE.value:
+            U, V = self._rank_factors(components)
+            factors = RankSpaceSemiMarkov(start.exp(), U, V, duration, unary)
+            return SemiMarkovChain(factors, lengths, "rank-space")
+        if self.backend == Backend.LOW_RANK.value:
+            left, right = self._low_rank_features()
+            factors = LowRankSemiMarkov(
+                unary, left, right, duration, start, self_transitions=self.self_transitions
+            )
+            return SemiMarkovChain(factors, lengths, "low-rank")
+        factors = DenseSemiMarkov(unary, self._transition_log_probs(), duration, start)
+        if self.backend == Backend.EXACT.value or (not self.training and self.evaluation_is_exact()):
+            return SemiMarkovChain(factors, lengths, "exact")
+        options = RDPOptions(self.k1, self.k2, self.proposal, generator)
+        return SemiMarkovChain(factors, lengths, "randomized", options)
+
+    def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
+        """log p(x) per sequence: (B,), differentiable (randomized in training: the log of the unbiased
+        estimate)."""
+        return self.hsmm(batch, generator).log_partition
+
+    def forward(self, batch: dict) -> Tensor:
+        """Same as ``log_likelihood``: (B,)."""
+        return self.log_likelihood(batch)
+
+    def num_events(self, batch: dict) -> Tensor:
+        """What the per-frame NLL is normalized by: the lengths (B,)."""
+        return batch["lengths"]
+
+    @torch.no_grad()
+    def segment(self, batch: dict) -> tuple[Tensor, Tensor]:
+        """The best segmentation of each sequence (module docstring; run in eval mode).
+
+        Returns the segmentation B x T (the label of each segment at its first frame, -1 elsewhere and
+        past each length; labels in 0..num_labels-1) and the per-frame labels B x T (-1 past each length).
+        """
+        dist = self.hsmm(batch)
+        if self.backend == Backend.RANK_SPACE.value:
+            segmentation = dist.rank_argmax
+        else:
+            if dist.backend is Backend.RANDOMIZED:  # training, or N > exact_max_states: decode exactly
+                dist = SemiMarkovChain(dist.factors, dist.lengths, "exact")
+            segmentation = dist.argmax
+        return segmentation, to_frame_states(segmentation, dist.lengths)
+
+    def extra_repr(self) -> str:
+        extra = f", rank={self.rank}" if self.rank is not None else ""
+        if self.backend == Backend.RANDOMIZED.value:
+            extra += f", k1={self.k1}, k2={self.k2}, proposal={self.proposal!r}"
+        return (
+            f"num_states={self.num_states}, feature_dim={self.feature_dim}, "
+            f"max_duration={self.max_duration}, backend={self.backend!r}{extra}"
+        )

@@ -1,0 +1,203 @@
+"""``SegmentationTask``: a ``LikelihoodTask`` for HSMMs over feature sequences (``zoo.models.GaussianHSMM``):
+unsupervised segmentation of video, audio or sensor features.
+
+On top of maximum likelihood (loss -sum log p(x) / sum frames; ``val/nll`` in nats per frame) it adds
+
+* ``val/nll_sequence`` (and ``test/...``): nats per sequence, the papers' "NLL per video";
+* when evaluation batches carry known segments (``batch["labels"]``, B x T long, -1 unknown; the data
+  modules of ``zoo.data`` provide them when they have them): ``val/frame_accuracy``, the frame accuracy
+  under the best one-to-one map from the model's labels (states, or rank components for rank-space) to
+  the known ones (``zoo.metrics.MatchedFrameAccuracy``, one map for the whole set or per sequence), and
+  ``val/boundary_f1``, boundaries matched within ``boundary_tolerance`` frames (``zoo.metrics.BoundaryF1``);
+* the input projection: when ``zoo fit`` starts with a model whose ``input_projection`` is not fitted yet,
+  the data module fits it on its training split (standardization, or whitened PCA to the model's
+  ``feature_dim``) and it becomes part of the model's weights (checkpoints carry it);
+* ``predict_step``: the best segmentation of each sequence with log p; ``SegmentationWriter`` writes them
+  as JSON lines in corpus order.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch import Tensor
+
+from zoo.metrics import BoundaryF1, MatchedFrameAccuracy, NegativeLogLikelihood
+from zoo.models.base import ZooModel
+from zoo.tasks.likelihood import LikelihoodTask
+
+__all__ = ["SegmentationTask", "SegmentationWriter", "segments_of"]
+
+
+def segments_of(segmentation: Tensor, length: int) -> list[list[int]]:
+    """[[start, end, label], ...] (end exclusive, in frames) of one sequence's segmentation (T, the
+    label at each segment start, -1 elsewhere; docs/semimarkov-api.md)."""
+    row = segmentation[:length].tolist()
+    starts = [t for t, label in enumerate(row) if label >= 0]
+    if not starts or starts[0] != 0:
+        raise ValueError(f"a segmentation must start a segment at frame 0, got {row}")
+    ends = starts[1:] + [length]
+    return [[s, e, int(row[s])] for s, e in zip(starts, ends)]
+
+
+class SegmentationTask(LikelihoodTask):
+    """Maximum likelihood training of an HSMM with segmentation metrics (module docstring).
+
+    Args:
+        model: a ``zoo.models.GaussianHSMM`` (or its spec dict); it must have ``segment(batch)``.
+        lr, weight_decay, betas, lr_factor, lr_patience, init_from, eval_seeds: as ``LikelihoodTask``.
+        boundary_tolerance: frames between a predicted and a known boundary that still match.
+        matching: "corpus" (one label map for the whole evaluation set) or "sequence" (one per sequence).
+    """
+
+    def __init__(
+        self,
+        model: ZooModel | dict,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        lr_factor: float = 0.5,
+        lr_patience: int = 2,
+        init_from: str | None = None,
+        eval_seeds: int = 5,
+        boundary_tolerance: int = 2,
+        matching: str = "corpus",
+    ):
+        super().__init__(
+            model,
+            lr=lr,
+            weight_decay=weight_decay,
+            betas=betas,
+            lr_factor=lr_factor,
+            lr_patience=lr_patience,
+            init_from=init_from,
+            eval_seeds=eval_seeds,
+        )
+        if not callable(getattr(self.model, "segment", None)):
+            raise TypeError(
+                f"SegmentationTask needs a model with segment(batch) (zoo.models.GaussianHSMM), got "
+                f"{type(self.model).__name__}"
+            )
+        BoundaryF1(boundary_tolerance)  # validates the arguments now, not at the first validation
+        MatchedFrameAccuracy(1, 1, matching)
+        self.save_hyperparameters(
+            {**dict(self.hparams), "boundary_tolerance": boundary_tolerance, "matching": matching}
+        )
+        self.sequence_nll = torch.nn.ModuleDict({stage: NegativeLogLikelihood() for stage in ("val", "test")})
+        self.segmentation_metrics: torch.nn.ModuleDict | None = None
+
+    def _data(self):
+        return getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+
+    def setup(self, stage: str) -> None:
+        """Check the data's feature size, fit the input projection before training, and build the
+        segmentation metrics for the data's known labels."""
+        super().setup(stage)
+        data = self._data()
+        if data is None:
+            return
+        model = self.model
+        projected = getattr(model, "input_projection", None) is not None
+        wanted = model.input_dim if projected else model.feature_dim
+        given = getattr(data, "input_dim", None)
+        if given is not None and given != wanted:
+            key = "input_dim" if projected else "feature_dim"
+            raise ValueError(
+                f"the data have {given} features per frame but the model expects {wanted} ({key}): set "
+                f"model.init_args.model.init_args.{key}: {given} in the recipe"
+            )
+        if stage == "fit" and projected and not model.input_projection.fitted:
+            fit = getattr(data, "fit_feature_transform", None)
+            if fit is None:
+                raise ValueError(
+                    f"the model's input projection ({model.input_dim} -> {model.feature_dim}) is not fitted "
+                    f"and the data module {type(data).__name__} cannot fit one (no fit_feature_transform): "
+                    "use a zoo.data segmentation data module or set model.input_projection first"
+                )
+            model.input_projection.set(*fit(model.feature_dim))
+        num_classes = getattr(data, "num_classes", None)
+        if num_classes:
+            h = self.hparams
+            self.segmentation_metrics = torch.nn.ModuleDict(
+                {
+                    f"{s}_{name}": metric
+                    for s in ("val", "test")
+                    for name, metric in (
+                        ("frame_accuracy", MatchedFrameAccuracy(model.num_labels, num_classes, h.matching)),
+                        ("boundary_f1", BoundaryF1(h.boundary_tolerance)),
+                    )
+                }
+            ).to(self.device)
+
+    def _evaluate(self, batch: dict[str, Tensor], stage: str, batch_idx: int) -> None:
+        if self._random_evaluation():  # mean and spread over seeds of the per-frame NLL
+            super()._evaluate(batch, stage, batch_idx)
+        else:
+            log_p = self(batch)
+            frames = self.model.num_events(batch)
+            for name, metric, events in (
+                ("nll", self.metrics[f"{stage}_nll"], frames),
+                ("nll_sequence", self.sequence_nll[stage], torch.ones_like(frames)),
+            ):
+                metric.update(log_p, events)
+                self.log(f"{stage}/{name}", metric, batch_size=len(log_p))
+        labels = batch.get("labels")
+        if self.segmentation_metrics is None or labels is None or not bool((labels >= 0).any()):
+            return
+        _, predicted = self.model.segment(batch)
+        for name in ("frame_accuracy", "boundary_f1"):
+            metric = self.segmentation_metrics[f"{stage}_{name}"]
+            metric.update(predicted, labels, batch["lengths"])
+            self.log(f"{stage}/{name}", metric, prog_bar=name == "frame_accuracy", batch_size=len(labels))
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Any]:
+        """log p and frames of each sequence, its segmentation (B x T, label at segment starts) and
+        per-frame labels (B x T, -1 past the length), and ``index`` (position in the split)."""
+        out = super().predict_step(batch, batch_idx)
+        segmentation, frame_labels = self.model.segment(batch)
+        out.update(segmentation=segmentation, frame_labels=frame_labels, lengths=batch["lengths"])
+        if "index" in batch:
+            out["index"] = batch["index"]
+        return out
+
+
+class SegmentationWriter(BasePredictionWriter):
+    """Writes ``SegmentationTask.predict_step``'s segmentations to ``output_path`` as JSON lines, one
+    sequence a line in corpus order: ``{"index", "name", "frames", "log_likelihood", "segments":
+    [[start, end, label], ...]}`` (the model's segments, in frames, end exclusive; consecutive segments
+    may share a label; labels are the model's states, or rank components for rank-space; ``name`` from
+    the data module's ``predict_names()`` when it has one).
+
+    Args:
+        output_path: the file to write (its directory is created).
+    """
+
+    def __init__(self, output_path: str):
+        super().__init__(write_interval="epoch")
+        self.output_path = output_path
+
+    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
+        batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+        data = getattr(trainer, "datamodule", None)
+        names = data.predict_names() if callable(getattr(data, "predict_names", None)) else None
+        rows = []
+        for out in batches:
+            for b, length in enumerate(out["lengths"].tolist()):
+                index = int(out["index"][b]) if "index" in out else len(rows)
+                rows.append(
+                    {
+                        "index": index,
+                        "name": names[index] if names is not None else str(index),
+                        "frames": length,
+                        "log_likelihood": float(out["log_likelihood"][b]),
+                        "segments": segments_of(out["segmentation"][b], length),
+                    }
+                )
+        rows.sort(key=lambda r: r["index"])
+        path = Path(self.output_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
