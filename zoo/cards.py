@@ -33,6 +33,9 @@ METRICS = {
     "sentence_f1": ("f1", "sentence-level unlabeled F1 (%)"),
     "corpus_f1": ("f1", "corpus-level unlabeled F1 (%)"),
 }
+# Optional notes kept beside the metrics: how the model was trained (hardware, minutes) and the quick
+# reproducibility check (the metric on the first held-out batches, re-measured by the tests).
+NOTES = ("training", "quick_check")
 SPLITS = {"val": "validation", "test": "test"}
 TASK_TYPES = {"CategoricalHMM": "text-generation", "PCFG": "text-generation", "BernoulliHMM": "other"}
 
@@ -54,8 +57,9 @@ def dataset_name(data: dict[str, Any] | None) -> str | None:
 def read_results(results: str | os.PathLike | dict | list, dataset: str | None = None) -> dict[str, Any]:
     """Measured results as ``{"dataset": str | None, "metrics": {name: float}}``.
 
-    Accepts that format, a flat {metric: value} mapping, or a list of them (what ``trainer.validate``
-    / ``trainer.test`` return), as an object or a JSON file path. ``dataset`` fills a missing name.
+    Accepts that format (optionally with ``NOTES`` dicts beside the metrics), a flat {metric: value}
+    mapping, or a list of them (what ``trainer.validate`` / ``trainer.test`` return), as an object or
+    a JSON file path. ``dataset`` fills a missing name.
     """
     if isinstance(results, (str, os.PathLike)):
         try:
@@ -73,12 +77,16 @@ def read_results(results: str | os.PathLike | dict | list, dataset: str | None =
         raise ValueError(f"results must be a dict of metrics, got {type(results).__name__}")
     metrics = results["metrics"] if "metrics" in results else results
     dataset = results.get("dataset", dataset) if "metrics" in results else dataset
+    notes = {key: results[key] for key in NOTES if "metrics" in results and key in results}
+    for key, note in notes.items():
+        if not isinstance(note, dict):
+            raise ValueError(f"results {key!r} must be a dict, got {note!r}")
     clean = {}
     for name, value in metrics.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"result {name!r} must be a number, got {value!r}")
         clean[str(name)] = float(value)
-    return {"dataset": dataset, "metrics": clean}
+    return {"dataset": dataset, "metrics": clean, **notes}
 
 
 def _family_part(model_class: str, name: str, context: dict[str, Any]) -> str:

@@ -301,7 +301,8 @@ def resolve(
     local_files_only: bool | None = None,
     token: str | bool | None = None,
 ) -> Path:
-    """The local folder of ``source``: the folder itself, or a Hub repo's snapshot in the cache.
+    """The local folder of ``source``: the folder itself, a Hub repo's snapshot in the cache, or the
+    registered source of a pretrained tag ``arch.tag`` (its pinned revision unless ``revision``).
 
     A Hub repo id is downloaded with ``snapshot_download`` (only the checkpoint's files), at
     ``revision`` (branch, tag or commit sha), into ``cache_dir`` (default: the Hub cache); with
@@ -310,6 +311,11 @@ def resolve(
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
 
+    from zoo.registry import list_models, pretrained_tag
+
+    if isinstance(source, str) and source in list_models(pretrained=True):
+        entry = pretrained_tag(source)  # a registered tag: its bundled folder or pinned Hub repo
+        source, revision = entry.source, revision or entry.revision
     path = Path(source).expanduser()
     if path.is_dir():
         if revision is not None:
@@ -360,8 +366,10 @@ def from_pretrained(
     local_files_only: bool | None = None,
     token: str | bool | None = None,
 ) -> ZooModel:
-    """The pretrained model at ``source`` (a local folder or a Hub repo id), rebuilt as the class its
-    ``config.json`` names, weights strictly checked, in eval mode. Arguments as ``resolve``."""
+    """The pretrained model at ``source`` (a registered pretrained tag ``arch.tag``, a local folder or
+    a Hub repo id), rebuilt as the class its ``config.json`` names, weights strictly checked, in eval
+    mode. A tag resolves to its registered source (the bundled folder, or a Hub repo at its pinned
+    revision unless ``revision`` is given). Other arguments as ``resolve``."""
     folder = resolve(
         source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
     )

@@ -11,9 +11,9 @@ import yaml
 from zoo_testlib import example_batch, scores, small_overrides
 
 import zoo
+from zoo.bundled import bundled_folders
 from zoo.cli import main
 from zoo.registry import (
-    _PRETRAINED,
     PretrainedTag,
     architecture,
     match_architecture,
@@ -41,7 +41,7 @@ def test_patterns_and_pretrained_listing():
     assert zoo.list_models("pcfg_*") == [n for n in zoo.list_models() if n.startswith("pcfg_")]
     assert zoo.list_models("*_n4096_*") == ["hmm_categorical_n4096_d64"]
     assert zoo.list_models("nothing*") == []
-    assert zoo.list_models(pretrained=True) == []  # no weights are published yet
+    assert zoo.list_models(pretrained=True) == sorted(bundled_folders())  # the weights in zoo/weights/
 
 
 @pytest.mark.parametrize("name, backend", CASES)
@@ -84,9 +84,9 @@ def test_clear_errors():
     with pytest.raises(ValueError, match="unknown architecture 'resnet50'; see zoo.list_models"):
         zoo.create_model("resnet50")
     with pytest.raises(
-        ValueError, match="no pretrained weights yet; train it with zoo fit .*ptb-exact-small"
+        ValueError, match="no pretrained weights yet; train it with zoo fit .*hmm/ptb-exact.yaml"
     ):
-        zoo.create_model("hmm_categorical_n512_d64", pretrained=True)
+        zoo.create_model("hmm_categorical_n16384_d256", pretrained=True)
     with pytest.raises(ValueError, match="unknown pretrained model 'pcfg_nt10_pt20_d64.ptb'"):
         zoo.create_model("pcfg_nt10_pt20_d64.ptb")
     with pytest.raises(ValueError, match="unknown backend|backend"):
@@ -94,7 +94,7 @@ def test_clear_errors():
 
 
 def test_pretrained_hook_with_a_local_folder(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("zoo.registry._PRETRAINED", dict(_PRETRAINED))
+    monkeypatch.setattr("zoo.registry._PRETRAINED", {})  # without the bundled tags
     torch.manual_seed(0)
     model = zoo.create_model("pcfg_nt10_pt20_d64", backend="low-rank")
     folder = model.save_pretrained(tmp_path / "weights")

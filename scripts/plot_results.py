@@ -1,0 +1,130 @@
+"""Pictures of the pretrained checkpoints' evaluation outputs -> docs/img/*.png.
+
+* ``pretrained_metrics.png``: each family's held-out metric per backend (from every bundled
+  ``results.json``: the numbers of docs/results.md and the cards);
+* ``pcfg_parse.png``: a sentence parsed by a bundled PCFG (its MBR tree's spans above the words);
+* ``hsmm_segmentation.png``: a held-out smartwatch recording segmented by a bundled HSMM (the
+  predicted segments against the gold exercise labels), when an HSMM checkpoint is bundled.
+
+    python scripts/plot_results.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import zoo  # noqa: E402
+from zoo.bundled import bundled_folders, data_module, read_training_config  # noqa: E402
+
+IMG = REPO / "docs" / "img"
+SENTENCE = "the company said its profit rose in the third quarter"
+METRIC = {"CategoricalHMM": "test/ppl", "PCFG": "test/ppl", "BernoulliHMM": "test/nll"}
+TITLES = {
+    "CategoricalHMM": "HMM, PTB: test perplexity",
+    "BernoulliHMM": "HMM, Bach chorales: test NLL (nats / frame)",
+    "PCFG": "PCFG, PTB: test perplexity",
+    "GaussianHSMM": "HSMM, smartwatch: test NLL (nats / frame)",
+}
+
+
+def metrics_figure() -> Path:
+    families: dict[str, list[tuple[str, float, float]]] = {}
+    for tag, folder in bundled_folders().items():
+        config = json.loads((folder / "config.json").read_text())
+        results = json.loads((folder / "results.json").read_text())["metrics"]
+        family = config["class_path"].rsplit(".", 1)[-1]
+        name = METRIC.get(family, "test/nll")
+        label = f"{config['init_args']['backend']}\n{tag.split('.')[0].split('_', 2)[-1]}"
+        families.setdefault(family, []).append((label, results[name], results.get(f"{name}_std", 0.0)))
+    fig, axes = plt.subplots(1, len(families), figsize=(4.2 * len(families), 3.6), squeeze=False)
+    for ax, (family, rows) in zip(axes[0], families.items()):
+        labels, values, stds = zip(*rows)
+        ax.bar(range(len(rows)), values, yerr=stds, color="tab:blue", alpha=0.8)
+        ax.set_xticks(range(len(rows)), labels, fontsize=7)
+        ax.set_title(TITLES.get(family, family), fontsize=9)
+        for x, value in enumerate(values):
+            ax.text(x, value, f"{value:.4g}", ha="center", va="bottom", fontsize=7)
+    fig.suptitle("Bundled pretrained checkpoints (CPU budgets; lower is better)", fontsize=10)
+    fig.tight_layout()
+    return save(fig, "pretrained_metrics.png")
+
+
+def parse_figure(tag: str) -> Path:
+    model = zoo.from_pretrained(tag)
+    vocab = data_module(read_training_config(bundled_folders()[tag])).vocab
+    words = SENTENCE.split()
+    ids = vocab.encode(words, add_eos=True)
+    trees, _ = model.parse({"tokens": torch.tensor([ids]), "lengths": torch.tensor([len(ids)])})
+    spans = [(s, e) for s, e in trees[0].tolist() if s >= 0 and e > s]
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    for x, word in enumerate(words):
+        ax.text(x, 0, word if word in vocab else f"{word}\n(<unk>)", ha="center", va="top", fontsize=9)
+    for start, end in spans:
+        height = end - start
+        ax.plot([start, start, end, end], [0.2, height, height, 0.2], color="tab:green", lw=1.2)
+    ax.set_xlim(-0.8, len(words) - 0.2)
+    ax.set_ylim(-1.2, len(words))
+    ax.axis("off")
+    ax.set_title(f"MBR parse by {tag} (each bracket spans its words; height = width)", fontsize=9)
+    return save(fig, "pcfg_parse.png")
+
+
+def segmentation_figure(tag: str) -> Path:
+    model = zoo.from_pretrained(tag)
+    data = data_module(read_training_config(bundled_folders()[tag]))
+    data.prepare_data()
+    data.setup("test")
+    batch = next(iter(data.test_dataloader()))
+    _, labels = model.segment(batch)
+    length = int(batch["lengths"][0])
+    fig, axes = plt.subplots(2, 1, figsize=(9, 2.6), sharex=True)
+    for ax, row, title in (
+        (axes[0], batch["labels"][0, :length], "gold"),
+        (axes[1], labels[0, :length], tag),
+    ):
+        ax.imshow(row[None].numpy(), aspect="auto", cmap="tab20", interpolation="nearest")
+        ax.set_yticks([])
+        ax.set_ylabel(title, rotation=0, ha="right", fontsize=8)
+    axes[1].set_xlabel("frame")
+    fig.suptitle(
+        "A held-out smartwatch recording segmented by the HSMM (colour = exercise label)", fontsize=9
+    )
+    fig.tight_layout()
+    return save(fig, "hsmm_segmentation.png")
+
+
+def save(fig, name: str) -> Path:
+    IMG.mkdir(parents=True, exist_ok=True)
+    path = IMG / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print("wrote", path.relative_to(REPO))
+    return path
+
+
+def main() -> None:
+    torch.set_num_threads(2)
+    metrics_figure()
+    pcfg = zoo.list_models("pcfg_*.ptb_low_rank", pretrained=True) or zoo.list_models(
+        "pcfg_*", pretrained=True
+    )
+    if pcfg:
+        parse_figure(pcfg[0])
+    hsmm = zoo.list_models("hsmm_*", pretrained=True)
+    if hsmm:
+        segmentation_figure(hsmm[0])
+
+
+if __name__ == "__main__":
+    main()

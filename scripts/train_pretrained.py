@@ -1,0 +1,230 @@
+"""Train, evaluate and bundle the pretrained checkpoints (``zoo/weights/<arch.tag>/``; zoo/bundled.py).
+
+For each job (tag, recipe, minutes), with the documented commands only:
+
+1. ``zoo fit --config recipes/<recipe>.yaml --trainer.max_time <minutes> --trainer.max_epochs 1000``
+   (from scratch, seed of the recipe; the checkpoint of the recipe's ModelCheckpoint);
+2. ``zoo export CKPT zoo/weights/<tag>`` (the run's config.yaml becomes ``training_config.yaml``);
+3. the card's evaluation command on the exported folder, ``zoo test --config training_config.yaml
+   --model.init_args.init_from zoo/weights/<tag> --results FILE`` (the whole test split; a randomized
+   backend's evaluation is exact at these sizes, otherwise the task reports mean and standard deviation
+   over its ``eval_seeds``);
+4. half precision: the weights are kept in float16 only if the quick-check NLL (the first test batches)
+   moves by less than 0.1 % (then step 3 is re-run on the float16 folder); otherwise float32;
+5. ``results.json``: the test metrics, the training notes (hardware, minutes) and the quick check
+   (``zoo.bundled.quick_check``, which the tests re-measure); the card is re-rendered.
+
+Then ``docs/results.md`` gets one table per family from every bundled folder (section ``pretrained``).
+
+    OMP_NUM_THREADS=2 python scripts/train_pretrained.py                     # every job
+    python scripts/train_pretrained.py --only 'hmm_categorical_*' --minutes-scale 0.5
+    python scripts/train_pretrained.py --report-only                         # only docs/results.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import fnmatch
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from zoo.bundled import WEIGHTS, quick_check, read_training_config  # noqa: E402
+
+from report import write_section  # noqa: E402
+
+DOC = REPO / "docs" / "results.md"
+HALF_TOLERANCE = 1e-3  # relative change of the quick-check NLL that float16 may cause
+
+
+@dataclass(frozen=True)
+class Job:
+    """One bundled checkpoint: its tag, the recipe (recipes/<recipe>.yaml) and the training budget."""
+
+    tag: str
+    recipe: str
+    minutes: float
+
+
+JOBS = [
+    Job("hmm_categorical_n512_d64.ptb_exact", "hmm/ptb-exact-small", 4),
+    Job("hmm_categorical_n1024_d64.ptb_low_rank", "hmm/ptb-low-rank-small", 4),
+    Job("hmm_categorical_n4096_d64.ptb_rank_space", "hmm/ptb-rank-space-small", 4),
+    Job("hmm_categorical_n512_d64.ptb_randomized", "hmm/ptb-randomized-small", 4),
+    Job("hmm_bernoulli_n256_d64.chorales_exact", "hmm/chorales-exact-small", 1.5),
+    Job("hmm_bernoulli_n256_d64.chorales_low_rank", "hmm/chorales-low-rank-small", 1.5),
+    Job("hmm_bernoulli_n256_d64.chorales_rank_space", "hmm/chorales-rank-space-small", 1.5),
+    Job("pcfg_nt10_pt20_d64.ptb_exact", "pcfg/ptb-exact-small", 3),
+    Job("pcfg_nt10_pt20_d64.ptb_low_rank", "pcfg/ptb-low-rank-small", 3),
+    Job("pcfg_nt10_pt20_d64.ptb_rank_space", "pcfg/ptb-rank-space-small", 3),
+    Job("pcfg_nt10_pt20_d64.ptb_randomized", "pcfg/ptb-randomized-small", 3),
+]
+FAMILIES = {  # class -> (table title, metrics shown)
+    "CategoricalHMM": ("HMM language models on PTB (perplexity, <eos> counted)", ("test/ppl", "test/nll")),
+    "BernoulliHMM": ("HMMs on the Bach chorales (NLL in nats per frame of 88 keys)", ("test/nll",)),
+    "PCFG": ("PCFGs on PTB (perplexity, one end token per sentence)", ("test/ppl", "test/nll")),
+}
+
+
+def zoo_cli(*args: str) -> None:
+    """``python -m zoo.cli ARGS`` from the repository (2 threads, passive OpenMP waiting)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
+    command = [sys.executable, "-m", "zoo.cli", *args]
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def max_time(minutes: float) -> str:
+    """Lightning's ``DD:HH:MM:SS``."""
+    seconds = round(minutes * 60)
+    return f"00:{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def hardware() -> str:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        platform.processor() or "unknown CPU",
+    )  # fmt: skip
+    return f"{cpu}, 2 threads ({os.cpu_count()} cores shared), no GPU"
+
+
+def evaluate(folder: Path, results: Path) -> dict:
+    """The card's documented evaluation command on ``folder``; its metrics."""
+    zoo_cli("test", "--config", str(folder / "training_config.yaml"), "--model.init_args.init_from",
+            str(folder), "--trainer.logger", "false", "--results", str(results))  # fmt: skip
+    return json.loads(results.read_text())
+
+
+def try_half_precision(folder: Path) -> tuple[bool, dict]:
+    """Re-save ``folder`` in float16 if the quick-check NLL moves by < HALF_TOLERANCE; the checks."""
+    import torch
+
+    from zoo.pretrained import from_pretrained, save_pretrained
+
+    config = read_training_config(folder)
+    full = quick_check(from_pretrained(str(folder)), config)
+    half_model = from_pretrained(str(folder)).to(torch.float16)
+    try:
+        half = quick_check(half_model, config)
+        change = abs(half["nll"] - full["nll"]) / abs(full["nll"])
+    except (RuntimeError, ValueError) as error:  # an operation without a float16 CPU kernel
+        return False, {"float16": f"not supported on CPU: {str(error).splitlines()[0]}"}
+    note = {"float32_nll": full["nll"], "float16_nll": half["nll"], "relative_change": change}
+    if change >= HALF_TOLERANCE:
+        return False, note
+    save_pretrained(half_model, folder, training_config=(folder / "training_config.yaml").read_text())
+    return True, note
+
+
+def run(job: Job, scale: float, work: Path) -> None:
+    from zoo.pretrained import from_pretrained, save_results, write_card
+
+    minutes = job.minutes * scale
+    run_dir = work / job.tag
+    shutil.rmtree(run_dir, ignore_errors=True)
+    started = time.time()
+    zoo_cli("fit", "--config", f"recipes/{job.recipe}.yaml", "--trainer.max_time",
+            max_time(minutes),
+            "--trainer.max_epochs", "1000", "--trainer.default_root_dir", str(run_dir),
+            "--trainer.enable_progress_bar", "false")  # fmt: skip
+    train_minutes = (time.time() - started) / 60
+    (checkpoint,) = sorted(run_dir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)[-1:]
+    folder = WEIGHTS / job.tag
+    shutil.rmtree(folder, ignore_errors=True)
+    zoo_cli("export", str(checkpoint), str(folder))
+    half, half_note = try_half_precision(folder)
+    results = evaluate(folder, run_dir / "test.json")
+    model = from_pretrained(str(folder))
+    arch = json.loads((folder / "config.json").read_text())["architecture"]
+    if arch != job.tag.split(".")[0]:
+        raise RuntimeError(f"{job.tag}: the recipe {job.recipe} trained a {arch}, not the tag's architecture")
+    results["training"] = {
+        "recipe": f"recipes/{job.recipe}.yaml",
+        "budget_minutes": round(minutes, 2),
+        "minutes": round(train_minutes, 2),
+        "hardware": hardware(),
+        "torch": __import__("torch").__version__,
+        "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+        "dtype": "float16" if half else "float32",
+        **{f"half_precision_{k}": v for k, v in half_note.items()},
+    }
+    results["quick_check"] = quick_check(model, read_training_config(folder))
+    save_results(folder, results)
+    write_card(folder)
+    print(job.tag, json.dumps(results["metrics"]), flush=True)
+
+
+def report() -> str:
+    """One table per family from every bundled folder's results.json."""
+    from zoo.bundled import bundled_folders
+
+    rows: dict[str, list[str]] = {}
+    for tag, folder in bundled_folders().items():
+        config = json.loads((folder / "config.json").read_text())
+        results = json.loads((folder / "results.json").read_text())
+        family = config["class_path"].rsplit(".", 1)[-1]
+        title, metrics = FAMILIES.get(family, (family, ("test/nll",)))
+        training = results.get("training", {})
+        values = []
+        for name in metrics:
+            value = results["metrics"].get(name)
+            std = results["metrics"].get(f"{name}_std")
+            values.append("-" if value is None else f"{value:.4g}" + (f" ± {std:.2g}" if std else ""))
+        size = (folder / "model.safetensors").stat().st_size / 2**20
+        rows.setdefault(family, []).append(
+            f"| `{tag}` | {config['init_args']['backend']} | {' | '.join(values)} | "
+            f"{training.get('minutes', '-')} | {config['dtype']} | {size:.1f} |"
+        )
+    date = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}"
+    parts = [
+        "## Pretrained checkpoints (bundled in `zoo/weights/`)",
+        "",
+        f"Generated by `python scripts/train_pretrained.py` ({date}). Each checkpoint was trained from "
+        "scratch with its recipe for a wall-clock budget on a shared 2-core CPU (the card records the "
+        "hardware and minutes), then evaluated on the whole test split with the card's command "
+        "`zoo test --config training_config.yaml --model.init_args.init_from <tag folder> --results "
+        "results.json`. These are CPU-budget models at the small recipes' sizes, far from the papers' "
+        "GPU-trained sizes: the papers' numbers are in each card.",
+    ]
+    for family, lines in rows.items():
+        title, metrics = FAMILIES.get(family, (family, ("test/nll",)))
+        parts += [
+            "",
+            f"### {title}",
+            "",
+            f"| tag | backend | {' | '.join(metrics)} | train minutes | dtype | MB |",
+            "| --- | --- |" + " --- |" * (len(metrics) + 3),
+            *lines,
+        ]
+    return "\n".join(parts) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", nargs="+", default=["*"], help="fnmatch patterns of tags to train")
+    parser.add_argument("--minutes-scale", type=float, default=1.0, help="multiply every budget")
+    parser.add_argument("--work-dir", type=Path, default=Path("/tmp/pretrained/runs"))
+    parser.add_argument("--report-only", action="store_true", help="only rewrite docs/results.md")
+    args = parser.parse_args()
+    if not args.report_only:
+        for job in JOBS:
+            if any(fnmatch.fnmatchcase(job.tag, pattern) for pattern in args.only):
+                run(job, args.minutes_scale, args.work_dir)
+    write_section(DOC, "pretrained", report(), title="# Results")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The pretrained checkpoints bundled in zoo/weights/: every tag loads offline through the registry,
+its files match its tag, its card shows its results, and a quick subset reproduces its numbers."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import zoo
+from zoo.bundled import WEIGHTS, bundled_folders, quick_check, read_training_config
+from zoo.registry import architecture, pretrained_tag
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TAGS = sorted(bundled_folders())
+MAX_MB = 25
+QUICK_TOLERANCE = 1e-3  # relative: the same weights on the same batches, up to summation order
+
+
+def test_weights_are_bundled():
+    assert TAGS, f"no pretrained checkpoints in {WEIGHTS}"
+    assert set(TAGS) <= set(zoo.list_models(pretrained=True))
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_tag_loads_offline_and_matches_its_name(tag, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = bundled_folders()[tag]
+    assert Path(pretrained_tag(tag).source) == folder
+    arch_name, _, label = tag.partition(".")
+    data, _, backend = label.partition("_")
+    model = zoo.from_pretrained(tag)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architecture"] == arch_name
+    assert model.config["backend"] == backend.replace("_", "-")
+    assert type(model).__name__ == architecture(arch_name).class_path.rsplit(".", 1)[-1]
+    assert str(next(model.parameters()).dtype) == f"torch.{config['dtype']}"
+    same = zoo.create_model(tag, pretrained=True)
+    assert all((a == b).all() for a, b in zip(model.state_dict().values(), same.state_dict().values()))
+    assert (folder / "model.safetensors").stat().st_size <= MAX_MB * 2**20
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_card_and_results_agree(tag):
+    folder = bundled_folders()[tag]
+    results = json.loads((folder / "results.json").read_text())
+    card = (folder / "README.md").read_text()
+    assert results["metrics"] and all(math.isfinite(v) for v in results["metrics"].values())
+    assert {"test/nll"} <= set(results["metrics"])
+    for name, value in results["metrics"].items():
+        assert f"| `{name}` | {value:.4g} |" in card
+    training = results["training"]
+    assert training["hardware"] in card and str(training["minutes"]) in card
+    assert read_training_config(folder)["model"]["init_args"]["model"]["init_args"] == {
+        k: v for k, v in json.loads((folder / "config.json").read_text())["init_args"].items()
+        if k in read_training_config(folder)["model"]["init_args"]["model"]["init_args"]
+    }  # fmt: skip
+    docs = (REPO_ROOT / "docs" / "results.md").read_text()
+    rows = [line for line in docs.splitlines() if line.startswith(f"| `{tag}` |")]
+    assert len(rows) == 1, (
+        f"docs/results.md needs one row for {tag}: python scripts/train_pretrained.py --report-only"
+    )
+    assert f"| {results['metrics']['test/nll']:.4g}" in rows[0], (
+        f"docs/results.md disagrees with {tag}'s card"
+    )
+
+
+def _smallest() -> str:
+    return min(TAGS, key=lambda t: (bundled_folders()[t] / "model.safetensors").stat().st_size)
+
+
+@pytest.mark.parametrize("tag", [_smallest()] if TAGS else [])
+def test_quick_subset_reproduces_the_recorded_number(tag):
+    folder = bundled_folders()[tag]
+    expected = json.loads((folder / "results.json").read_text())["quick_check"]
+    measured = quick_check(zoo.from_pretrained(tag), read_training_config(folder), expected["batches"])
+    assert measured["sequences"] == expected["sequences"]
+    assert measured["nll"] == pytest.approx(expected["nll"], rel=QUICK_TOLERANCE)
+
+
+def test_a_non_editable_install_carries_the_weights(tmp_path):
+    """setuptools' package data: ``pip install . --target`` copies zoo/weights/ with every file."""
+    if not TAGS:
+        pytest.skip("no bundled checkpoints")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", str(REPO_ROOT), "--no-deps", "--no-build-isolation",
+         "--target", str(tmp_path / "site"), "--quiet"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for tag in TAGS:
+        installed = tmp_path / "site" / "zoo" / "weights" / tag
+        assert {p.name for p in installed.iterdir()} == {p.name for p in bundled_folders()[tag].iterdir()}
+
+
+def test_readme_main_job_block_runs():
+    """The README's Python example of the main job (bundled checkpoints, offline)."""
+    import re
+
+    import torch
+
+    text = (REPO_ROOT / "README.md").read_text()
+    block = re.search(r"## The main job.*?```python\n(.*?)```", text, re.S).group(1)
+    for tag in re.findall(r'"(\w+\.\w+)"', block):
+        if tag not in TAGS:
+            pytest.skip(f"{tag} is not bundled")
+    torch.manual_seed(0)
+    exec(compile(block, "README.md", "exec"), {})
+
+
+def test_readme_main_job_script_runs_in_under_a_minute_of_cpu():
+    """scripts/pretrained_demo.py uses a checkpoint of each bundled family, offline."""
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "2"}
+    proc = subprocess.run(
+        [sys.executable, "scripts/pretrained_demo.py"], cwd=REPO_ROOT, env=env, capture_output=True,
+        text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    families = {tag.split("_")[0] + "_" + tag.split("_")[1] for tag in TAGS}
+    if any(t.startswith("hmm_categorical") for t in TAGS):
+        assert "perplexity" in proc.stdout
+    if any(t.startswith("pcfg") for t in TAGS):
+        assert "MBR parse" in proc.stdout and "sample:" in proc.stdout
+    assert "no bundled checkpoint" not in proc.stdout or len(families) < 5
+    seconds = float(proc.stdout.rsplit("this took ", 1)[1].split()[0])
+    assert seconds < 60, proc.stdout
+
+
+def test_cli_fine_tunes_from_a_bundled_tag_offline(tmp_path):
+    """``zoo fit --model.init_args.init_from <tag>``: the card's fine-tuning command, a few steps."""
+    tag = _smallest()
+    folder = bundled_folders()[tag]
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "zoo.cli", "fit", "--config", str(folder / "training_config.yaml"),
+         "--model.init_args.init_from", tag, "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
+         "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list(tmp_path.rglob("*.ckpt")), "the fine-tuning run wrote no checkpoint"
+
+
+def test_results_keep_training_and_quick_check_notes():
+    from zoo.cards import read_results
+
+    results = {"dataset": "ptb", "metrics": {"test/nll": 5.0}, "training": {"minutes": 4.1}, "other": 1}
+    assert read_results(results) == {
+        "dataset": "ptb",
+        "metrics": {"test/nll": 5.0},
+        "training": {"minutes": 4.1},
+    }
+    with pytest.raises(ValueError, match="'quick_check' must be a dict"):
+        read_results({"metrics": {"test/nll": 5.0}, "quick_check": 3.0})
