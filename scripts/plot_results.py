@@ -2,6 +2,8 @@
 
 * ``pretrained_metrics.png``: each family's held-out metric per backend (from every bundled
   ``results.json``: the numbers of docs/results.md and the cards);
+* ``speed_vs_states.png``: seconds a step against the state count per backend, from the benchmark
+  tables of the linear chain (docs/benchmarks.md) and the HSMM (docs/results.md);
 * ``pcfg_parse.png``: a sentence parsed by a bundled PCFG (its MBR tree's spans above the words);
 * ``hsmm_segmentation.png``: a held-out smartwatch recording segmented by a bundled HSMM (the
   predicted segments against the gold exercise labels), when an HSMM checkpoint is bundled.
@@ -104,6 +106,69 @@ def segmentation_figure(tag: str) -> Path:
     return save(fig, "hsmm_segmentation.png")
 
 
+def markdown_table(page: Path, heading: str) -> list[list[str]]:
+    """The body rows (cells) of the first Markdown table after ``heading`` in ``page``."""
+    lines = page.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    rows = []
+    for line in lines[start + 1 :]:
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip("|").split("|")])
+        elif rows:
+            break
+    return rows[2:]  # without the header and its rule
+
+
+def number(cell: str) -> float | None:
+    head = cell.split(" ")[0].replace(",", "")
+    try:
+        return float(head)
+    except ValueError:
+        return None
+
+
+HSMM_BACKENDS = ("exact", "low-rank (R = 16)", "rank-space (r = 16)", "randomized (K = N/16)")
+
+
+def speed_figure() -> Path:
+    """Seconds a step against the state count N, per backend: linear chains (docs/benchmarks.md,
+    scripts/bench_chain.py) and the smartwatch HSMM (docs/results.md, scripts/hsmm_results.py)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    chain: dict[str, list[tuple[float, float]]] = {}
+    for n, method, time_ms, *_ in markdown_table(
+        REPO / "docs" / "benchmarks.md", "### Table 1: log Z + backward"
+    ):
+        if number(time_ms) is not None and method in ("exact", "low-rank (R = N/8)", "rank-space (r = N/8)",
+                                                      "randomized (K = 1% N)"):  # fmt: skip
+            chain.setdefault(method, []).append((float(n), number(time_ms) / 1000))
+    hsmm_rows = markdown_table(
+        REPO / "docs" / "results.md", "### Seconds per training batch at growing state"
+    )
+    hsmm: dict[str, list[tuple[float, float]]] = {}
+    for row in hsmm_rows:
+        for backend, cell in zip(HSMM_BACKENDS, row[1:]):
+            if number(cell) is not None:
+                hsmm.setdefault(backend, []).append((float(row[0]), number(cell)))
+    titles = (
+        "Linear chain (HMM): log Z + backward, B = 8, T = 32",
+        "HSMM (smartwatch): one training step, 4 sequences, D = 32",
+    )
+    for ax, series, title in zip(axes, (chain, hsmm), titles):
+        for label, points in series.items():
+            ax.plot(*zip(*points), marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("states N")
+        ax.set_ylabel("seconds")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(
+        "Speed against the number of states (2-core CPU; from the benchmark outputs in docs/)", fontsize=10
+    )
+    fig.tight_layout()
+    return save(fig, "speed_vs_states.png")
+
+
 def save(fig, name: str) -> Path:
     IMG.mkdir(parents=True, exist_ok=True)
     path = IMG / name
@@ -116,6 +181,7 @@ def save(fig, name: str) -> Path:
 def main() -> None:
     torch.set_num_threads(2)
     metrics_figure()
+    speed_figure()
     pcfg = zoo.list_models("pcfg_*.ptb_low_rank", pretrained=True) or zoo.list_models(
         "pcfg_*", pretrained=True
     )

@@ -12,13 +12,16 @@ For each job (tag, recipe, minutes), with the documented commands only:
 4. half precision: the weights are kept in float16 only if the quick-check NLL (the first test batches)
    moves by less than 0.1 % (then step 3 is re-run on the float16 folder); otherwise float32;
 5. ``results.json``: the test metrics, the training notes (hardware, minutes) and the quick check
-   (``zoo.bundled.quick_check``, which the tests re-measure); the card is re-rendered.
+   (``zoo.bundled.quick_check``, which the tests re-measure); the card is re-rendered;
+6. PCFGs: ``synthetic/sentence_f1`` (mean and standard deviation over seeds): the same backend trained
+   on the synthetic grammar with scripts/pcfg_induction.py's machinery, F1 of its parses.
 
 Then ``docs/results.md`` gets one table per family from every bundled folder (section ``pretrained``).
 
     OMP_NUM_THREADS=2 python scripts/train_pretrained.py                     # every job
     python scripts/train_pretrained.py --only 'hmm_categorical_*' --minutes-scale 0.5
     python scripts/train_pretrained.py --report-only                         # only docs/results.md
+    python scripts/train_pretrained.py --synthetic-only --only 'pcfg_*'      # only the PCFGs' F1
 """
 
 from __future__ import annotations
@@ -39,12 +42,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from zoo.bundled import WEIGHTS, quick_check, read_training_config  # noqa: E402
+from zoo.bundled import WEIGHTS, bundled_folders, quick_check, read_training_config  # noqa: E402
 
 from report import write_section  # noqa: E402
 
 DOC = REPO / "docs" / "results.md"
 HALF_TOLERANCE = 1e-3  # relative change of the quick-check NLL that float16 may cause
+SYNTHETIC_SEEDS, SYNTHETIC_EPOCHS = 3, 20
+SYNTHETIC_NOTE = (
+    "synthetic/sentence_f1: the same backend trained on the synthetic grammar's 300 sentences "
+    f"(scripts/pcfg_induction.py: NT 6, PT 8, embeddings 32, {SYNTHETIC_EPOCHS} epochs), sentence F1 (%) "
+    f"of its MBR trees on 100 test sentences, mean and standard deviation over {SYNTHETIC_SEEDS} seeds"
+)
 
 
 @dataclass(frozen=True)
@@ -68,11 +77,27 @@ JOBS = [
     Job("pcfg_nt10_pt20_d64.ptb_low_rank", "pcfg/ptb-low-rank-small", 3),
     Job("pcfg_nt10_pt20_d64.ptb_rank_space", "pcfg/ptb-rank-space-small", 3),
     Job("pcfg_nt10_pt20_d64.ptb_randomized", "pcfg/ptb-randomized-small", 3),
+    Job("hsmm_gaussian_n16_dur32_in12_f12_d32.smartwatch_exact", "hsmm/smartwatch-exact-small", 1.5),
+    *(
+        Job(
+            f"hsmm_gaussian_n64_dur32_in12_f12_d32.smartwatch_{b.replace('-', '_')}",
+            f"hsmm/smartwatch-{b}-small",
+            1.5,
+        )
+        for b in ("low-rank", "rank-space", "randomized")
+    ),
 ]
 FAMILIES = {  # class -> (table title, metrics shown)
     "CategoricalHMM": ("HMM language models on PTB (perplexity, <eos> counted)", ("test/ppl", "test/nll")),
     "BernoulliHMM": ("HMMs on the Bach chorales (NLL in nats per frame of 88 keys)", ("test/nll",)),
-    "PCFG": ("PCFGs on PTB (perplexity, one end token per sentence)", ("test/ppl", "test/nll")),
+    "GaussianHSMM": (
+        "HSMMs on the smartwatch recordings (NLL in nats per frame; frame accuracy, boundary F1)",
+        ("test/nll", "test/frame_accuracy", "test/boundary_f1"),
+    ),
+    "PCFG": (
+        "PCFGs on PTB (perplexity, one end token per sentence; sentence F1 (%) on the synthetic grammar)",
+        ("test/ppl", "test/nll", "synthetic/sentence_f1"),
+    ),
 }
 
 
@@ -127,6 +152,34 @@ def try_half_precision(folder: Path) -> tuple[bool, dict]:
     return True, note
 
 
+def synthetic_f1(backend: str, work: Path, seeds: int = SYNTHETIC_SEEDS) -> dict[str, float]:
+    """Sentence F1 (%) of MBR trees on the synthetic grammar's test sentences, mean and standard
+    deviation over seeds, of a PCFG with ``backend`` trained there (scripts/pcfg_induction.py)."""
+    import statistics
+
+    from pcfg_induction import induce, write_corpus
+
+    work.mkdir(parents=True, exist_ok=True)
+    files = write_corpus(work, {"train": 300, "valid": 20, "test": 100}, 4, 11, seed=0)
+    scores = [100 * induce(files, backend, seed, SYNTHETIC_EPOCHS)["sentence_f1"] for seed in range(seeds)]
+    return {
+        "synthetic/sentence_f1": statistics.mean(scores),
+        "synthetic/sentence_f1_std": statistics.stdev(scores),
+    }
+
+
+def add_synthetic_f1(folder: Path, work: Path) -> None:
+    """Record ``synthetic_f1`` of a bundled PCFG's backend in its results.json and card."""
+    from zoo.pretrained import save_results, write_card
+
+    results = json.loads((folder / "results.json").read_text())
+    backend = json.loads((folder / "config.json").read_text())["init_args"]["backend"]
+    results["metrics"].update(synthetic_f1(backend, work))
+    results["training"]["synthetic_f1"] = SYNTHETIC_NOTE
+    save_results(folder, results)
+    write_card(folder)
+
+
 def run(job: Job, scale: float, work: Path) -> None:
     from zoo.pretrained import from_pretrained, save_results, write_card
 
@@ -162,13 +215,13 @@ def run(job: Job, scale: float, work: Path) -> None:
     results["quick_check"] = quick_check(model, read_training_config(folder))
     save_results(folder, results)
     write_card(folder)
+    if model.config.get("num_nonterminals"):  # a PCFG: grammar induction with its backend
+        add_synthetic_f1(folder, run_dir / "synthetic")
     print(job.tag, json.dumps(results["metrics"]), flush=True)
 
 
 def report() -> str:
     """One table per family from every bundled folder's results.json."""
-    from zoo.bundled import bundled_folders
-
     rows: dict[str, list[str]] = {}
     for tag, folder in bundled_folders().items():
         config = json.loads((folder / "config.json").read_text())
@@ -218,8 +271,15 @@ def main() -> None:
     parser.add_argument("--minutes-scale", type=float, default=1.0, help="multiply every budget")
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/pretrained/runs"))
     parser.add_argument("--report-only", action="store_true", help="only rewrite docs/results.md")
+    parser.add_argument(
+        "--synthetic-only", action="store_true", help="only add the synthetic-grammar F1 to bundled PCFGs"
+    )
     args = parser.parse_args()
-    if not args.report_only:
+    if args.synthetic_only:
+        for tag, folder in bundled_folders().items():
+            if tag.startswith("pcfg_") and any(fnmatch.fnmatchcase(tag, p) for p in args.only):
+                add_synthetic_f1(folder, args.work_dir / tag / "synthetic")
+    elif not args.report_only:
         for job in JOBS:
             if any(fnmatch.fnmatchcase(job.tag, pattern) for pattern in args.only):
                 run(job, args.minutes_scale, args.work_dir)
