@@ -1,7 +1,7 @@
 """Push every bundled pretrained checkpoint (zoo/weights/) with its card to a Hub organisation.
 
-Each ``arch.tag`` goes to ``ORG/<repo name>`` (``repo_name``: the tag with ``.`` replaced by ``--``,
-since a Hub repo name allows no second dot-separated tag), one commit per repo through
+Each ``arch.tag`` goes to ``ORG/arch.tag`` (a valid Hub repo name: letters, digits, ``_``, ``-``
+and single dots), one commit per repo through
 ``zoo.pretrained.push_to_hub`` (the checkpoint is loaded first; the card is rendered for the repo id).
 Prints ``tag repo_id commit-sha`` per checkpoint: the revision to pin in ``register_pretrained``.
 
@@ -22,11 +22,6 @@ from zoo.bundled import bundled_folders  # noqa: E402
 from zoo.pretrained import push_to_hub  # noqa: E402
 
 
-def repo_name(tag: str) -> str:
-    """The Hub repo name of a pretrained tag: ``hmm_categorical_n512_d64--ptb_exact``."""
-    return tag.replace(".", "--")
-
-
 def release(org: str, token: str | None = None, patterns: list[str] | None = None, private: bool = False):
     """Push the bundled checkpoints whose tags match ``patterns`` (fnmatch; default all) to ``org``;
     returns ``[(tag, repo_id, commit sha)]``."""
@@ -39,7 +34,7 @@ def release(org: str, token: str | None = None, patterns: list[str] | None = Non
         raise SystemExit(f"no bundled checkpoint matches {patterns}; bundled: {sorted(bundled_folders())}")
     pushed = []
     for tag, folder in folders.items():
-        repo_id = f"{org}/{repo_name(tag)}"
+        repo_id = f"{org}/{tag}"
         commit = push_to_hub(folder, repo_id, token=token, private=private or None)
         pushed.append((tag, repo_id, commit.oid))
         print(tag, repo_id, commit.oid, flush=True)

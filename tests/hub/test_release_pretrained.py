@@ -1,5 +1,5 @@
 """scripts/release_pretrained.py against the local Hub: every bundled checkpoint is pushed with its
-card to ``ORG/<repo name>``; one is then downloaded by repo id, and loaded again offline from the cache,
+card to ``ORG/<arch.tag>``; one is then downloaded by repo id, and loaded again offline from the cache,
 with the same weights as the bundled folder."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_release_pushes_every_bundled_checkpoint_and_one_loads_by_repo_id_offlin
     assert set(pushed) == set(bundled_folders())
     tag, folder = next(iter(bundled_folders().items()))
     repo_id, sha = pushed[tag]
-    assert repo_id == f"{ORG}/{tag.replace('.', '--')}" and len(sha) == 40
+    assert repo_id == f"{ORG}/{tag}" and len(sha) == 40
     api = HfApi(endpoint=local_hub.endpoint, token="test-token")
     files = set(api.list_repo_files(repo_id))
     assert {"config.json", "model.safetensors", "README.md", "results.json", "training_config.yaml"} <= files

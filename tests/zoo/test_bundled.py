@@ -83,11 +83,18 @@ def test_quick_subset_reproduces_the_recorded_number(tag):
 
 
 def test_a_non_editable_install_carries_the_weights(tmp_path):
-    """setuptools' package data: ``pip install . --target`` copies zoo/weights/ with every file."""
+    """setuptools' package data: ``pip install . --target`` copies zoo/weights/ with every file
+    (built from a copy of the sources, so no earlier build/ folder can leave stale files)."""
+    import shutil
+
     if not TAGS:
         pytest.skip("no bundled checkpoints")
+    source = tmp_path / "source"
+    shutil.copytree(REPO_ROOT / "zoo", source / "zoo", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, source / name)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", str(REPO_ROOT), "--no-deps", "--no-build-isolation",
+        [sys.executable, "-m", "pip", "install", str(source), "--no-deps", "--no-build-isolation",
          "--target", str(tmp_path / "site"), "--quiet"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
