@@ -264,6 +264,8 @@ def report() -> str:
 
 
 def main() -> None:
+    from zoo.pretrained import write_card
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -283,6 +285,8 @@ def main() -> None:
         for job in JOBS:
             if any(fnmatch.fnmatchcase(job.tag, pattern) for pattern in args.only):
                 run(job, args.minutes_scale, args.work_dir)
+    for folder in bundled_folders().values():
+        write_card(folder)  # the current template
     write_section(DOC, "pretrained", report(), title="# Results")
 
 
