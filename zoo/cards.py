@@ -32,9 +32,18 @@ METRICS = {
     "nll": ("nll", "negative log-likelihood (nats per event)"),
     "sentence_f1": ("f1", "sentence-level unlabeled F1 (%)"),
     "corpus_f1": ("f1", "corpus-level unlabeled F1 (%)"),
+    "nll_sequence": ("nll", "negative log-likelihood (nats per sequence)"),
+    "frame_accuracy": ("accuracy", "frame accuracy under the best one-to-one label map"),
+    "boundary_f1": ("f1", "segment boundary F1"),
 }
 SPLITS = {"val": "validation", "test": "test"}
-TASK_TYPES = {"CategoricalHMM": "text-generation", "PCFG": "text-generation", "BernoulliHMM": "other"}
+# The Hub's task type of each family's model index (it has none for unsupervised segmentation).
+TASK_TYPES = {
+    "CategoricalHMM": "text-generation",
+    "PCFG": "text-generation",
+    "BernoulliHMM": "other",
+    "GaussianHSMM": "other",
+}
 
 
 def dataset_name(data: dict[str, Any] | None) -> str | None:
@@ -48,6 +57,8 @@ def dataset_name(data: dict[str, Any] | None) -> str | None:
         return "chorales" if dataset == "chorales" else Path(dataset).stem
     if short == "PCFGDataModule":
         return "ptb-wsj" if args.get("tree_files") else "ptb"
+    if short == "NpyFolderDataModule" and args.get("data_dir"):
+        return Path(args["data_dir"]).name  # the user's own features: their folder's name
     return short.removesuffix("DataModule").lower()
 
 
