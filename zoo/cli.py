@@ -8,6 +8,8 @@
       zoo fit --config recipe.yaml --print_config
 
 * ``zoo capabilities``: the engine's structure x backend x operation table (Markdown).
+* ``zoo state-usage CKPT --out usage.png``: the aggregated posterior's state usage of a trained
+  structured VAE (Fu et al. 2022, Fig. 2), on the data of its checkpoint.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from pathlib import Path
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-ZOO_COMMANDS = ("capabilities",)
+ZOO_COMMANDS = ("capabilities", "state-usage")
 
 
 def zoo_command(argv: list[str]) -> int:
@@ -27,6 +29,15 @@ def zoo_command(argv: list[str]) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("capabilities", help="print the structure x backend x operation table (Markdown)")
+    usage = sub.add_parser(
+        "state-usage",
+        help="plot a structured VAE's aggregated posterior state usage (a PNG) from a checkpoint",
+    )
+    usage.add_argument("checkpoint", help="a zoo fit checkpoint (.ckpt) of a VAETask")
+    usage.add_argument("--out", required=True, help="the image to write (e.g. usage.png)")
+    usage.add_argument("--split", default="train", choices=("train", "valid", "test"))
+    usage.add_argument("--max-batches", type=int, default=None, help="stop after this many batches")
+    usage.add_argument("--seed", type=int, default=0, help="seed of the posterior samples")
     for name in LIGHTNING_COMMANDS:
         sub.add_parser(name, help=f"Lightning's {name} (see zoo {name} --help)")
     args = parser.parse_args(argv)
@@ -34,7 +45,42 @@ def zoo_command(argv: list[str]) -> int:
         from zoo.inference.capabilities import capability_table
 
         print(capability_table())
+    elif args.command == "state-usage":
+        state_usage_command(args.checkpoint, args.out, args.split, args.max_batches, args.seed)
     return 0
+
+
+def state_usage_command(checkpoint: str, out: str, split: str, max_batches: int | None, seed: int) -> None:
+    """Rebuild the task and its ``CaptionsDataModule`` from ``checkpoint``, count and plot the state usage."""
+    import importlib
+
+    import torch
+
+    from zoo.models.vae import aggregated_state_usage, plot_state_usage
+
+    if not Path(checkpoint).is_file():
+        raise SystemExit(f"zoo state-usage: no checkpoint at {checkpoint}")
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    task_path, data_args = saved.get("zoo_task"), saved.get("datamodule_hyper_parameters")
+    if not task_path or data_args is None:
+        raise SystemExit(
+            f"zoo state-usage: {checkpoint} is not a zoo fit checkpoint with its data module's settings"
+        )
+    module, _, name = task_path.rpartition(".")
+    task = getattr(importlib.import_module(module), name).load_from_checkpoint(checkpoint, map_location="cpu")
+    if not hasattr(task.model, "sample_states"):
+        raise SystemExit(f"zoo state-usage: {type(task.model).__name__} has no latent states to count")
+    from zoo.data.captions import CaptionsDataModule
+
+    data = CaptionsDataModule(**data_args)
+    data.setup()
+    loader = {"train": data.train_dataloader, "valid": data.val_dataloader, "test": data.test_dataloader}[
+        split
+    ]()
+    counts = aggregated_state_usage(task.model, loader, seed=seed, max_batches=max_batches)
+    model = task.model
+    plot_state_usage(counts, out, title=f"{model.backend}, N = {model.num_states}, {split}")
+    print(f"{out}: {int((counts > 0).sum())} of {len(counts)} states used over {int(counts.sum())} tokens")
 
 
 def zoo_cli_class():

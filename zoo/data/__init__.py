@@ -81,3 +81,13 @@ _LAZY.update(
     }
 )
 __all__ += ["PCFGDataModule", "SentenceDataset", "collate_sentences", "read_tree_file"]
+
+# Captions as GPT-2 ids for the structured VAE (zoo.tasks.VAETask).
+_LAZY.update(
+    {
+        "CaptionsDataModule": "zoo.data.captions",
+        "read_captions": "zoo.data.captions",
+        "gpt2_tokenizer": "zoo.data.gpt2_tokenizer",
+    }
+)
+__all__ += ["CaptionsDataModule", "read_captions", "gpt2_tokenizer"]

@@ -22,3 +22,7 @@ __all__ = [
 from zoo.models.pcfg import PCFG  # noqa: E402
 
 __all__ += ["PCFG"]
+
+from zoo.models.vae import StructuredVAE  # noqa: E402
+
+__all__ += ["StructuredVAE"]

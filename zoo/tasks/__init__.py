@@ -7,3 +7,7 @@ __all__ = ["LikelihoodTask"]
 from zoo.tasks.parsing import ParsingTask, TreeWriter  # noqa: E402
 
 __all__ += ["ParsingTask", "TreeWriter"]
+
+from zoo.tasks.vae import VAETask  # noqa: E402
+
+__all__ += ["VAETask"]
