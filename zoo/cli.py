@@ -51,7 +51,7 @@ def zoo_command(argv: list[str]) -> int:
 
 
 def state_usage_command(checkpoint: str, out: str, split: str, max_batches: int | None, seed: int) -> None:
-    """Rebuild the task and its ``CaptionsDataModule`` from ``checkpoint``, count and plot the state usage."""
+    """Rebuild the task and its data module from ``checkpoint``, count and plot the state usage."""
     import importlib
 
     import torch
@@ -70,13 +70,13 @@ def state_usage_command(checkpoint: str, out: str, split: str, max_batches: int 
     task = getattr(importlib.import_module(module), name).load_from_checkpoint(checkpoint, map_location="cpu")
     if not hasattr(task.model, "sample_states"):
         raise SystemExit(f"zoo state-usage: {type(task.model).__name__} has no latent states to count")
-    from zoo.data.captions import CaptionsDataModule
-
-    data = CaptionsDataModule(**data_args)
+    data_class = data_args.get("_class_path", "zoo.data.captions.CaptionsDataModule")
+    data_args = {k: v for k, v in data_args.items() if not k.startswith("_")}  # LightningCLI's own keys
+    data_module, _, data_name = data_class.rpartition(".")
+    data = getattr(importlib.import_module(data_module), data_name)(**data_args)
     data.setup()
-    loader = {"train": data.train_dataloader, "valid": data.val_dataloader, "test": data.test_dataloader}[
-        split
-    ]()
+    loaders = {"train": data.train_dataloader, "valid": data.val_dataloader, "test": data.test_dataloader}
+    loader = loaders[split]()
     counts = aggregated_state_usage(task.model, loader, seed=seed, max_batches=max_batches)
     model = task.model
     plot_state_usage(counts, out, title=f"{model.backend}, N = {model.num_states}, {split}")
