@@ -77,7 +77,7 @@ def test_fit_reload_validate_and_plot_state_usage(tmp_path):
     (ckpt,) = tmp_path.rglob("*.ckpt")
     val = logged(tmp_path, "val/nll_sentence")
     assert len(val) == 2 and all(v > 0 for v in val)
-    assert len(logged(tmp_path, "val/elbo_sentence")) == 2  # the ELBO is logged beside the NLL
+    assert len(logged(tmp_path, "val/neg_elbo_sentence")) == 2  # the ELBO is logged beside the NLL
     assert logged(tmp_path, "train/entropy")
 
     task = VAETask.load_from_checkpoint(ckpt).eval()
