@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from zoo.inference import Backend, EmbeddingChain, LinearChain, LowRankChain, RDPOptions
 from zoo.inference.chain.randomized import PROPOSALS
+from zoo.models.hmm import _check_int
 from zoo.models.layers import ExpFeatureMap
 
 RANK_SPACE_ERROR = (
@@ -36,11 +37,6 @@ RANK_SPACE_ERROR = (
     "it: folding it in costs O(T N R) per sequence, which is exactly the low-rank forward. Use "
     "backend='low-rank' (with rank=R) for a CRF whose N x N transition is never built."
 )
-
-
-def _check_int(name: str, value, low: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
 
 
 class CRFInferenceNetwork(nn.Module):

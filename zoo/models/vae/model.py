@@ -23,9 +23,10 @@ from torch import Tensor, nn
 
 from zoo.inference import LinearChain
 from zoo.models.base import ZooModel
+from zoo.models.hmm import _check_int
 from zoo.models.vae.decoder import LSTMDecoder
 from zoo.models.vae.importance import importance_sampled_log_likelihood
-from zoo.models.vae.inference_network import CRFInferenceNetwork, _check_int
+from zoo.models.vae.inference_network import CRFInferenceNetwork
 
 GPT2_VOCAB_SIZE = 50257
 
