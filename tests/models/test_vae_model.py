@@ -213,6 +213,21 @@ def test_bad_batches_are_clear_errors():
     assert torch.isfinite(model.elbo(padded)["elbo"]).all()
 
 
+def test_pretrained_encoder_from_a_local_folder(tmp_path):
+    """``pretrained_encoder`` goes through ``GPT2Model.from_pretrained`` (here a folder: no Hub needed)."""
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    saved = GPT2Model(GPT2Config(n_embd=16, n_layer=1, n_head=2, n_positions=32))
+    saved.save_pretrained(tmp_path)
+    model = StructuredVAE(num_states=N, pretrained_encoder=str(tmp_path), state_dim=8, decoder_dim=8,
+                          decoder_hidden=8)  # fmt: skip
+    torch.testing.assert_close(model.encoder.wte.weight, saved.wte.weight)
+    assert model.project.in_features == 16 and model.encoder.config.n_positions == 32
+    with pytest.raises(OSError, match="use pretrained_encoder=None"):
+        StructuredVAE(num_states=N, pretrained_encoder=str(tmp_path / "missing"))
+
+
 def test_config_rebuilds_the_model():
     model = tiny("randomized")
     again = StructuredVAE.from_config(model.spec()).double()

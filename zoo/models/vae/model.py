@@ -50,7 +50,7 @@ def build_gpt2_encoder(
             )
         try:
             return GPT2Model.from_pretrained(pretrained)
-        except OSError as error:
+        except (OSError, ValueError) as error:  # not on the Hub / in the cache; not a valid repo id
             raise OSError(
                 f"could not load the pretrained encoder {pretrained!r} (no Hugging Face Hub access and not "
                 "in the local cache?); use pretrained_encoder=None for a randomly initialised GPT2Config "
