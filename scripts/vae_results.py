@@ -76,7 +76,7 @@ def run(
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_time={"seconds": int(args.minutes * 60)}, max_epochs=1000,
         gradient_clip_val=5.0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[speed], limit_val_batches=0, num_sanity_val_steps=0,
+        enable_model_summary=False, callbacks=[speed], limit_val_batches=1, num_sanity_val_steps=0,
     )  # fmt: skip
     started = time.time()
     trainer.fit(task, datamodule=train)
@@ -140,7 +140,8 @@ def main() -> None:
             "`<|endoftext|>`); the encoder is a randomly initialised GPT2Config of 2 layers x 128 dims "
             "(no pretrained GPT-2 on our machines), CRF state embeddings of 64 dims, N = 100 states, an "
             "LSTM decoder of 128 hidden units with 64-dim embeddings over GPT-2's 50,257 ids; AdamW lr "
-            "1e-3, batches of 32 sentences, gradient clip 5, temperature 1. Every run trains from scratch "
+            "1e-3, batches of 32 sentences, gradient clip 5, temperature 1 (one validation batch an epoch, "
+            "for the learning-rate schedule). Every run trains from scratch "
             f"for the same {args.minutes:g}-minute wall-clock budget (a fraction of an epoch: far from "
             f"converged), then is evaluated on the first {args.test_sentences} test sentences: NLL by "
             f"importance sampling with {args.samples} exact samples of q (one seed), -ELBO with the run's "
