@@ -6,8 +6,8 @@ report the importance-sampled NLL (``model.log_likelihood``, ``eval_samples`` sa
 ``val/nll`` (nats per token, ``<|endoftext|>`` counted), ``val/ppl``, ``val/nll_sentence`` (nats per
 sentence: the paper's Table 5 metric) and -ELBO per sentence ``val/neg_elbo_sentence`` beside it (the
 run's own training estimator: relaxed sample, randomized entropy for RDP). The importance
-samples of batch i are seeded with i, so an evaluation is reproducible. Logged while training: ``train/loss``, ``train/elbo``,
-``train/reconstruction``, ``train/entropy`` (per sentence).
+samples of batch i are seeded with i, so an evaluation is reproducible. Logged while training:
+``train/loss``, ``train/elbo``, ``train/reconstruction``, ``train/entropy`` (per sentence).
 """
 
 from __future__ import annotations
