@@ -274,3 +274,63 @@ _family(
         ),
     ],
 )
+
+
+def _vae(states: int, layers: int, encoder: int, heads: int, lstm: int, width: int) -> tuple[str, dict]:
+    """(size, config) of a StructuredVAE: ``n<states>_enc<layers>x<encoder width>_lstm<decoder hidden>``
+    and ``d<width>`` (state and decoder embeddings); GPT-2 ids, 1024 positions."""
+    config = {
+        "num_states": states,
+        "vocab_size": 50257,
+        "encoder_layers": layers,
+        "encoder_dim": encoder,
+        "encoder_heads": heads,
+        "max_positions": 1024,
+        "state_dim": width,
+        "decoder_dim": width,
+        "decoder_hidden": lstm,
+        "decoder_layers": 1,
+    }
+    return f"n{states}_enc{layers}x{encoder}_lstm{lstm}_d{width}", config
+
+
+# --- StructuredVAE: MSCOCO captions with GPT-2 base as the encoder (Fu et al. 2022, Sec. 5.2) --------
+# The top-K baseline recipes (-topk-) are the randomized backend with k1 = K1 + K2, k2 = 0.
+_family(
+    "zoo.models.StructuredVAE",
+    "vae_crf",
+    [
+        (
+            *_vae(100, 12, 768, 12, 256, 256),
+            {"exact": {}, "randomized": {"k1": 10, "k2": 10}},
+            "randomized",
+            ("vae/mscoco-full-100", "vae/mscoco-rdp-100", "vae/mscoco-topk-100"),
+            "MSCOCO structured VAE, 100 states: FULL / RDP / TOPK-100 (Fu et al. 2022, Table 5)",
+        ),
+        (
+            *_vae(2000, 12, 768, 12, 256, 256),
+            {"randomized": {"k1": 200, "k2": 200}},
+            "randomized",
+            ("vae/mscoco-rdp-2000", "vae/mscoco-topk-2000"),
+            "MSCOCO structured VAE, 2000 states: RDP / TOPK-2000 (Fu et al. 2022, Table 5)",
+        ),
+    ],
+    pretrained_encoder="gpt2",
+    dropout=0.1,
+)
+
+# --- StructuredVAE: short PTB sentences, a random 2-layer GPT-2 encoder, for a CPU --------------------
+_family(
+    "zoo.models.StructuredVAE",
+    "vae_crf",
+    [
+        (
+            *_vae(100, 2, 128, 2, 128, 64),
+            {"exact": {}, "low-rank": {"rank": 32}, "randomized": {"k1": 10, "k2": 10}},
+            "randomized",
+            tuple(f"vae/ptb-short-{b}-small" for b in ("exact", "low-rank", "rdp", "topk")),
+            "small structured VAE on short PTB sentences for a CPU (random GPT-2 encoder)",
+        ),
+    ],
+    dropout=0.1,
+)

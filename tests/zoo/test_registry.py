@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 from pathlib import Path
 
@@ -24,8 +26,10 @@ from zoo.registry import (
 
 REPO = Path(__file__).resolve().parents[2]
 # <family>_<size>_d<width>; sizes: states (HMMs), nonterminals and preterminals (PCFG), states, longest
-# duration, raw and modelled feature sizes (HSMM): docs/zoo-api.md
-ARCH_NAME = re.compile(r"^[a-z]+(_[a-z]+)?_(n\d+|nt\d+_pt\d+|n\d+_dur\d+_in\d+_f\d+)_d\d+$")
+# duration, raw and modelled feature sizes (HSMM), states, encoder layers x width, LSTM size (VAE):
+# docs/zoo-api.md
+SIZES = r"n\d+|nt\d+_pt\d+|n\d+_dur\d+_in\d+_f\d+|n\d+_enc\d+x\d+_lstm\d+"
+ARCH_NAME = re.compile(rf"^[a-z]+(_[a-z]+)?_({SIZES})_d\d+$")
 CASES = [(name, backend) for name in zoo.list_models() for backend in architecture(name).backends]
 
 
@@ -144,14 +148,22 @@ MODEL_RECIPES = [r for r in RECIPES if "model" in yaml.safe_load(r.read_text())]
 
 @pytest.mark.parametrize("recipe", MODEL_RECIPES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_every_recipe_trains_a_registered_architecture(recipe):
-    """A recipe's model is create_model(arch, backend) (a -r<rank> variant differs in the rank only),
-    and the architecture lists the recipe."""
+    """A recipe's model is create_model(arch, backend) (a -r<rank> variant differs in the rank only, a
+    -topk- recipe is the randomized backend's top-K baseline: k1 = K1 + K2, k2 = 0), and the
+    architecture lists the recipe."""
     spec = yaml.safe_load(recipe.read_text())["model"]["init_args"]["model"]
     args = spec["init_args"]
-    name = match_architecture(spec["class_path"], args)
+    module, _, short = spec["class_path"].rpartition(".")
+    parameters = inspect.signature(getattr(importlib.import_module(module), short)).parameters.values()
+    defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+    name = match_architecture(spec["class_path"], {**defaults, **args})  # the arguments the model gets
     assert name is not None, f"{recipe.name}: no registered architecture has {args}"
     arch = architecture(name)
     assert str(recipe.relative_to(REPO)) in arch.recipes
     variant = re.search(r"-r(\d+)$", recipe.stem)
-    config = model_config(name, args["backend"], **({"rank": int(variant.group(1))} if variant else {}))
+    overrides = {"rank": int(variant.group(1))} if variant else {}
+    if "-topk-" in recipe.stem:
+        randomized = model_config(name, "randomized")
+        overrides.update(k1=randomized["k1"] + randomized["k2"], k2=0)
+    config = {**defaults, **model_config(name, args["backend"], **overrides)}
     assert {k: config.get(k) for k in args} == args

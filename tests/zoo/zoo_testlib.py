@@ -27,6 +27,19 @@ SMALL = {
         "embedding_dim": 8,
         "hidden_dim": 8,
     },
+    "StructuredVAE": {  # a random GPT-2 encoder (no Hub), 4 importance samples
+        "num_states": 4,
+        "vocab_size": 17,
+        "pretrained_encoder": None,
+        "encoder_layers": 1,
+        "encoder_dim": 8,
+        "encoder_heads": 2,
+        "max_positions": 8,
+        "state_dim": 8,
+        "decoder_dim": 8,
+        "decoder_hidden": 8,
+        "eval_samples": 4,
+    },
 }
 SMALL_BACKEND = {"low-rank": {"rank": 3}, "rank-space": {"rank": 3}, "randomized": {"k1": 1, "k2": 1}}
 
@@ -64,7 +77,7 @@ def example_batch(model, seed: int = 0) -> dict:
     g = torch.Generator().manual_seed(seed)
     lengths = torch.tensor([5, 3, 4])
     family = type(model).__name__
-    if family in ("CategoricalHMM", "PCFG"):
+    if family in ("CategoricalHMM", "PCFG", "StructuredVAE"):
         tokens = torch.randint(model.config["vocab_size"], (3, 5), generator=g)
         return {"tokens": tokens, "lengths": lengths}
     if family == "BernoulliHMM":
