@@ -2,7 +2,8 @@
 
 One row per published result: the model class it compares with, the dataset name our results use
 (``zoo.cards.dataset_name``), our metric name it corresponds to (``test/ppl``, ``test/nll``,
-``test/sentence_f1``, ``test/nll_sequence``; conventions in REFERENCE.md section 2), and the paper.
+``test/sentence_f1``, ``test/nll_sequence``, ``test/nll_sentence``; conventions in REFERENCE.md
+section 2), and the paper.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ CHIU_T2 = "Chiu et al. 2021, Table 2"
 CHIU_F2 = "Chiu et al. 2021, Fig. 2"
 CHIU_T2_VIDEO = "Chiu et al. 2021, Table 2 (right)"
 YANG = "Yang et al. 2022"
+FU_T5 = "Fu et al. 2022, Table 5"
 
 PAPER_RESULTS: list[PaperResult] = [
     *_rows(
@@ -99,6 +101,18 @@ PAPER_RESULTS: list[PaperResult] = [
             ("HSMM", "2^7 states", 1.427e5, CHIU_T2_VIDEO),
             ("HSMM", "2^8 states", 1.426e5, CHIU_T2_VIDEO),
             ("LHSMM", "2^10 states, rank 2^4", 1.423e5, CHIU_T2_VIDEO),
+        ],
+    ),
+    *_rows(
+        "StructuredVAE",
+        "mscoco",
+        "test/nll_sentence",
+        [
+            ("FULL-100", "100 states, exact", 39.71, FU_T5),
+            ("TOPK-100", "100 states, top-K", 39.76, FU_T5),
+            ("RDP-100", "100 states, K1 = K2 = 10", 39.59, FU_T5),
+            ("TOPK-2000", "2000 states, top-K", 39.84, FU_T5),
+            ("RDP-2000", "2000 states, K1 = K2 = 200", 39.48, FU_T5),
         ],
     ),
 ]
