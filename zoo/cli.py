@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -194,6 +195,18 @@ def zoo_cli_class():
                 default=None,
                 help="validate / test: write the metrics to this JSON (for zoo export / zoo card --results)",
             )
+
+        def instantiate_classes(self) -> None:
+            """With ``--ckpt_path`` or ``init_from`` every model weight is replaced after the model is
+            built: build it inside ``weights_follow`` (no pretrained part, e.g. a GPT-2 encoder, is
+            fetched first)."""
+            from zoo.models.base import weights_follow
+
+            config = self.config[self.subcommand] if self.subcommand else self.config
+            model = config.get("model")
+            init_from = model.get("init_args", {}).get("init_from") if hasattr(model, "get") else None
+            with weights_follow() if config.get("ckpt_path") or init_from else contextlib.nullcontext():
+                super().instantiate_classes()
 
         def before_fit(self) -> None:
             self._no_results("fit")

@@ -220,10 +220,16 @@ def test_pretrained_encoder_from_a_local_folder(tmp_path):
     torch.manual_seed(0)
     saved = GPT2Model(GPT2Config(n_embd=16, n_layer=1, n_head=2, n_positions=32))
     saved.save_pretrained(tmp_path)
+    sizes = dict(encoder_layers=1, encoder_dim=16, encoder_heads=2, max_positions=32)
     model = StructuredVAE(num_states=N, pretrained_encoder=str(tmp_path), state_dim=8, decoder_dim=8,
-                          decoder_hidden=8)  # fmt: skip
+                          decoder_hidden=8, **sizes)  # fmt: skip
     torch.testing.assert_close(model.encoder.wte.weight, saved.wte.weight)
     assert model.project.in_features == 16 and model.encoder.config.n_positions == 32
+    # the arguments must describe the pretrained encoder (a saved model is rebuilt from them)
+    with pytest.raises(
+        ValueError, match=r"set encoder_layers=1, encoder_dim=16, encoder_heads=2, max_positions=32"
+    ):
+        StructuredVAE(num_states=N, pretrained_encoder=str(tmp_path), **{**sizes, "encoder_dim": 32})
     with pytest.raises(OSError, match="use pretrained_encoder=None"):
         StructuredVAE(num_states=N, pretrained_encoder=str(tmp_path / "missing"))
 

@@ -22,13 +22,19 @@ import torch
 from torch import Tensor, nn
 
 from zoo.inference import LinearChain
-from zoo.models.base import ZooModel
+from zoo.models.base import ZooModel, weights_will_follow
 from zoo.models.hmm import _check_int
 from zoo.models.vae.decoder import LSTMDecoder
 from zoo.models.vae.importance import importance_sampled_log_likelihood
 from zoo.models.vae.inference_network import CRFInferenceNetwork
 
 GPT2_VOCAB_SIZE = 50257
+# GPT2Config fields that change the encoder's computation (dropout aside): a pretrained encoder must have
+# the values the arguments give, so that a saved model rebuilds it from its arguments alone.
+ARCHITECTURE_FIELDS = (
+    "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function",
+    "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+)  # fmt: skip
 
 
 def build_gpt2_encoder(
@@ -40,22 +46,15 @@ def build_gpt2_encoder(
     max_positions: int,
     dropout: float,
 ) -> nn.Module:
-    """A ``transformers.GPT2Model``: ``from_pretrained(pretrained)``, or random from a ``GPT2Config``."""
+    """A ``transformers.GPT2Model`` of ``layers`` x ``dim`` (``heads`` heads, ``max_positions``):
+    ``from_pretrained(pretrained)``, whose configuration must be that one, or random from a ``GPT2Config``
+    (also for a pretrained encoder whose weights follow from a zoo checkpoint: no Hub needed)."""
     from transformers import GPT2Config, GPT2Model
 
-    if pretrained is not None:
-        if vocab_size != GPT2_VOCAB_SIZE:
-            raise ValueError(
-                f"a pretrained GPT-2 encoder reads GPT-2 ids: vocab_size must be 50257, got {vocab_size}"
-            )
-        try:
-            return GPT2Model.from_pretrained(pretrained)
-        except (OSError, ValueError) as error:  # not on the Hub / in the cache; not a valid repo id
-            raise OSError(
-                f"could not load the pretrained encoder {pretrained!r} (no Hugging Face Hub access and not "
-                "in the local cache?); use pretrained_encoder=None for a randomly initialised GPT2Config "
-                f"encoder of encoder_layers x encoder_dim: {error}"
-            ) from None
+    if pretrained is not None and vocab_size != GPT2_VOCAB_SIZE:
+        raise ValueError(
+            f"a pretrained GPT-2 encoder reads GPT-2 ids: vocab_size must be 50257, got {vocab_size}"
+        )
     if dim % heads:
         raise ValueError(f"encoder_dim must be a multiple of encoder_heads, got {dim} and {heads}")
     config = GPT2Config(
@@ -63,7 +62,30 @@ def build_gpt2_encoder(
         resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
         bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1,  # GPT-2's <|endoftext|> at 50257
     )  # fmt: skip
-    return GPT2Model(config)
+    if pretrained is None or weights_will_follow():
+        return GPT2Model(config)
+    try:
+        encoder = GPT2Model.from_pretrained(
+            pretrained, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout
+        )
+    except (OSError, ValueError) as error:  # not on the Hub / in the cache; not a valid repo id
+        raise OSError(
+            f"could not load the pretrained encoder {pretrained!r} (no Hugging Face Hub access and not "
+            "in the local cache?); use pretrained_encoder=None for a randomly initialised GPT2Config "
+            f"encoder of encoder_layers x encoder_dim: {error}"
+        ) from None
+    differ = {k: (getattr(encoder.config, k), getattr(config, k)) for k in ARCHITECTURE_FIELDS}
+    differ = {k: v for k, v in differ.items() if v[0] != v[1]}
+    if differ:
+        loaded = encoder.config
+        raise ValueError(
+            f"the pretrained encoder {pretrained!r} is not the GPT-2 the arguments describe ((its value, "
+            f"the arguments') of {differ}): set encoder_layers={loaded.n_layer}, "
+            f"encoder_dim={loaded.n_embd}, encoder_heads={loaded.n_head}, max_positions={loaded.n_positions} "
+            "(the arguments rebuild the encoder of a saved model without the Hub; other GPT-2 settings must "
+            "be the defaults)"
+        )
+    return encoder
 
 
 class StructuredVAE(ZooModel):
