@@ -183,7 +183,13 @@ class LikelihoodTask(pl.LightningModule):
         )
         return {
             "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "monitor": "val/nll", "interval": "epoch"},
+            # not strict: training without validation (limit_val_batches=0) keeps the learning rate
+            "lr_scheduler": {
+                "scheduler": scheduler,
+                "monitor": "val/nll",
+                "interval": "epoch",
+                "strict": False,
+            },
         }
 
 
