@@ -184,3 +184,153 @@ _family(
         ),
     ],
 )
+
+
+def _hsmm(states: int, duration: int, input_dim: int, feature_dim: int, width: int) -> tuple[str, dict]:
+    """(size, config) of a GaussianHSMM: the name's size ``n<states>_dur<D>_in<raw>_f<modelled>`` and
+    the arguments that shape its weights (the input projection's included)."""
+    config = {
+        "num_states": states,
+        "max_duration": duration,
+        "input_dim": input_dim,
+        "feature_dim": feature_dim,
+        "embedding_dim": width,
+        "hidden_dim": width,
+    }
+    return f"n{states}_dur{duration}_in{input_dim}_f{feature_dim}_d{width}", config
+
+
+def _crosstask(states: int) -> tuple[str, dict]:
+    return _hsmm(states, 60, 3200, 200, 256)
+
+
+# --- GaussianHSMM: CrossTask videos (3200-dim features, PCA to 200 fitted at zoo fit; D = 60 s) ------
+_family(
+    "zoo.models.GaussianHSMM",
+    "hsmm_gaussian",
+    [
+        (
+            *_crosstask(64),
+            {"exact": {}},
+            "exact",
+            ("hsmm/crosstask-exact-64",),
+            "CrossTask softmax HSMM, 2^6 states (Chiu et al. 2021, Table 2)",
+        ),
+        (
+            *_crosstask(128),
+            {"exact": {}, "low-rank": {"rank": 128}},
+            "exact",
+            ("hsmm/crosstask-exact-128", "hsmm/crosstask-low-rank-128-r128"),
+            "CrossTask HSMM / LHSMM, 2^7 states, LHSMM rank 2^7 (Chiu et al. 2021, Table 2)",
+        ),
+        (
+            *_crosstask(256),
+            {"exact": {}, "low-rank": {"rank": 64}},
+            "exact",
+            ("hsmm/crosstask-exact-256", "hsmm/crosstask-low-rank-256-r64"),
+            "CrossTask HSMM / LHSMM, 2^8 states, LHSMM rank 2^6 (Chiu et al. 2021, Table 2)",
+        ),
+        (
+            *_crosstask(512),
+            {"low-rank": {"rank": 32}},
+            "low-rank",
+            ("hsmm/crosstask-low-rank-512-r32",),
+            "CrossTask LHSMM, 2^9 states, rank 2^5 (Chiu et al. 2021, Table 2)",
+        ),
+        (
+            *_crosstask(1024),
+            {"low-rank": {"rank": 16}, "rank-space": {"rank": 128}, "randomized": {"k1": 64, "k2": 64}},
+            "low-rank",
+            (
+                "hsmm/crosstask-low-rank-1024-r16",
+                "hsmm/crosstask-rank-space-1024-r128",
+                "hsmm/crosstask-rank-space-1024-r16",
+                "hsmm/crosstask-randomized-1024",
+            ),
+            "CrossTask LHSMM, 2^10 states, rank 2^4 (Chiu et al. 2021, Table 2); rank-space, randomized",
+        ),
+    ],
+    dropout=0.1,
+)
+
+# --- GaussianHSMM: seglearn's smartwatch IMU recordings (12 features, standardized; D = 32 frames) ---
+_family(
+    "zoo.models.GaussianHSMM",
+    "hsmm_gaussian",
+    [
+        (
+            *_hsmm(16, 32, 12, 12, 32),
+            {"exact": {}},
+            "exact",
+            ("hsmm/smartwatch-exact-small",),
+            "small smartwatch softmax HSMM for a CPU",
+        ),
+        (
+            *_hsmm(64, 32, 12, 12, 32),
+            {"low-rank": {"rank": 8}, "rank-space": {"rank": 16}, "randomized": {"k1": 8, "k2": 8}},
+            "rank-space",
+            tuple(f"hsmm/smartwatch-{b}-small" for b in ("low-rank", "rank-space", "randomized")),
+            "small smartwatch LHSMM / rank-space / randomized HSMM for a CPU",
+        ),
+    ],
+)
+
+
+def _vae(states: int, layers: int, encoder: int, heads: int, lstm: int, width: int) -> tuple[str, dict]:
+    """(size, config) of a StructuredVAE: ``n<states>_enc<layers>x<encoder width>_lstm<decoder hidden>``
+    and ``d<width>`` (state and decoder embeddings); GPT-2 ids, 1024 positions."""
+    config = {
+        "num_states": states,
+        "vocab_size": 50257,
+        "encoder_layers": layers,
+        "encoder_dim": encoder,
+        "encoder_heads": heads,
+        "max_positions": 1024,
+        "state_dim": width,
+        "decoder_dim": width,
+        "decoder_hidden": lstm,
+        "decoder_layers": 1,
+    }
+    return f"n{states}_enc{layers}x{encoder}_lstm{lstm}_d{width}", config
+
+
+# --- StructuredVAE: MSCOCO captions with GPT-2 base as the encoder (Fu et al. 2022, Sec. 5.2) --------
+# The top-K baseline recipes (-topk-) are the randomized backend with k1 = K1 + K2, k2 = 0.
+_family(
+    "zoo.models.StructuredVAE",
+    "vae_crf",
+    [
+        (
+            *_vae(100, 12, 768, 12, 256, 256),
+            {"exact": {}, "randomized": {"k1": 10, "k2": 10}},
+            "randomized",
+            ("vae/mscoco-full-100", "vae/mscoco-rdp-100", "vae/mscoco-topk-100"),
+            "MSCOCO structured VAE, 100 states: FULL / RDP / TOPK-100 (Fu et al. 2022, Table 5)",
+        ),
+        (
+            *_vae(2000, 12, 768, 12, 256, 256),
+            {"randomized": {"k1": 200, "k2": 200}},
+            "randomized",
+            ("vae/mscoco-rdp-2000", "vae/mscoco-topk-2000"),
+            "MSCOCO structured VAE, 2000 states: RDP / TOPK-2000 (Fu et al. 2022, Table 5)",
+        ),
+    ],
+    pretrained_encoder="gpt2",
+    dropout=0.1,
+)
+
+# --- StructuredVAE: short PTB sentences, a random 2-layer GPT-2 encoder, for a CPU --------------------
+_family(
+    "zoo.models.StructuredVAE",
+    "vae_crf",
+    [
+        (
+            *_vae(100, 2, 128, 2, 128, 64),
+            {"exact": {}, "low-rank": {"rank": 32}, "randomized": {"k1": 10, "k2": 10}},
+            "randomized",
+            tuple(f"vae/ptb-short-{b}-small" for b in ("exact", "low-rank", "rdp", "topk")),
+            "small structured VAE on short PTB sentences for a CPU (random GPT-2 encoder)",
+        ),
+    ],
+    dropout=0.1,
+)

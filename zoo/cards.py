@@ -32,12 +32,24 @@ METRICS = {
     "nll": ("nll", "negative log-likelihood (nats per event)"),
     "sentence_f1": ("f1", "sentence-level unlabeled F1 (%)"),
     "corpus_f1": ("f1", "corpus-level unlabeled F1 (%)"),
+    "nll_sequence": ("nll", "negative log-likelihood (nats per sequence)"),
+    "frame_accuracy": ("accuracy", "frame accuracy under the best one-to-one label map"),
+    "boundary_f1": ("f1", "segment boundary F1"),
+    "nll_sentence": ("nll", "negative log-likelihood (nats per sentence)"),
+    "neg_elbo_sentence": ("neg_elbo", "negative ELBO (nats per sentence)"),
 }
 # Optional notes kept beside the metrics: how the model was trained (hardware, minutes) and the quick
 # reproducibility check (the metric on the first held-out batches, re-measured by the tests).
 NOTES = ("training", "quick_check")
 SPLITS = {"val": "validation", "test": "test"}
-TASK_TYPES = {"CategoricalHMM": "text-generation", "PCFG": "text-generation", "BernoulliHMM": "other"}
+# The Hub's task type of each family's model index (it has none for unsupervised segmentation).
+TASK_TYPES = {
+    "CategoricalHMM": "text-generation",
+    "PCFG": "text-generation",
+    "BernoulliHMM": "other",
+    "GaussianHSMM": "other",
+    "StructuredVAE": "text-generation",
+}
 
 
 def dataset_name(data: dict[str, Any] | None) -> str | None:
@@ -51,6 +63,13 @@ def dataset_name(data: dict[str, Any] | None) -> str | None:
         return "chorales" if dataset == "chorales" else Path(dataset).stem
     if short == "PCFGDataModule":
         return "ptb-wsj" if args.get("tree_files") else "ptb"
+    if short == "CaptionsDataModule":
+        source = args.get("source", "ptb-short")
+        if source == "text" and args.get("path"):
+            return Path(args["path"]).name  # the user's own sentences: their folder's name
+        return {"coco-karpathy": "mscoco"}.get(source, source)
+    if short == "NpyFolderDataModule" and args.get("data_dir"):
+        return Path(args["data_dir"]).name  # the user's own features: their folder's name
     return short.removesuffix("DataModule").lower()
 
 

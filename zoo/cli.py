@@ -15,17 +15,20 @@
   (config.json, model.safetensors, README.md card; the run's config.yaml as training_config.yaml).
 * ``zoo card DIR [--results JSON] [--repo-id ID]``: re-render a folder's model card.
 * ``zoo push DIR REPO_ID [--revision BRANCH] [--private] [--token TOKEN]``: upload it to the Hub.
+* ``zoo state-usage CKPT --out usage.png``: the aggregated posterior's state usage of a trained
+  structured VAE (Fu et al. 2022, Fig. 2), on the data of its checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-ZOO_COMMANDS = ("capabilities", "models", "export", "card", "push")
+ZOO_COMMANDS = ("capabilities", "models", "export", "card", "push", "state-usage")
 
 
 def zoo_command(argv: list[str]) -> int:
@@ -58,6 +61,15 @@ def zoo_command(argv: list[str]) -> int:
     push.add_argument("--private", action="store_true", help="create the repo private")
     push.add_argument("--token", help="Hub token (default: HF_TOKEN or the saved login)")
     push.add_argument("--message", help="commit message")
+    usage = sub.add_parser(
+        "state-usage",
+        help="plot a structured VAE's aggregated posterior state usage (a PNG) from a checkpoint",
+    )
+    usage.add_argument("checkpoint", help="a zoo fit checkpoint (.ckpt) of a VAETask")
+    usage.add_argument("--out", required=True, help="the image to write (e.g. usage.png)")
+    usage.add_argument("--split", default="train", choices=("train", "valid", "test"))
+    usage.add_argument("--max-batches", type=int, default=None, help="stop after this many batches")
+    usage.add_argument("--seed", type=int, default=0, help="seed of the posterior samples")
     for name in LIGHTNING_COMMANDS:
         sub.add_parser(name, help=f"Lightning's {name} (see zoo {name} --help)")
     args = parser.parse_args(argv)
@@ -122,13 +134,52 @@ def _push(args) -> int:
     return 0
 
 
+def _state_usage(args) -> int:
+    state_usage_command(args.checkpoint, args.out, args.split, args.max_batches, args.seed)
+    return 0
+
+
 ZOO_HANDLERS = {
     "capabilities": _capabilities,
     "models": _models,
     "export": _export,
     "card": _card,
     "push": _push,
+    "state-usage": _state_usage,
 }
+
+
+def state_usage_command(checkpoint: str, out: str, split: str, max_batches: int | None, seed: int) -> None:
+    """Rebuild the task and its data module from ``checkpoint``, count and plot the state usage."""
+    import importlib
+
+    import torch
+
+    from zoo.models.vae import aggregated_state_usage, plot_state_usage
+
+    if not Path(checkpoint).is_file():
+        raise ValueError(f"no checkpoint at {checkpoint}")
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    task_path, data_args = saved.get("zoo_task"), saved.get("datamodule_hyper_parameters")
+    if not task_path or data_args is None:
+        raise ValueError(
+            f"{checkpoint} is not a zoo fit checkpoint with its data module's settings"
+        )
+    module, _, name = task_path.rpartition(".")
+    task = getattr(importlib.import_module(module), name).load_from_checkpoint(checkpoint, map_location="cpu")
+    if not hasattr(task.model, "sample_states"):
+        raise ValueError(f"{type(task.model).__name__} has no latent states to count")
+    data_class = data_args.get("_class_path", "zoo.data.captions.CaptionsDataModule")
+    data_args = {k: v for k, v in data_args.items() if not k.startswith("_")}  # LightningCLI's own keys
+    data_module, _, data_name = data_class.rpartition(".")
+    data = getattr(importlib.import_module(data_module), data_name)(**data_args)
+    data.setup()
+    loaders = {"train": data.train_dataloader, "valid": data.val_dataloader, "test": data.test_dataloader}
+    loader = loaders[split]()
+    counts = aggregated_state_usage(task.model, loader, seed=seed, max_batches=max_batches)
+    model = task.model
+    plot_state_usage(counts, out, title=f"{model.backend}, N = {model.num_states}, {split}")
+    print(f"{out}: {int((counts > 0).sum())} of {len(counts)} states used over {int(counts.sum())} tokens")
 
 
 def zoo_cli_class():
@@ -144,6 +195,18 @@ def zoo_cli_class():
                 default=None,
                 help="validate / test: write the metrics to this JSON (for zoo export / zoo card --results)",
             )
+
+        def instantiate_classes(self) -> None:
+            """With ``--ckpt_path`` or ``init_from`` every model weight is replaced after the model is
+            built: build it inside ``weights_follow`` (no pretrained part, e.g. a GPT-2 encoder, is
+            fetched first)."""
+            from zoo.models.base import weights_follow
+
+            config = self.config[self.subcommand] if self.subcommand else self.config
+            model = config.get("model")
+            init_from = model.get("init_args", {}).get("init_from") if hasattr(model, "get") else None
+            with weights_follow() if config.get("ckpt_path") or init_from else contextlib.nullcontext():
+                super().instantiate_classes()
 
         def before_fit(self) -> None:
             self._no_results("fit")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from zoo.models.base import ZooModel
+from zoo.models.base import ZooModel, weights_follow
 from zoo.pretrained import CheckpointError, load_into, save_pretrained
 
 
@@ -52,7 +52,8 @@ def export_checkpoint(
             f"{checkpoint} is not a zoo task checkpoint (expected hyper_parameters['model'] = a model spec "
             "and a state_dict, as zoo fit writes)"
         )
-    model = ZooModel.from_config(spec)
+    with weights_follow():
+        model = ZooModel.from_config(spec)
     weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
     dtypes = {v.dtype for v in weights.values() if v.is_floating_point()}
     if len(dtypes) == 1:  # e.g. trained with precision="bf16-true"

@@ -2,7 +2,8 @@
 
 One row per published result: the model class it compares with, the dataset name our results use
 (``zoo.cards.dataset_name``), our metric name it corresponds to (``test/ppl``, ``test/nll``,
-``test/sentence_f1``; conventions in REFERENCE.md section 2), and the paper.
+``test/sentence_f1``, ``test/nll_sequence``, ``test/nll_sentence``; conventions in REFERENCE.md
+section 2), and the paper.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ def _rows(model_class: str, dataset: str, metric: str, rows: list[tuple[str, str
 CHIU_T1 = "Chiu et al. 2021, Table 1"
 CHIU_T2 = "Chiu et al. 2021, Table 2"
 CHIU_F2 = "Chiu et al. 2021, Fig. 2"
+CHIU_T2_VIDEO = "Chiu et al. 2021, Table 2 (right)"
 YANG = "Yang et al. 2022"
+FU_T5 = "Fu et al. 2022, Table 5"
 
 PAPER_RESULTS: list[PaperResult] = [
     *_rows(
@@ -87,6 +90,29 @@ PAPER_RESULTS: list[PaperResult] = [
             ("C-PCFG", "NT 30, PT 60 (best of runs)", 60.1, "Kim et al. 2019, code README"),
             ("TN-PCFG", "NT 250, PT 500, rank 500 (mean)", 57.7, "Yang et al. 2021b"),
             ("rank-space PCFG", "NT 4500, PT 9000, rank 1000 (mean of 4)", 64.1, YANG),
+        ],
+    ),
+    *_rows(
+        "GaussianHSMM",
+        "crosstask",
+        "test/nll_sequence",
+        [
+            ("HSMM", "2^6 states", 1.428e5, CHIU_T2_VIDEO),
+            ("HSMM", "2^7 states", 1.427e5, CHIU_T2_VIDEO),
+            ("HSMM", "2^8 states", 1.426e5, CHIU_T2_VIDEO),
+            ("LHSMM", "2^10 states, rank 2^4", 1.423e5, CHIU_T2_VIDEO),
+        ],
+    ),
+    *_rows(
+        "StructuredVAE",
+        "mscoco",
+        "test/nll_sentence",
+        [
+            ("FULL-100", "100 states, exact", 39.71, FU_T5),
+            ("TOPK-100", "100 states, top-K", 39.76, FU_T5),
+            ("RDP-100", "100 states, K1 = K2 = 10", 39.59, FU_T5),
+            ("TOPK-2000", "2000 states, top-K", 39.84, FU_T5),
+            ("RDP-2000", "2000 states, K1 = K2 = 200", 39.48, FU_T5),
         ],
     ),
 ]

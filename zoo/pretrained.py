@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 import zoo
-from zoo.models.base import ZooModel
+from zoo.models.base import ZooModel, weights_follow
 
 if TYPE_CHECKING:
     from huggingface_hub import CommitInfo
@@ -228,7 +228,8 @@ def build_model(config: dict[str, Any], source: str = "the checkpoint") -> ZooMo
     """A freshly initialized model of the class and arguments that ``config`` records."""
     spec = {"class_path": config["class_path"], "init_args": config["init_args"]}
     try:
-        model = ZooModel.from_config(spec)
+        with weights_follow():  # every weight comes from the checkpoint: no pretrained part is fetched
+            model = ZooModel.from_config(spec)
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{source}: cannot build {config['class_path']}: {error}") from None
     dtype = getattr(torch, config["dtype"], None)

@@ -98,6 +98,16 @@ def test_fit_fast_dev_run_every_backend(ptb, backend):
     assert main(["fit", "--config", str(recipe(tmp, vocab, backend)), "--trainer.fast_dev_run", "2"]) == 0
 
 
+def test_fit_without_validation_keeps_the_learning_rate(ptb):
+    """The plateau schedule watches val/nll: with validation off, training runs and the rate stays."""
+    tmp, vocab = ptb
+    args = ["fit", "--config", str(recipe(tmp, vocab, "exact")), "--trainer.limit_val_batches", "0"]
+    assert main([*args, "--trainer.max_epochs", "2"]) == 0
+    (checkpoint,) = tmp.rglob("*.ckpt")
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert saved["optimizer_states"][0]["param_groups"][0]["lr"] == 0.01
+
+
 def test_fit_music_pickle(tmp_path):
     write_music(tmp_path / "JSB_Chorales.pickle")
     data = {

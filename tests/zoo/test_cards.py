@@ -30,6 +30,8 @@ def config_of(name: str, backend: str, tmp_path) -> dict:
         ("hmm_categorical_n16384_d256", "rank-space", "ptb", "ppl"),
         ("hmm_bernoulli_n2048_d256", "low-rank", "JSB_Chorales", "nll"),
         ("pcfg_nt30_pt60_d256", "low-rank", "ptb-wsj", "sentence_f1"),
+        ("hsmm_gaussian_n1024_dur60_in3200_f200_d256", "low-rank", "crosstask", "nll_sequence"),
+        ("vae_crf_n2000_enc12x768_lstm256_d256", "randomized", "mscoco", "nll_sentence"),
     ],
 )
 def test_card_of_every_family(tmp_path, name, backend, dataset, metric):
@@ -48,7 +50,8 @@ def test_card_of_every_family(tmp_path, name, backend, dataset, metric):
         and "structured-zoo" in data["tags"]
         and f"backend-{backend}" in data["tags"]
     )
-    assert data["metrics"] == [{"ppl": "perplexity", "nll": "nll", "sentence_f1": "f1"}[metric]]
+    metric_type = {"ppl": "perplexity", "sentence_f1": "f1"}.get(metric, "nll")
+    assert data["metrics"] == [metric_type]
     index = data["model-index"][0]
     assert index["name"].endswith(f"({backend})")
     measured = {(r["dataset"]["split"], r["metrics"][0]["value"]) for r in index["results"]}
@@ -81,6 +84,41 @@ def test_papers_numbers_are_shown_beside_ours(tmp_path):
     assert "| `test/ppl` | 262.8 |" in text
 
 
+def test_segmentation_card_has_its_metrics_and_the_papers_video_nll(tmp_path):
+    metrics = {"test/nll_sequence": 151234.5, "test/frame_accuracy": 0.42, "test/boundary_f1": 0.31}
+    results = {"dataset": "crosstask", "metrics": metrics}
+    config = config_of("hsmm_gaussian_n128_dur60_in3200_f200_d256", "exact", tmp_path)
+    card = render_card(config, results=results)
+    data = card.data.to_dict()
+    assert data["metrics"] == ["accuracy", "f1", "nll"]
+    results = data["model-index"][0]["results"]
+    rows = {m["name"]: m["value"] for r in results for m in r["metrics"]}
+    assert rows == {
+        "test negative log-likelihood (nats per sequence)": 151234.5,
+        "test frame accuracy under the best one-to-one label map": 0.42,
+        "test segment boundary F1": 0.31,
+    }
+    text = card.text
+    assert (
+        "| LHSMM | 2^10 states, rank 2^4 | crosstask | `test/nll_sequence` | 142300.0 | Chiu et al." in text
+    )
+    assert "Raw frames of 5 features are projected to them by the whitened PCA" in text  # the test size
+    assert "`frame_accuracy` is the fraction of frames" in text and "`boundary_f1`" in text
+
+
+def test_vae_card_names_its_encoder_and_the_papers_table(tmp_path):
+    config = config_of("vae_crf_n100_enc12x768_lstm256_d256", "randomized", tmp_path)
+    config["init_args"].update(k1=2, k2=0)  # the top-K baseline
+    text = render_card(config, results={"dataset": "mscoco", "metrics": {"test/nll_sentence": 41.2}}).text
+    assert "randomly initialised" in text and "K2 = 0 sampled states a position: the top-K baseline" in text
+    assert (
+        "| RDP-2000 | 2000 states, K1 = K2 = 200 | mscoco | `test/nll_sentence` | 39.48 | Fu et al." in text
+    )
+    text = render_card(read_config(zoo.create_model("vae_crf_n100_enc2x128_lstm128_d64").save_pretrained(
+        tmp_path / "small"))).text  # fmt: skip
+    assert "2 layers of 128, randomly initialised" in text and "K1 = 10 top and K2 = 10 sampled" in text
+
+
 def test_read_results_formats_and_errors(tmp_path):
     lightning = [{"test/ppl": 10.0, "test/nll": 2.3}]
     assert read_results(lightning, dataset="ptb") == {
@@ -109,6 +147,14 @@ def test_dataset_names():
         dataset_name({"class_path": "zoo.data.PCFGDataModule", "init_args": {"tree_files": {"train": "x"}}})
         == "ptb-wsj"
     )
+    assert dataset_name({"class_path": "zoo.data.SmartwatchDataModule", "init_args": {}}) == "smartwatch"
+    assert dataset_name({"class_path": "zoo.data.CrossTaskDataModule", "init_args": {}}) == "crosstask"
+    captions = "zoo.data.CaptionsDataModule"
+    assert dataset_name({"class_path": captions, "init_args": {"source": "coco-karpathy"}}) == "mscoco"
+    assert dataset_name({"class_path": captions, "init_args": {}}) == "ptb-short"
+    assert dataset_name({"class_path": captions, "init_args": {"source": "text", "path": "d/caps"}}) == "caps"
+    npy = {"class_path": "zoo.data.NpyFolderDataModule", "init_args": {"data_dir": "/data/my-imu/"}}
+    assert dataset_name(npy) == "my-imu"
     assert dataset_name(None) is None
 
 

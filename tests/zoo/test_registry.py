@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from zoo_testlib import example_batch, scores, small_overrides
+from zoo_testlib import example_batch, fit_inputs, scores, small_model
 
 import zoo
 from zoo.bundled import bundled_folders
 from zoo.cli import main
+from zoo.models.base import ZooModel
 from zoo.registry import (
     PretrainedTag,
     architecture,
@@ -22,14 +25,23 @@ from zoo.registry import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-ARCH_NAME = re.compile(r"^[a-z]+(_[a-z]+)?_(n\d+|nt\d+_pt\d+)_d\d+$")
+# <family>_<size>_d<width>; sizes: states (HMMs), nonterminals and preterminals (PCFG), states, longest
+# duration, raw and modelled feature sizes (HSMM), states, encoder layers x width, LSTM size (VAE):
+# docs/zoo-api.md
+SIZES = r"n\d+|nt\d+_pt\d+|n\d+_dur\d+_in\d+_f\d+|n\d+_enc\d+x\d+_lstm\d+"
+ARCH_NAME = re.compile(rf"^[a-z]+(_[a-z]+)?_({SIZES})_d\d+$")
 CASES = [(name, backend) for name in zoo.list_models() for backend in architecture(name).backends]
 
 
 def test_every_family_is_registered_on_import_with_documented_names():
     names = zoo.list_models()
     families = {architecture(n).class_path for n in names}
-    assert {"zoo.models.CategoricalHMM", "zoo.models.BernoulliHMM", "zoo.models.PCFG"} <= families
+    exported = [getattr(zoo.models, n) for n in zoo.models.__all__]
+    models = [c for c in exported if isinstance(c, type) and issubclass(c, ZooModel)]
+    leaves = {
+        f"zoo.models.{c.__name__}" for c in models if not any(o is not c and issubclass(o, c) for o in models)
+    }
+    assert families == leaves  # every model family zoo.models exports (not a base class like HMM)
     for name in names:
         assert ARCH_NAME.match(name), f"{name} does not follow <family>_<size>_d<width>"
         arch = architecture(name)
@@ -48,18 +60,29 @@ def test_patterns_and_pretrained_listing():
 def test_every_architecture_round_trips_save_load(tmp_path, name, backend):
     """Each architecture with each of its backends (at test size): identical outputs after the trip."""
     torch.manual_seed(0)
-    model = zoo.create_model(name, backend=backend, **small_overrides(name, backend))
+    model = small_model(name, backend)
     assert model.config["backend"] == backend
     loaded = zoo.from_pretrained(model.save_pretrained(tmp_path / name))
     assert type(loaded) is type(model) and loaded.config == model.config
+    state, loaded_state = model.state_dict(), loaded.state_dict()
+    assert list(loaded_state) == list(state)  # buffers too (e.g. an HSMM's fitted input projection)
+    assert all(torch.equal(loaded_state[k], v) for k, v in state.items())
     batch = example_batch(model)
     assert torch.equal(scores(loaded, batch), scores(model, batch))
 
 
-@pytest.mark.parametrize("name", ["hmm_categorical_n512_d64", "hmm_bernoulli_n256_d64", "pcfg_nt10_pt20_d64"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hmm_categorical_n512_d64",
+        "hmm_bernoulli_n256_d64",
+        "pcfg_nt10_pt20_d64",
+        "hsmm_gaussian_n16_dur32_in12_f12_d32",
+    ],
+)
 def test_small_architectures_round_trip_at_full_size(tmp_path, name):
     torch.manual_seed(0)
-    model = zoo.create_model(name)
+    model = fit_inputs(zoo.create_model(name))
     folder = model.save_pretrained(tmp_path / name)
     assert zoo.from_pretrained(folder).config == model.config
     assert (folder / "config.json").read_text().count(f'"architecture": "{name}"') == 1
@@ -125,14 +148,22 @@ MODEL_RECIPES = [r for r in RECIPES if "model" in yaml.safe_load(r.read_text())]
 
 @pytest.mark.parametrize("recipe", MODEL_RECIPES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_every_recipe_trains_a_registered_architecture(recipe):
-    """A recipe's model is create_model(arch, backend) (a -r<rank> variant differs in the rank only),
-    and the architecture lists the recipe."""
+    """A recipe's model is create_model(arch, backend) (a -r<rank> variant differs in the rank only, a
+    -topk- recipe is the randomized backend's top-K baseline: k1 = K1 + K2, k2 = 0), and the
+    architecture lists the recipe."""
     spec = yaml.safe_load(recipe.read_text())["model"]["init_args"]["model"]
     args = spec["init_args"]
-    name = match_architecture(spec["class_path"], args)
+    module, _, short = spec["class_path"].rpartition(".")
+    parameters = inspect.signature(getattr(importlib.import_module(module), short)).parameters.values()
+    defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+    name = match_architecture(spec["class_path"], {**defaults, **args})  # the arguments the model gets
     assert name is not None, f"{recipe.name}: no registered architecture has {args}"
     arch = architecture(name)
     assert str(recipe.relative_to(REPO)) in arch.recipes
     variant = re.search(r"-r(\d+)$", recipe.stem)
-    config = model_config(name, args["backend"], **({"rank": int(variant.group(1))} if variant else {}))
+    overrides = {"rank": int(variant.group(1))} if variant else {}
+    if "-topk-" in recipe.stem:
+        randomized = model_config(name, "randomized")
+        overrides.update(k1=randomized["k1"] + randomized["k2"], k2=0)
+    config = {**defaults, **model_config(name, args["backend"], **overrides)}
     assert {k: config.get(k) for k in args} == args

@@ -112,3 +112,12 @@ __all__ += [
     "NpyFolderDataModule",
     "read_npy_folder",
 ]
+# Captions as GPT-2 ids for the structured VAE (zoo.tasks.VAETask).
+_LAZY.update(
+    {
+        "CaptionsDataModule": "zoo.data.captions",
+        "read_captions": "zoo.data.captions",
+        "gpt2_tokenizer": "zoo.data.gpt2_tokenizer",
+    }
+)
+__all__ += ["CaptionsDataModule", "read_captions", "gpt2_tokenizer"]

@@ -28,3 +28,6 @@ from zoo.models.hsmm import GaussianHSMM  # noqa: E402
 from zoo.models.projection import InputProjection  # noqa: E402
 
 __all__ += ["GaussianEmission", "GaussianHSMM", "InputProjection"]
+from zoo.models.vae import StructuredVAE  # noqa: E402
+
+__all__ += ["StructuredVAE"]

@@ -7,15 +7,36 @@ A zoo model is rebuilt from plain values: its class path and the arguments it wa
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import functools
 import importlib
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 from torch import nn
 
 PLAIN = (bool, int, float, str, type(None))
+_WEIGHTS_FOLLOW = contextvars.ContextVar("zoo_weights_follow", default=False)
+
+
+@contextlib.contextmanager
+def weights_follow() -> Iterator[None]:
+    """Within it, models are built only to receive a complete set of saved weights (``from_pretrained``,
+    ``zoo export``, a task checkpoint, ``init_from``): a family skips fetching pretrained parts (the
+    structured VAE's GPT-2 encoder) and builds them from its arguments, which describe them."""
+    token = _WEIGHTS_FOLLOW.set(True)
+    try:
+        yield
+    finally:
+        _WEIGHTS_FOLLOW.reset(token)
+
+
+def weights_will_follow() -> bool:
+    """Whether the model being built will receive saved weights (inside ``weights_follow``)."""
+    return _WEIGHTS_FOLLOW.get()
 
 
 def _plain(name: str, value: Any) -> Any:

@@ -11,3 +11,6 @@ __all__ += ["ParsingTask", "TreeWriter"]
 from zoo.tasks.segmentation import SegmentationTask, SegmentationWriter  # noqa: E402
 
 __all__ += ["SegmentationTask", "SegmentationWriter"]
+from zoo.tasks.vae import VAETask  # noqa: E402
+
+__all__ += ["VAETask"]

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from zoo.metrics import NegativeLogLikelihood, Perplexity
-from zoo.models.base import ZooModel
+from zoo.models.base import ZooModel, weights_follow
 from zoo.pretrained import CheckpointError, check_state_dict, load_into, read_config, read_weights, resolve
 
 
@@ -161,6 +161,13 @@ class LikelihoodTask(pl.LightningModule):
         """log p and events of each sequence (perplexity of a sentence: exp(-log_p / events))."""
         return {"log_likelihood": self(batch), "events": self.model.num_events(batch)}
 
+    @classmethod
+    def load_from_checkpoint(cls, *args: Any, **kwargs: Any):
+        """Lightning's, with the model built for the checkpoint's weights (``zoo.models.base.weights_follow``:
+        no pretrained part, e.g. a GPT-2 encoder, is fetched first)."""
+        with weights_follow():
+            return super().load_from_checkpoint(*args, **kwargs)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record the task's class path: with the plain-value hyperparameters it rebuilds the task
         (``zoo validate --ckpt_path``)."""
@@ -176,7 +183,13 @@ class LikelihoodTask(pl.LightningModule):
         )
         return {
             "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "monitor": "val/nll", "interval": "epoch"},
+            # not strict: training without validation (limit_val_batches=0) keeps the learning rate
+            "lr_scheduler": {
+                "scheduler": scheduler,
+                "monitor": "val/nll",
+                "interval": "epoch",
+                "strict": False,
+            },
         }
 
 

@@ -1,0 +1,107 @@
+"""Caption readers (Karpathy's dataset_coco.json, one caption a line, short PTB) and CaptionsDataModule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zoo.data.captions import CaptionsDataModule, read_caption_lines, read_captions, read_coco_karpathy
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("gpt2"))
+
+
+def write_karpathy(path):
+    def image(split, *captions):
+        return {
+            "split": split,
+            "sentences": [{"tokens": c.split(), "raw": c.capitalize() + "."} for c in captions],
+        }
+
+    images = [
+        image("train", "a man riding a horse", "a person on a horse"),
+        image("restval", "two dogs play in the snow"),
+        image("val", "a red bus on a street"),
+        image("test", "a plate of food", "a sandwich on a plate"),
+    ]
+    path.write_text(json.dumps({"images": images, "dataset": "coco"}))
+
+
+def test_karpathy_splits(tmp_path):
+    path = tmp_path / "dataset_coco.json"
+    write_karpathy(path)
+    assert read_coco_karpathy(path, "train") == [
+        "a man riding a horse", "a person on a horse", "two dogs play in the snow",
+    ]  # fmt: skip
+    assert read_coco_karpathy(path, "valid") == ["a red bus on a street"]
+    assert read_coco_karpathy(path, "test") == ["a plate of food", "a sandwich on a plate"]
+
+
+def test_karpathy_bad_files_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="dataset_coco.json"):
+        read_coco_karpathy(tmp_path / "missing.json", "train")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"annotations": []}')
+    with pytest.raises(ValueError, match="not Karpathy's dataset_coco.json"):
+        read_coco_karpathy(bad, "train")
+    bad.write_text('{"images": [{"filename": "x.jpg"}]}')
+    with pytest.raises(ValueError, match="'split' and 'sentences'"):
+        read_coco_karpathy(bad, "train")
+
+
+def test_caption_lines_skip_blank_lines(tmp_path):
+    (tmp_path / "train.txt").write_text("a cat\n\n  a dog on a mat  \n")
+    assert read_caption_lines(tmp_path, "train") == ["a cat", "a dog on a mat"]
+    with pytest.raises(FileNotFoundError, match="valid.txt"):
+        read_caption_lines(tmp_path, "valid")
+
+
+def test_text_source_batches(tmp_path, cache):
+    for split, lines in (("train", ["a cat sat", "Hello world", "one two three four"]), ("valid", ["a dog"]),
+                         ("test", ["a mat", "hi"])):  # fmt: skip
+        (tmp_path / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    data = CaptionsDataModule("text", str(tmp_path), max_words=3, batch_size=8, tokenizer_cache=cache)
+    data.setup()
+    assert len(data.datasets["train"]) == 2  # "one two three four" has 4 words > max_words
+    batch = next(iter(data.val_dataloader()))
+    assert batch["tokens"][0, : batch["lengths"][0]].tolist() == [64, 3290, 50256]  # "a dog" + eos
+    train = {tuple(data.datasets["train"][i].tolist()) for i in range(2)}
+    assert (15496, 995, 50256) in train
+    assert data.vocab_size == 50257
+
+
+def test_empty_captions_are_a_clear_error(tmp_path, cache):
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text("a cat\n")
+    (tmp_path / "valid.txt").write_text("\n  \n")
+    data = CaptionsDataModule("text", str(tmp_path), tokenizer_cache=cache)
+    with pytest.raises(ValueError, match="valid split of source='text'.*no sentences"):
+        data.setup()
+
+
+def test_short_ptb_default(cache):
+    data = CaptionsDataModule(max_words=6, max_sentences=50, batch_size=16, tokenizer_cache=cache)
+    sentences = data.sentences("test")
+    assert len(sentences) == 50 and all(1 <= len(s.split()) <= 6 for s in sentences)
+    assert read_captions("ptb-short", "test")[0].split()[0] == "no"  # PTB's test split, in order
+    data.setup()
+    batch = next(iter(data.train_dataloader()))
+    lengths = batch["lengths"]
+    assert batch["tokens"].shape == (len(lengths), int(lengths.max()))
+    first = batch["tokens"][0, : lengths[0]].tolist()
+    assert first[-1] == 50256 and 50256 not in first[:-1]
+    assert data.tokenizer.decode(first[:-1]).strip() in data.sentences("train")
+
+
+def test_bad_arguments_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="source must be one of"):
+        CaptionsDataModule("flickr")
+    with pytest.raises(ValueError, match="max_words must be a positive int"):
+        CaptionsDataModule(max_words=0)
+    with pytest.raises(ValueError, match="needs path="):
+        read_captions("coco-karpathy", "train")
+    with pytest.raises(ValueError, match="split must be one of"):
+        read_captions("ptb-short", "dev")

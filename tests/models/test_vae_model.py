@@ -1,0 +1,245 @@
+"""The structured VAE against brute force on tiny sizes: the decoder's joint normalizes, q's entropy and
+log-probabilities match enumeration, the importance-sampled likelihood is consistent, gradients reach the
+GPT-2 encoder through the relaxed samples, randomized q agrees with exact, bad input is a clear error."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from zoo.inference import DenseChain, LinearChain
+from zoo.models import StructuredVAE
+from zoo.models.vae import importance_sampled_log_likelihood
+
+V, N = 5, 3
+BACKENDS = {"exact": {}, "randomized": {"k1": 1, "k2": 1}, "low-rank": {"rank": 2}}
+
+
+def tiny(backend="exact", num_states=N, **kw) -> StructuredVAE:
+    torch.manual_seed(0)
+    args = dict(
+        num_states=num_states, backend=backend, vocab_size=V, encoder_layers=1, encoder_dim=32,
+        encoder_heads=2, max_positions=16, state_dim=8, decoder_dim=8, decoder_hidden=8, dropout=0.0,
+        eval_samples=20,
+    )  # fmt: skip
+    args.update(BACKENDS[backend] if backend in BACKENDS and num_states == N else {})
+    args.update(kw)
+    return StructuredVAE(**args).double()
+
+
+def batch(seed=0, lengths=(3, 1, 2)):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor(lengths)
+    tokens = torch.randint(V, (len(lengths), int(lengths.max())), generator=g)
+    return {"tokens": tokens, "lengths": lengths}
+
+
+def all_sequences(length, size):
+    return torch.tensor(list(itertools.product(range(size), repeat=length)))
+
+
+def test_decoder_joint_normalizes_over_states_and_words():
+    decoder = tiny().decoder
+    T = 2
+    z, y = all_sequences(T, N), all_sequences(T, V)
+    zz, yy = z.repeat_interleave(len(y), 0), y.repeat(len(z), 1)
+    log_p = decoder.log_joint(yy, torch.full((len(zz),), T), zz)
+    assert torch.logsumexp(log_p, 0).item() == pytest.approx(0.0, abs=1e-10)
+
+
+def test_relaxed_one_hot_scores_as_the_hard_states():
+    decoder = tiny().decoder
+    b = batch()
+    z = torch.randint(N, b["tokens"].shape, generator=torch.Generator().manual_seed(1))
+    one_hot = torch.nn.functional.one_hot(z, N).double()
+    torch.testing.assert_close(decoder.log_joint(b["tokens"], b["lengths"], one_hot),
+                               decoder.log_joint(b["tokens"], b["lengths"], z))  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["exact", "low-rank"])
+def test_q_entropy_and_log_prob_match_enumeration(backend):
+    model, b = tiny(backend), batch()
+    q = model.posterior(b, exact=True)
+    for i, length in enumerate(b["lengths"].tolist()):
+        z = all_sequences(length, N)
+        padded = torch.cat([z, z.new_zeros(len(z), b["tokens"].shape[1] - length)], 1)
+        states = padded.unsqueeze(1).expand(len(z), len(b["lengths"]), -1)
+        log_q = q.log_prob(states)[:, i]
+        assert torch.logsumexp(log_q, 0).item() == pytest.approx(0.0, abs=1e-9)
+        entropy = -(log_q.exp() * log_q).sum()
+        assert q.entropy[i].item() == pytest.approx(entropy.item(), rel=1e-8)
+
+
+def brute_force_log_likelihood(model, b):
+    """log p(y) = logsumexp over every state sequence of the decoder's joint: (B,)."""
+    out = []
+    for i, length in enumerate(b["lengths"].tolist()):
+        z = all_sequences(length, N)
+        tokens = b["tokens"][i, :length].expand(len(z), -1)
+        out.append(torch.logsumexp(model.decoder.log_joint(tokens, torch.full((len(z),), length), z), 0))
+    return torch.stack(out)
+
+
+def test_importance_sampling_equals_log_p_when_q_is_the_posterior():
+    """A joint whose posterior is a chain: with q that chain every weight is p(y): the estimate is exact."""
+    g = torch.Generator().manual_seed(0)
+    chain = DenseChain(torch.randn(2, 4, N, generator=g, dtype=torch.float64),
+                       torch.randn(N, N, generator=g, dtype=torch.float64))  # fmt: skip
+    q = LinearChain(chain, torch.tensor([4, 2]))
+    log_p_y = torch.tensor([-3.0, -1.5], dtype=torch.float64)  # log p(y) of the two sequences
+
+    def log_joint(states):  # p(z, y) = p(y) q(z | y)
+        return q.log_prob(states) + log_p_y
+
+    for seed in range(3):
+        estimate = importance_sampled_log_likelihood(q, log_joint, 7, torch.Generator().manual_seed(seed))
+        torch.testing.assert_close(estimate, log_p_y)
+
+
+@pytest.mark.parametrize("backend", ["exact", "low-rank"])
+def test_importance_sampled_likelihood_is_unbiased_in_probability(backend):
+    """E[exp(estimate)] = p(y): the mean over draws within 4 standard errors; tight with many samples."""
+    model, b = tiny(backend, eval_samples=4).eval(), batch()
+    with torch.no_grad():
+        exact = brute_force_log_likelihood(model, b)
+        ratios = torch.stack([
+            (model.log_likelihood(b, torch.Generator().manual_seed(s)) - exact).exp() for s in range(300)
+        ])  # fmt: skip
+        mean, sem = ratios.mean(0), ratios.std(0) / math.sqrt(len(ratios))
+        assert ((mean - 1).abs() < 4 * sem + 1e-9).all(), (mean, sem)
+        model.eval_samples = 3000
+        torch.testing.assert_close(
+            model.log_likelihood(b, torch.Generator().manual_seed(0)), exact, atol=0.1, rtol=0
+        )
+
+
+@pytest.mark.parametrize("backend", ["exact", "randomized", "low-rank"])
+def test_elbo_gradients_reach_the_encoder_through_the_relaxed_sample(backend):
+    model, b = tiny(backend), batch()
+    parts = model.elbo(b, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(parts["elbo"], parts["reconstruction"] + parts["entropy"])
+    parts["reconstruction"].sum().backward()  # the sample term alone: Eq. 33
+    encoder_grads = [p.grad for p in model.encoder.parameters() if p.grad is not None]
+    assert encoder_grads and sum(g.abs().sum() for g in encoder_grads) > 0
+    assert model.inference.states.grad.abs().sum() > 0
+    assert all(torch.isfinite(g).all() for g in encoder_grads)
+
+
+def test_elbo_is_below_log_likelihood_for_a_hard_sample_limit():
+    """At a low temperature the relaxed sample is (nearly) one-hot: E_q[ELBO] <= log p(y) (Jensen)."""
+    model, b = tiny("exact", temperature=0.01), batch()
+    with torch.no_grad():
+        exact = brute_force_log_likelihood(model, b)
+        elbo = torch.stack(
+            [model.elbo(b, torch.Generator().manual_seed(s))["elbo"] for s in range(200)]
+        ).mean(0)
+    assert (elbo <= exact + 1e-6).all()
+
+
+def test_randomized_with_every_state_kept_is_exact():
+    exact, full = tiny("exact", num_states=4), tiny("randomized", num_states=4, k1=4, k2=0)
+    b = batch()
+    torch.testing.assert_close(full.posterior(b).entropy, exact.posterior(b).entropy)
+    torch.testing.assert_close(full.posterior(b).log_partition, exact.posterior(b).log_partition)
+
+
+def test_randomized_q_is_consistent_with_exact():
+    """Over draws of kept states: mean Z_hat = Z (unbiased, 4 standard errors), and the randomized
+    entropy's mean is close to the exact one (it is biased only through a log, Alg. 3)."""
+    model, b = tiny("randomized", num_states=6, k1=2, k2=2), batch(lengths=(4, 3))
+    with torch.no_grad():
+        r = model.encode(b["tokens"], b["lengths"])
+        exact = model.inference.posterior(r, b["lengths"], exact=True)
+        draws = [model.inference.posterior(r, b["lengths"], generator=torch.Generator().manual_seed(s))
+                 for s in range(400)]  # fmt: skip
+        ratio = torch.stack([(d.log_partition - exact.log_partition).exp() for d in draws])
+        entropy = torch.stack([d.entropy for d in draws])
+    mean, sem = ratio.mean(0), ratio.std(0) / math.sqrt(len(draws))
+    assert ((mean - 1).abs() < 4 * sem).all(), (mean, sem)
+    torch.testing.assert_close(entropy.mean(0), exact.entropy, rtol=0.15, atol=0)
+
+
+def test_aggregated_state_usage_counts_every_token():
+    from zoo.models.vae import aggregated_state_usage
+
+    model, b = tiny(), batch()
+    counts = aggregated_state_usage(model, [b, b], seed=0)
+    assert counts.shape == (N,) and counts.sum() == 2 * b["lengths"].sum()
+
+
+def test_rank_space_explains_and_points_to_low_rank():
+    with pytest.raises(ValueError, match="contextual.*backend='low-rank'"):
+        tiny("rank-space")
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"backend": "sparse"}, "unknown backend 'sparse'"),
+        ({"backend": "randomized", "k1": 3, "k2": 2}, r"k1 \+ k2 must be in 1..num_states = 1..3"),
+        ({"backend": "randomized"}, "needs k1"),
+        ({"backend": "exact", "k1": 1, "k2": 1}, "only by backend='randomized'"),
+        ({"backend": "low-rank"}, "needs rank"),
+        ({"backend": "randomized", "k1": 1, "k2": 1, "proposal": "oracle"}, "unknown proposal"),
+        ({"temperature": 0.0}, "temperature must be a positive"),
+        ({"encoder_dim": 30, "encoder_heads": 4}, "multiple of encoder_heads"),
+        ({"pretrained_encoder": "gpt2"}, "vocab_size must be 50257"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(kw, message):
+    backend = kw.pop("backend", "exact")
+    with pytest.raises(ValueError, match=message):
+        sizes = {"encoder_dim": kw.pop("encoder_dim", 32), "encoder_heads": kw.pop("encoder_heads", 2)}
+        StructuredVAE(num_states=N, backend=backend, vocab_size=V, encoder_layers=1, **sizes, **kw)
+
+
+def test_bad_batches_are_clear_errors():
+    model = tiny()
+    b = batch()
+    with pytest.raises(ValueError, match=r"token ids must lie in 0..4"):
+        model.elbo({**b, "tokens": b["tokens"] + V})
+    with pytest.raises(ValueError, match="lengths must be"):
+        model.log_likelihood({**b, "lengths": torch.tensor([3, 0, 2])})
+    with pytest.raises(KeyError, match="needs batch\\['tokens'\\]"):
+        model.elbo({"lengths": b["lengths"]})
+    long = {"tokens": torch.zeros(1, 17, dtype=torch.long), "lengths": torch.tensor([17])}
+    with pytest.raises(ValueError, match="exceed the encoder's 16 positions"):
+        model.elbo(long)
+    # values past a length are padding, never checked
+    padded = {**b, "tokens": torch.where(torch.arange(3) < b["lengths"].unsqueeze(-1), b["tokens"], 10**6)}
+    assert torch.isfinite(model.elbo(padded)["elbo"]).all()
+
+
+def test_pretrained_encoder_from_a_local_folder(tmp_path):
+    """``pretrained_encoder`` goes through ``GPT2Model.from_pretrained`` (here a folder: no Hub needed)."""
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    saved = GPT2Model(GPT2Config(n_embd=16, n_layer=1, n_head=2, n_positions=32))
+    saved.save_pretrained(tmp_path)
+    sizes = dict(encoder_layers=1, encoder_dim=16, encoder_heads=2, max_positions=32)
+    model = StructuredVAE(num_states=N, pretrained_encoder=str(tmp_path), state_dim=8, decoder_dim=8,
+                          decoder_hidden=8, **sizes)  # fmt: skip
+    torch.testing.assert_close(model.encoder.wte.weight, saved.wte.weight)
+    assert model.project.in_features == 16 and model.encoder.config.n_positions == 32
+    # the arguments must describe the pretrained encoder (a saved model is rebuilt from them)
+    with pytest.raises(
+        ValueError, match=r"set encoder_layers=1, encoder_dim=16, encoder_heads=2, max_positions=32"
+    ):
+        StructuredVAE(num_states=N, pretrained_encoder=str(tmp_path), **{**sizes, "encoder_dim": 32})
+    with pytest.raises(OSError, match="use pretrained_encoder=None"):
+        StructuredVAE(num_states=N, pretrained_encoder=str(tmp_path / "missing"))
+
+
+def test_config_rebuilds_the_model():
+    model = tiny("randomized")
+    again = StructuredVAE.from_config(model.spec()).double()
+    again.load_state_dict(model.state_dict())
+    b = batch()
+    model.eval(), again.eval()
+    with torch.no_grad():
+        g = [torch.Generator().manual_seed(0) for _ in range(2)]
+        torch.testing.assert_close(model.log_likelihood(b, g[0]), again.log_likelihood(b, g[1]))

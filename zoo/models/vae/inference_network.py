@@ -1,0 +1,138 @@
+"""The structured VAE's inference network q(z | y): a linear-chain CRF over N states (Fu et al. 2022, Sec. 4).
+
+Each state i has an embedding e_i (N x D). Given contextual vectors r_t (B x T x D, from the encoder),
+
+    log Phi(z_{t-1} = i, z_t = j) = e_i . e_j,    log phi(z_t = i, y_t) = e_i . r_t      (Eq. 29-31)
+
+and q(z | y) = prod_t Phi(z_{t-1}, z_t) phi(z_t, y_t) / Z. How the chain is computed (``backend``):
+
+* ``exact``: the full forward (an ``EmbeddingChain``), Gumbel-FFBS relaxed samples, exact entropy;
+* ``randomized``: RDP (Fu et al. 2022): randomized Gumbel backward sampling (Alg. 4) and the
+  randomized entropy (Alg. 3) over the top-K1 plus K2 sampled states of the proposal (Eq. 34 by
+  default); ``k2 = 0`` is the top-K baseline;
+* ``low-rank``: non-negative feature-map transitions log Phi(i, j) = log phi(e_i) . phi(e_j) with
+  phi(x) = exp(W x) (Chiu et al. 2021): every step O(N R), N x N is never built;
+* ``rank-space`` does not apply; see ``RANK_SPACE_ERROR``.
+
+``posterior(r, lengths, exact=True)`` gives the chain every backend represents exactly (dense
+embeddings or low-rank features): evaluation samples and scores q with it (importance sampling).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from zoo.inference import Backend, EmbeddingChain, LinearChain, LowRankChain, RDPOptions
+from zoo.inference.chain.randomized import PROPOSALS
+from zoo.models.hmm import _check_int
+from zoo.models.layers import ExpFeatureMap
+
+RANK_SPACE_ERROR = (
+    "backend='rank-space' does not apply to the structured VAE's CRF: the rank-space forward (Yang et al. "
+    "2022, Sec. 4.3) marginalizes the states of a CPD of the merged transition-emission factor "
+    "sum_r U[z_{t-1}, r] V[z_t, r] W[y_t, r], whose emission W is a fixed table per word, so that it can be "
+    "folded into the rank components. The CRF's emission phi(z_t, y_t) = e_z . r_t is contextual (r_t is the "
+    "GPT-2 state of the whole prefix) and its potentials are unnormalized, so no rank-space factor carries "
+    "it: folding it in costs O(T N R) per sequence, which is exactly the low-rank forward. Use "
+    "backend='low-rank' (with rank=R) for a CRF whose N x N transition is never built."
+)
+
+
+class CRFInferenceNetwork(nn.Module):
+    """q(z | y) as a linear-chain CRF with state embeddings (see the module docstring).
+
+    Args:
+        num_states: N.
+        dim: D, the size of the state embeddings and of the encoder's vectors r_t.
+        backend: "exact", "randomized" or "low-rank" ("rank-space" raises ``RANK_SPACE_ERROR``).
+        k1, k2: randomized only (required): top states summed exactly and states sampled per
+            position; k1 + k2 <= N; k2 = 0 is the top-K baseline.
+        proposal: randomized only: "local+global" (Eq. 34), "local", "global" or "uniform".
+        rank: low-rank only (required): R, the number of features (<= N).
+    """
+
+    def __init__(
+        self,
+        num_states: int,
+        dim: int,
+        backend: str = "exact",
+        k1: int | None = None,
+        k2: int | None = None,
+        proposal: str = "local+global",
+        rank: int | None = None,
+    ):
+        super().__init__()
+        _check_int("num_states", num_states)
+        _check_int("dim", dim)
+        parsed = Backend.parse(backend)
+        if parsed is Backend.RANK_SPACE:
+            raise ValueError(RANK_SPACE_ERROR)
+        if parsed is Backend.RANDOMIZED:
+            if k1 is None or k2 is None:
+                raise ValueError(
+                    "backend='randomized' needs k1 (top states summed exactly) and k2 (states sampled) per "
+                    f"position, e.g. k1 = k2 = num_states // 10 (Fu et al. 2022); got k1={k1!r}, k2={k2!r}"
+                )
+            _check_int("k1", k1, low=0)
+            _check_int("k2", k2, low=0)
+            if not 1 <= k1 + k2 <= num_states:
+                raise ValueError(f"k1 + k2 must be in 1..num_states = 1..{num_states}, got k1={k1}, k2={k2}")
+            if proposal not in PROPOSALS:
+                raise ValueError(f"unknown proposal {proposal!r}; expected one of {PROPOSALS}")
+        elif k1 is not None or k2 is not None:
+            raise ValueError(
+                f"k1 and k2 are used only by backend='randomized', got k1={k1!r}, k2={k2!r} with "
+                f"backend={parsed.value!r}"
+            )
+        if parsed is Backend.LOW_RANK:
+            if rank is None:
+                raise ValueError("backend='low-rank' needs rank=R (the number of non-negative features)")
+            _check_int("rank", rank)
+            if rank > num_states:
+                raise ValueError(
+                    f"rank must be at most num_states={num_states} (a rank-{rank} CRF is slower than the "
+                    f"exact one: use backend='exact'), got {rank}"
+                )
+        elif rank is not None:
+            raise ValueError(
+                f"rank is used only by backend='low-rank', got rank={rank!r} with {parsed.value!r}"
+            )
+        self.num_states, self.backend = num_states, parsed.value
+        self.k1, self.k2, self.proposal, self.rank = k1, k2, proposal, rank
+        self.states = nn.Parameter(torch.randn(num_states, dim) / dim**0.5)  # e_i
+        if parsed is Backend.LOW_RANK:
+            self.feature_map = ExpFeatureMap(dim, rank)
+
+    def unary(self, r: Tensor) -> Tensor:
+        """log phi(z_t = i, y_t) = e_i . r_t: B x T x N. r: B x T x D."""
+        return r @ self.states.T
+
+    def posterior(
+        self,
+        r: Tensor,
+        lengths: Tensor,
+        exact: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> LinearChain:
+        """q(z | y) for the encoder vectors r (B x T x D) as a ``LinearChain``.
+
+        ``exact=True`` (or backend "exact" / "low-rank"): the chain computed exactly (dense or low-rank).
+        Otherwise the randomized chain: one draw of kept states (``generator`` seeds it and Alg. 4's
+        Gumbel noise) shared by its entropy and relaxed sample.
+        """
+        unary = self.unary(r)
+        if self.backend == Backend.LOW_RANK.value:
+            # one detached global shift: it rescales every potential alike, so q is unchanged
+            features = self.feature_map(self.states, shift="global")
+            return LinearChain(LowRankChain(unary, features, features, normalize=False), lengths, "low-rank")
+        factors = EmbeddingChain(unary, self.states)
+        if exact or self.backend == Backend.EXACT.value:
+            return LinearChain(factors, lengths, "exact")
+        options = RDPOptions(self.k1, self.k2, self.proposal, generator)
+        return LinearChain(factors, lengths, "randomized", options)
+
+    def extra_repr(self) -> str:
+        extra = f", k1={self.k1}, k2={self.k2}, proposal={self.proposal!r}" if self.k1 is not None else ""
+        extra += f", rank={self.rank}" if self.rank is not None else ""
+        return f"num_states={self.num_states}, backend={self.backend!r}{extra}"

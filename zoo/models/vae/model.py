@@ -1,0 +1,247 @@
+"""``StructuredVAE``: a GPT-2 encoder, a CRF inference network over N latent states and an LSTM
+decoder, trained by the ELBO with relaxed samples (Fu et al. 2022, Sec. 4 and 5.2).
+
+* encoder: ``transformers.GPT2Model``: the pretrained ``pretrained_encoder`` (e.g. "gpt2", GPT-2
+  base as in the paper; needs the Hugging Face Hub or its local cache) or, with ``None``, a randomly
+  initialised ``GPT2Config`` of ``encoder_layers`` x ``encoder_dim`` (``encoder_heads`` heads); its
+  last hidden states are projected to r_t (B x T x D);
+* q(z | y): ``CRFInferenceNetwork`` (backends exact, randomized, low-rank; see there);
+* p(z, y): ``LSTMDecoder``;
+* training objective (Eq. 32-33): ELBO = log p(x~, y) + H(q), x~ a relaxed sample of q (Gumbel-FFBS
+  for exact / low-rank, randomized Gumbel backward sampling, Alg. 4, for randomized), H(q) exact or
+  by the randomized entropy DP (Alg. 3); gradients reach the encoder through x~ and H;
+* evaluation: log p(y) by importance sampling with q (computed exactly) as the proposal,
+  ``eval_samples`` samples (100 by default, as Gumbel-CRF and RDP report).
+
+Batches: ``{"tokens": B x T long (ids in 0..vocab_size-1), "lengths": B}`` (``zoo.data.CaptionsDataModule``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from zoo.inference import LinearChain
+from zoo.models.base import ZooModel, weights_will_follow
+from zoo.models.hmm import _check_int
+from zoo.models.vae.decoder import LSTMDecoder
+from zoo.models.vae.importance import importance_sampled_log_likelihood
+from zoo.models.vae.inference_network import CRFInferenceNetwork
+
+GPT2_VOCAB_SIZE = 50257
+# GPT2Config fields that change the encoder's computation (dropout aside): a pretrained encoder must have
+# the values the arguments give, so that a saved model rebuilds it from its arguments alone.
+ARCHITECTURE_FIELDS = (
+    "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function",
+    "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+)  # fmt: skip
+
+
+def build_gpt2_encoder(
+    pretrained: str | None,
+    vocab_size: int,
+    layers: int,
+    dim: int,
+    heads: int,
+    max_positions: int,
+    dropout: float,
+) -> nn.Module:
+    """A ``transformers.GPT2Model`` of ``layers`` x ``dim`` (``heads`` heads, ``max_positions``):
+    ``from_pretrained(pretrained)``, whose configuration must be that one, or random from a ``GPT2Config``
+    (also for a pretrained encoder whose weights follow from a zoo checkpoint: no Hub needed)."""
+    from transformers import GPT2Config, GPT2Model
+
+    if pretrained is not None and vocab_size != GPT2_VOCAB_SIZE:
+        raise ValueError(
+            f"a pretrained GPT-2 encoder reads GPT-2 ids: vocab_size must be 50257, got {vocab_size}"
+        )
+    if dim % heads:
+        raise ValueError(f"encoder_dim must be a multiple of encoder_heads, got {dim} and {heads}")
+    config = GPT2Config(
+        vocab_size=vocab_size, n_positions=max_positions, n_embd=dim, n_layer=layers, n_head=heads,
+        resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
+        bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1,  # GPT-2's <|endoftext|> at 50257
+    )  # fmt: skip
+    if pretrained is None or weights_will_follow():
+        return GPT2Model(config)
+    try:
+        encoder = GPT2Model.from_pretrained(
+            pretrained, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout
+        )
+    except (OSError, ValueError) as error:  # not on the Hub / in the cache; not a valid repo id
+        raise OSError(
+            f"could not load the pretrained encoder {pretrained!r} (no Hugging Face Hub access and not "
+            "in the local cache?); use pretrained_encoder=None for a randomly initialised GPT2Config "
+            f"encoder of encoder_layers x encoder_dim: {error}"
+        ) from None
+    differ = {k: (getattr(encoder.config, k), getattr(config, k)) for k in ARCHITECTURE_FIELDS}
+    differ = {k: v for k, v in differ.items() if v[0] != v[1]}
+    if differ:
+        loaded = encoder.config
+        raise ValueError(
+            f"the pretrained encoder {pretrained!r} is not the GPT-2 the arguments describe ((its value, "
+            f"the arguments') of {differ}): set encoder_layers={loaded.n_layer}, "
+            f"encoder_dim={loaded.n_embd}, encoder_heads={loaded.n_head}, max_positions={loaded.n_positions} "
+            "(the arguments rebuild the encoder of a saved model without the Hub; other GPT-2 settings must "
+            "be the defaults)"
+        )
+    return encoder
+
+
+class StructuredVAE(ZooModel):
+    """The GPT-2-encoded structured VAE (see the module docstring).
+
+    Args:
+        num_states: N, the latent states of the CRF (100 and 2000 in the paper).
+        backend: "exact", "randomized" or "low-rank" of q ("rank-space" raises an error saying why not).
+        k1, k2: randomized only: top-K1 + K2 sampled states per position (paper: 10% N each; k2 = 0 is top-K).
+        proposal: randomized only: "local+global" (Eq. 34), "local", "global", "uniform".
+        rank: low-rank only: R features.
+        vocab_size: V, the word ids (GPT-2's 50257; smaller only with a random encoder, for tests).
+        pretrained_encoder: a GPT-2 name or path for ``GPT2Model.from_pretrained``, or None (random).
+        encoder_layers, encoder_dim, encoder_heads, max_positions: the random encoder's ``GPT2Config``.
+        state_dim: D, the CRF state embeddings (and r_t).
+        decoder_dim, decoder_hidden, decoder_layers: the LSTM decoder (embeddings, hidden size, layers).
+        dropout: encoder and decoder dropout (training mode only).
+        temperature: of the relaxed samples.
+        eval_samples: importance samples of ``log_likelihood``.
+        eval_chunk_tokens: tokens the decoder scores at once while importance sampling (memory bound).
+    """
+
+    def __init__(
+        self,
+        num_states: int = 100,
+        backend: str = "exact",
+        k1: int | None = None,
+        k2: int | None = None,
+        proposal: str = "local+global",
+        rank: int | None = None,
+        vocab_size: int = GPT2_VOCAB_SIZE,
+        pretrained_encoder: str | None = None,
+        encoder_layers: int = 2,
+        encoder_dim: int = 128,
+        encoder_heads: int = 2,
+        max_positions: int = 1024,
+        state_dim: int = 128,
+        decoder_dim: int = 128,
+        decoder_hidden: int = 256,
+        decoder_layers: int = 1,
+        dropout: float = 0.1,
+        temperature: float = 1.0,
+        eval_samples: int = 100,
+        eval_chunk_tokens: int = 1024,
+    ):
+        super().__init__()
+        for name, value in (
+            ("vocab_size", vocab_size), ("encoder_layers", encoder_layers),
+            ("encoder_dim", encoder_dim), ("encoder_heads", encoder_heads),
+            ("max_positions", max_positions), ("state_dim", state_dim), ("decoder_dim", decoder_dim),
+            ("decoder_hidden", decoder_hidden), ("decoder_layers", decoder_layers),
+            ("eval_samples", eval_samples), ("eval_chunk_tokens", eval_chunk_tokens),
+        ):  # fmt: skip
+            _check_int(name, value)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+            raise ValueError(f"temperature must be a positive float, got {temperature!r}")
+        self.inference = CRFInferenceNetwork(num_states, state_dim, backend, k1, k2, proposal, rank)
+        self.encoder = build_gpt2_encoder(
+            pretrained_encoder, vocab_size, encoder_layers, encoder_dim, encoder_heads, max_positions, dropout
+        )
+        self.project = nn.Linear(self.encoder.config.n_embd, state_dim)
+        self.decoder = LSTMDecoder(
+            vocab_size, num_states, decoder_dim, decoder_hidden, decoder_layers, dropout
+        )
+        self.num_states, self.backend, self.vocab_size = num_states, self.inference.backend, vocab_size
+        self.temperature, self.eval_samples, self.eval_chunk_tokens = (
+            float(temperature),
+            eval_samples,
+            eval_chunk_tokens,
+        )
+
+    # --- inputs -----------------------------------------------------------------------------
+    def _inputs(self, batch: dict) -> tuple[Tensor, Tensor]:
+        for key in ("tokens", "lengths"):
+            if key not in batch:
+                raise KeyError(f"StructuredVAE needs batch[{key!r}]; the batch has keys {sorted(batch)}")
+        tokens, lengths = batch["tokens"], batch["lengths"]
+        if tokens.dim() != 2 or tokens.dtype != torch.long:
+            raise ValueError(f"tokens must be a B x T long tensor, got {tuple(tokens.shape)} {tokens.dtype}")
+        B, T = tokens.shape
+        if lengths.shape != (B,) or ((lengths < 1) | (lengths > T)).any():
+            raise ValueError(f"lengths must be (B,) = ({B},) ints in 1..T = 1..{T}, got {lengths.tolist()}")
+        limit = self.encoder.config.n_positions
+        if T > limit:
+            raise ValueError(
+                f"sequences of {T} tokens exceed the encoder's {limit} positions (max_positions)"
+            )
+        valid = torch.arange(T, device=tokens.device) < lengths.unsqueeze(-1)
+        bad = valid & ((tokens < 0) | (tokens >= self.vocab_size))
+        if bad.any():
+            raise ValueError(
+                f"token ids must lie in 0..{self.vocab_size - 1} (vocab_size), got {tokens[bad][:5].tolist()}"
+            )
+        return torch.where(valid, tokens, 0), lengths
+
+    def encode(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """r_t: B x T x D, the projected GPT-2 states."""
+        mask = (torch.arange(tokens.shape[1], device=tokens.device) < lengths.unsqueeze(-1)).long()
+        hidden = self.encoder(input_ids=tokens, attention_mask=mask).last_hidden_state
+        return self.project(hidden)
+
+    def posterior(
+        self, batch: dict, exact: bool = False, generator: torch.Generator | None = None
+    ) -> LinearChain:
+        """q(z | y) of the batch (``exact=True``: computed exactly whatever the backend)."""
+        tokens, lengths = self._inputs(batch)
+        return self.inference.posterior(self.encode(tokens, lengths), lengths, exact, generator)
+
+    # --- objectives -------------------------------------------------------------------------
+    def elbo(self, batch: dict, generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        """The ELBO (Eq. 32) per sequence and its parts, each (B,): ``elbo`` = ``reconstruction``
+        (log p(x~, y) of one relaxed sample x~ of q) + ``entropy`` (H(q)); all differentiable."""
+        tokens, lengths = self._inputs(batch)
+        q = self.inference.posterior(self.encode(tokens, lengths), lengths, generator=generator)
+        relaxed = q.rsample(self.temperature, generator)  # B x T x N
+        reconstruction = self.decoder.log_joint(tokens, lengths, relaxed)
+        entropy = q.entropy
+        return {"elbo": reconstruction + entropy, "reconstruction": reconstruction, "entropy": entropy}
+
+    def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
+        """log p(y) per sequence by importance sampling with q as the proposal: (B,); ``eval_samples``
+        samples of q computed exactly (``generator`` seeds them). Run it in eval mode under no_grad."""
+        tokens, lengths = self._inputs(batch)
+        q = self.inference.posterior(self.encode(tokens, lengths), lengths, exact=True)
+
+        def log_joint(states: Tensor) -> Tensor:  # S x B x T -> S x B, in chunks of rows
+            S, B, T = states.shape
+            rows = max(1, self.eval_chunk_tokens // T)
+            flat_states = states.reshape(S * B, T)
+            flat_tokens, flat_lengths = tokens.repeat(S, 1), lengths.repeat(S)
+            parts = [
+                self.decoder.log_joint(
+                    flat_tokens[i : i + rows], flat_lengths[i : i + rows], flat_states[i : i + rows]
+                )
+                for i in range(0, S * B, rows)
+            ]
+            return torch.cat(parts).view(S, B)
+
+        return importance_sampled_log_likelihood(q, log_joint, self.eval_samples, generator)
+
+    def forward(self, batch: dict) -> Tensor:
+        """Same as ``log_likelihood``: (B,)."""
+        return self.log_likelihood(batch)
+
+    def num_events(self, batch: dict) -> Tensor:
+        """Tokens per sequence, ``<|endoftext|>`` included: (B,)."""
+        return batch["lengths"]
+
+    def evaluation_is_exact(self) -> bool:
+        """False: ``log_likelihood`` is an importance-sampled estimate."""
+        return False
+
+    @torch.no_grad()
+    def sample_states(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
+        """One exact sample of q(z | y) per sequence: B x T long, -1 past each length (for the
+        aggregated posterior's state usage)."""
+        return self.posterior(batch, exact=True).sample(1, generator)[0]

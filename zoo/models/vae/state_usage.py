@@ -1,0 +1,53 @@
+"""The aggregated posterior's state usage (Mathieu et al. 2019; Fu et al. 2022, Fig. 2): one exact
+sample of q(z | y) for every sentence, then how often each of the N states occurs over all tokens.
+A collapsed posterior leaves many states unused (frequency 0)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+
+@torch.no_grad()
+def aggregated_state_usage(
+    model, batches: Iterable[dict], seed: int = 0, max_batches: int | None = None
+) -> Tensor:
+    """Counts (N,) long of the states in one sample of q per sentence (``model.sample_states``)."""
+    was_training = model.training
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(model.num_states, dtype=torch.long)
+    try:
+        for i, batch in enumerate(batches):
+            if max_batches is not None and i >= max_batches:
+                break
+            states = model.sample_states(batch, generator).flatten()
+            counts += torch.bincount(states[states >= 0].cpu(), minlength=model.num_states)
+    finally:
+        model.train(was_training)
+    return counts
+
+
+def plot_state_usage(counts: Tensor, path: str | os.PathLike, title: str = "") -> None:
+    """Save the states' frequencies, sorted from most to least used, as an image (PNG by suffix)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    counts = counts.detach().cpu()
+    if counts.dim() != 1 or counts.sum() <= 0:
+        raise ValueError(f"counts must be (N,) with a positive total, got shape {tuple(counts.shape)}")
+    frequency = (counts.double() / counts.sum()).sort(descending=True).values
+    unused = int((counts == 0).sum())
+    fig, ax = plt.subplots(figsize=(5, 2.6), dpi=100)
+    ax.bar(range(len(frequency)), frequency.numpy(), width=1.0, color="#3b6ea5")
+    ax.set_xlabel("states, most to least used")
+    ax.set_ylabel("frequency")
+    ax.set_title(f"{title}{' - ' if title else ''}{unused} of {len(counts)} states unused", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
