@@ -89,6 +89,7 @@ def test_a_non_editable_install_carries_the_weights(tmp_path):
 
     if not TAGS:
         pytest.skip("no bundled checkpoints")
+    pytest.importorskip("setuptools", reason="building offline (--no-build-isolation) needs setuptools")
     source = tmp_path / "source"
     shutil.copytree(REPO_ROOT / "zoo", source / "zoo", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
