@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -123,6 +125,14 @@ def max_time(minutes: float) -> str:
     return f"00:{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def budget_minutes(value: str | int) -> float:
+    """``max_time`` of a saved config: ``DD:HH:MM:SS``, or the seconds YAML 1.1 reads it as."""
+    if isinstance(value, int):
+        return value / 60
+    days, hours, minutes, seconds = (int(x) for x in value.split(":"))
+    return (days * 24 + hours) * 60 + minutes + seconds / 60
+
+
 def hardware() -> str:
     cpu = next(
         (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -188,18 +198,24 @@ def add_synthetic_f1(folder: Path, work: Path) -> None:
     write_card(folder)
 
 
-def run(job: Job, scale: float, work: Path) -> None:
+def run(job: Job, scale: float, work: Path, resume: bool = False) -> None:
+    """Train (or with ``resume``, reuse the run's checkpoint), export, evaluate and record ``job``."""
     from zoo.pretrained import from_pretrained, save_results, write_card
 
     minutes = job.minutes * scale
     run_dir = work / job.tag
-    shutil.rmtree(run_dir, ignore_errors=True)
-    started = time.time()
-    zoo_cli("fit", "--config", f"recipes/{job.recipe}.yaml", "--trainer.max_time",
-            max_time(minutes),
-            "--trainer.max_epochs", "1000", "--trainer.default_root_dir", str(run_dir),
-            "--trainer.enable_progress_bar", "false")  # fmt: skip
-    train_minutes = (time.time() - started) / 60
+    done = sorted(run_dir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime) if resume else []
+    if done:  # the run's span: from LightningCLI's config.yaml to its last checkpoint
+        (config_yaml,) = run_dir.rglob("config.yaml")
+        train_minutes = (done[-1].stat().st_mtime - config_yaml.stat().st_mtime) / 60
+        minutes = budget_minutes(yaml.safe_load(config_yaml.read_text())["trainer"]["max_time"])
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        started = time.time()
+        zoo_cli("fit", "--config", f"recipes/{job.recipe}.yaml", "--trainer.max_time", max_time(minutes),
+                "--trainer.max_epochs", "1000", "--trainer.default_root_dir", str(run_dir),
+                "--trainer.enable_progress_bar", "false")  # fmt: skip
+        train_minutes = (time.time() - started) / 60
     (checkpoint,) = sorted(run_dir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)[-1:]
     folder = WEIGHTS / job.tag
     shutil.rmtree(folder, ignore_errors=True)
@@ -287,6 +303,7 @@ def main() -> None:
     parser.add_argument("--minutes-scale", type=float, default=1.0, help="multiply every budget")
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/pretrained/runs"))
     parser.add_argument("--report-only", action="store_true", help="only rewrite docs/results.md")
+    parser.add_argument("--resume", action="store_true", help="reuse a finished run's checkpoint (no fit)")
     parser.add_argument(
         "--synthetic-only", action="store_true", help="only add the synthetic-grammar F1 to bundled PCFGs"
     )
@@ -298,7 +315,7 @@ def main() -> None:
     elif not args.report_only:
         for job in JOBS:
             if any(fnmatch.fnmatchcase(job.tag, pattern) for pattern in args.only):
-                run(job, args.minutes_scale, args.work_dir)
+                run(job, args.minutes_scale, args.work_dir, args.resume)
     for folder in bundled_folders().values():
         write_card(folder)  # the current template
     write_section(DOC, "pretrained", report(), title="# Results")

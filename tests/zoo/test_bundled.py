@@ -169,3 +169,18 @@ def test_results_keep_training_and_quick_check_notes():
     }
     with pytest.raises(ValueError, match="'quick_check' must be a dict"):
         read_results({"metrics": {"test/nll": 5.0}, "quick_check": 3.0})
+
+
+def test_init_from_a_float16_folder_casts_into_the_float32_model(tmp_path):
+    """A half-precision checkpoint (as bundled where float16 does not move the metric) fine-tunes and
+    evaluates in a float32 task model: its weights are cast exactly, nothing else changes."""
+    import torch
+
+    from zoo.tasks import LikelihoodTask
+
+    torch.manual_seed(0)
+    half = zoo.create_model("pcfg_nt10_pt20_d64", backend="low-rank").to(torch.float16)
+    folder = half.save_pretrained(tmp_path / "half")
+    task = LikelihoodTask(zoo.create_model("pcfg_nt10_pt20_d64", backend="low-rank"), init_from=str(folder))
+    for name, value in task.model.state_dict().items():
+        assert value.dtype == torch.float32 and torch.equal(value, half.state_dict()[name].float()), name

@@ -195,7 +195,8 @@ class LikelihoodTask(pl.LightningModule):
 
 def load_model_weights(source: str, model: ZooModel) -> dict[str, Tensor]:
     """The state dict for ``model`` from ``source``: a zoo task's Lightning checkpoint (``.ckpt``: its
-    ``model.*`` weights) or a ``zoo.from_pretrained`` source, whose config must name ``model``'s class."""
+    ``model.*`` weights) or a ``zoo.from_pretrained`` source, whose config must name ``model``'s class;
+    floating weights saved in another precision (a float16 folder) are cast to the model's."""
     path = Path(source)
     if not (path.suffix == ".ckpt" or path.is_file()):
         folder = resolve(source)
@@ -207,6 +208,13 @@ def load_model_weights(source: str, model: ZooModel) -> dict[str, Tensor]:
             k: (v, model.config.get(k)) for k, v in config["init_args"].items() if model.config.get(k) != v
         }
         weights = read_weights(folder, config)
+        expected = model.state_dict()
+        weights = {  # weights stored in half precision are cast (exactly) to the model's float32
+            k: v.to(expected[k].dtype)
+            if k in expected and v.is_floating_point() and expected[k].is_floating_point()
+            else v
+            for k, v in weights.items()
+        }
         try:
             check_state_dict(model, weights, source)
         except CheckpointError as error:
