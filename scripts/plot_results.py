@@ -43,6 +43,8 @@ TITLES = {
 def metrics_figure() -> Path:
     families: dict[str, list[tuple[str, float, float]]] = {}
     for tag, folder in bundled_folders().items():
+        if not (folder / "results.json").is_file():
+            continue  # being trained
         config = json.loads((folder / "config.json").read_text())
         results = json.loads((folder / "results.json").read_text())["metrics"]
         family = config["class_path"].rsplit(".", 1)[-1]
@@ -100,7 +102,7 @@ def segmentation_figure(tag: str) -> Path:
         ax.set_ylabel(title, rotation=0, ha="right", fontsize=8)
     axes[1].set_xlabel("frame")
     fig.suptitle(
-        "A held-out smartwatch recording segmented by the HSMM (colour = exercise label)", fontsize=9
+        "A held-out smartwatch recording: gold exercises (top) and the HSMM's states (bottom)", fontsize=9
     )
     fig.tight_layout()
     return save(fig, "hsmm_segmentation.png")
