@@ -70,7 +70,7 @@ def parse_figure(tag: str) -> Path:
     words = SENTENCE.split()
     ids = vocab.encode(words, add_eos=True)
     trees, _ = model.parse({"tokens": torch.tensor([ids]), "lengths": torch.tensor([len(ids)])})
-    spans = [(s, e) for s, e in trees[0].tolist() if s >= 0 and e > s]
+    spans = [(s, e - 1) for s, e in trees[0].tolist() if s >= 0 and e - s > 1]  # first and last word
     fig, ax = plt.subplots(figsize=(9, 3.2))
     for x, word in enumerate(words):
         ax.text(x, 0, word if word in vocab else f"{word}\n(<unk>)", ha="center", va="top", fontsize=9)

@@ -73,12 +73,12 @@ def hmm_music(tag: str) -> None:
 
 
 def bracket(words: list[str], spans: list[tuple[int, int]]) -> str:
-    """A tree's spans (start, end inclusive) as brackets around the words."""
+    """A tree's spans (start, end exclusive) of two or more words as brackets around the words."""
     opens, closes = [0] * len(words), [0] * len(words)
     for start, end in spans:
-        if end > start:
+        if end - start > 1:
             opens[start] += 1
-            closes[end] += 1
+            closes[end - 1] += 1
     return " ".join("(" * o + w + ")" * c for w, o, c in zip(words, opens, closes))
 
 

@@ -13,6 +13,7 @@ from huggingface_hub import ModelCard
 from zoo_testlib import example_batch, scores
 
 import zoo
+from zoo.bundled import bundled_folders
 from zoo.cli import main
 from zoo.tasks import LikelihoodTask
 
@@ -83,4 +84,5 @@ def test_models_command(capsys):
         "pcfg_nt10_pt20_d64\tPCFG\t[exact, low-rank, rank-space, randomized]\tsmall PTB PCFG for a CPU"
     ]
     assert main(["models", "--pretrained"]) == 0
-    assert capsys.readouterr().out == ""
+    listed = [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == sorted(bundled_folders())  # the checkpoints shipped in zoo/weights/
