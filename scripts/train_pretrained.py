@@ -5,12 +5,12 @@ For each job (tag, recipe, minutes), with the documented commands only:
 1. ``zoo fit --config recipes/<recipe>.yaml --trainer.max_time <minutes> --trainer.max_epochs 1000``
    (from scratch, seed of the recipe; the checkpoint of the recipe's ModelCheckpoint);
 2. ``zoo export CKPT zoo/weights/<tag>`` (the run's config.yaml becomes ``training_config.yaml``);
-3. the card's evaluation command on the exported folder, ``zoo test --config training_config.yaml
-   --model.init_args.init_from zoo/weights/<tag> --results FILE`` (the whole test split; a randomized
-   backend's evaluation is exact at these sizes, otherwise the task reports mean and standard deviation
-   over its ``eval_seeds``);
-4. half precision: the weights are kept in float16 only if the quick-check NLL (the first test batches)
-   moves by less than 0.1 % (then step 3 is re-run on the float16 folder); otherwise float32;
+3. half precision: the weights are kept in float16 only if the quick-check NLL (the first test batches)
+   moves by less than 0.1 %; otherwise float32;
+4. the card's evaluation command on the exported (final) folder, ``zoo test --config
+   training_config.yaml --model.init_args.init_from zoo/weights/<tag> --results FILE`` (the whole test
+   split; a randomized backend's evaluation is exact at these sizes, otherwise the task reports mean and
+   standard deviation over its ``eval_seeds``);
 5. ``results.json``: the test metrics, the training notes (hardware, minutes) and the quick check
    (``zoo.bundled.quick_check``, which the tests re-measure); the card is re-rendered;
 6. PCFGs: ``synthetic/sentence_f1`` (mean and standard deviation over seeds): the same backend trained
@@ -263,7 +263,8 @@ def report() -> str:
         size = (folder / "model.safetensors").stat().st_size / 2**20
         rows.setdefault(family, []).append(
             f"| `{tag}` | {config['init_args']['backend']} | {' | '.join(values)} | "
-            f"{training.get('minutes', '-')} | {config['dtype']} | {size:.1f} |"
+            f"{training.get('budget_minutes', '-')} | {training.get('minutes', '-')} | {config['dtype']} | "
+            f"{size:.1f} |"
         )
     date = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}"
     parts = [
@@ -287,8 +288,8 @@ def report() -> str:
             "",
             f"### {title}",
             "",
-            f"| tag | backend | {' | '.join(metrics)} | train minutes | dtype | MB |",
-            "| --- | --- |" + " --- |" * (len(metrics) + 3),
+            f"| tag | backend | {' | '.join(metrics)} | budget (min) | fit wall clock (min) | dtype | MB |",
+            "| --- | --- |" + " --- |" * (len(metrics) + 4),
             *lines,
         ]
     pictures = [(name, text) for name, text in PICTURES if (DOC.parent / "img" / name).is_file()]
