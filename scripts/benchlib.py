@@ -238,3 +238,30 @@ def report_header(started: float, load_before: float, command: str, timing: str,
         "peak = peak RSS growth of the measured call.",
         f"- zoo: {version} (copied at the start; every configuration imports the copy)",
     ]
+
+
+def fit_within_budget(task, data, minutes: float, **trainer_options) -> tuple:
+    """Train the Lightning ``task`` on the datamodule ``data`` on the CPU for ``minutes`` of wall time
+    (Lightning's ``max_time``; gradient clip 5, at most 1000 epochs; no logger, checkpoints, progress bar,
+    summary or sanity check); ``trainer_options`` add to or replace these Trainer arguments.
+    Returns the trainer and the minutes the fit took."""
+    import lightning.pytorch as pl
+
+    options = dict(
+        accelerator="cpu", devices=1, max_time={"seconds": round(minutes * 60)}, max_epochs=1000,
+        gradient_clip_val=5.0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0,
+    )  # fmt: skip
+    trainer = pl.Trainer(**{**options, **trainer_options})
+    started = time.time()
+    trainer.fit(task, datamodule=data)
+    return trainer, (time.time() - started) / 60
+
+
+def evaluate(task, data, stages: tuple[str, ...] = ("validate", "test")) -> list[dict]:
+    """The metrics of the Lightning ``task`` on the datamodule ``data``, one dict per stage ("validate",
+    "test"), computed on the CPU without logging."""
+    import lightning.pytorch as pl
+
+    evaluator = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
+    return [getattr(evaluator, stage)(task, datamodule=data, verbose=False)[0] for stage in stages]

@@ -30,6 +30,7 @@ from zoo.data import MusicDataModule, PTBDataModule  # noqa: E402
 from zoo.models import BernoulliHMM, CategoricalHMM  # noqa: E402
 from zoo.tasks import LikelihoodTask  # noqa: E402
 
+from benchlib import evaluate, fit_within_budget  # noqa: E402
 from report import write_section  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,17 +98,8 @@ def train_and_evaluate(run: Run, data, minutes: float, vocab_size: int | None) -
         model = CategoricalHMM(vocab_size, **run.arguments, **TEXT_DIMS)
     task = LikelihoodTask(model, lr=run.lr)
     speed = Throughput()
-    trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_time={"minutes": minutes}, max_epochs=1000,
-        gradient_clip_val=5.0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[speed], num_sanity_val_steps=0,
-    )  # fmt: skip
-    started = time.time()
-    trainer.fit(task, datamodule=data)
-    train_minutes = (time.time() - started) / 60
-    evaluator = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
-    (val,) = evaluator.validate(task, datamodule=data, verbose=False)
-    (test,) = evaluator.test(task, datamodule=data, verbose=False)
+    _, train_minutes = fit_within_budget(task, data, minutes, callbacks=[speed])
+    val, test = evaluate(task, data)
     return {
         "epochs": speed.events / int(data.datasets["train"].lengths.sum()),
         "minutes": train_minutes,

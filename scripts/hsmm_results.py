@@ -34,6 +34,8 @@ import torch  # noqa: E402
 
 from benchlib import (  # noqa: E402
     Measurement,
+    evaluate,
+    fit_within_budget,
     num,
     prepare_environment,
     ratio,
@@ -82,17 +84,8 @@ def train_and_evaluate(backend: str, minutes: float) -> dict:
     pl.seed_everything(0, verbose=False)
     data = SmartwatchDataModule(window=WINDOW, batch_size=4)
     task = SegmentationTask(build_model(backend, SMALL[backend]), lr=0.01, boundary_tolerance=4)
-    trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_time={"seconds": round(minutes * 60)}, max_epochs=10_000,
-        gradient_clip_val=5.0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0,
-    )  # fmt: skip
-    started = time.time()
-    trainer.fit(task, datamodule=data)
-    train_minutes = (time.time() - started) / 60
-    evaluator = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
-    (val,) = evaluator.validate(task, datamodule=data, verbose=False)
-    (test,) = evaluator.test(task, datamodule=data, verbose=False)
+    trainer, train_minutes = fit_within_budget(task, data, minutes, max_epochs=10_000)
+    val, test = evaluate(task, data)
     return {"minutes": train_minutes, "epochs": trainer.current_epoch, "val": val, "test": test}
 
 

@@ -33,7 +33,7 @@ from zoo.models.vae import aggregated_state_usage, plot_state_usage  # noqa: E40
 from zoo.tasks import VAETask  # noqa: E402
 
 import benchlib  # noqa: E402
-from benchlib import machine, table  # noqa: E402
+from benchlib import evaluate, fit_within_budget, machine, table  # noqa: E402
 from report import write_section  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,17 +73,9 @@ def run(
     pl.seed_everything(0, verbose=False)
     task = VAETask(StructuredVAE(num_states=N, **backend, **SIZES, eval_samples=args.samples), lr=1e-3)
     speed = Throughput()
-    trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_time={"seconds": int(args.minutes * 60)}, max_epochs=1000,
-        gradient_clip_val=5.0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[speed], limit_val_batches=1, num_sanity_val_steps=0,
-    )  # fmt: skip
+    _, train_minutes = fit_within_budget(task, train, args.minutes, callbacks=[speed], limit_val_batches=1)
     started = time.time()
-    trainer.fit(task, datamodule=train)
-    train_minutes = (time.time() - started) / 60
-    started = time.time()
-    evaluator = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
-    (result,) = evaluator.test(task, datamodule=test, verbose=False)
+    (result,) = evaluate(task, test, stages=("test",))
     eval_minutes = (time.time() - started) / 60
     usage.setup()
     counts = aggregated_state_usage(task.model, usage.train_dataloader(), seed=0)

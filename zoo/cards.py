@@ -1,6 +1,6 @@
-"""Model cards: rendered from the templates in ``cards/`` with ``huggingface_hub.ModelCard``.
+"""Model cards: rendered from the templates in ``zoo/card_templates/`` with ``huggingface_hub.ModelCard``.
 
-``cards/model_card.md`` is the layout shared by every family; ``cards/<ModelClass>/`` holds a
+``model_card.md`` there is the layout shared by every family; ``<ModelClass>/`` holds a
 family's own parts (``intro.md``, ``metric.md``, ``limitations.md``, ``citation.bib``), themselves
 Jinja templates. The card is filled from the model's ``config.json`` (class, arguments, architecture),
 its measured results (``results.json``: never numbers we did not measure) and the ``zoo fit``
@@ -22,7 +22,7 @@ import yaml
 
 from zoo.paper_results import paper_results
 
-CARDS = Path(__file__).resolve().parent.parent / "cards"
+CARDS = Path(__file__).resolve().parent / "card_templates"  # package data: installs carry it
 LIBRARY_NAME = "structured-zoo"
 LICENSE = "mit"
 
@@ -112,7 +112,7 @@ def _family_part(model_class: str, name: str, context: dict[str, Any]) -> str:
     path = CARDS / model_class / name
     if not path.is_file():
         raise FileNotFoundError(
-            f"no model-card part {path}: a family's card needs cards/{model_class}/"
+            f"no model-card part {path}: a family's card needs zoo/card_templates/{model_class}/"
             "{intro.md, metric.md, limitations.md, citation.bib} (docs/zoo-api.md)"
         )
     return jinja2.Template(path.read_text(), keep_trailing_newline=True).render(**context).strip()

@@ -218,7 +218,11 @@ def test_config_holds_plain_values_and_rebuilds_the_model():
         ({"backend": "low-rank", "rank": 9}, ValueError, "rank must be at most num_states=3"),
         ({"backend": "rank-space", "rank": 2, "self_transitions": False}, ValueError, "always allows self"),
         ({"backend": "randomized"}, ValueError, "needs k1"),
-        ({"backend": "randomized", "k1": 3, "k2": 1}, ValueError, r"k1 \+ k2 must be in 1..num_states=3"),
+        (
+            {"backend": "randomized", "k1": 3, "k2": 1},
+            ValueError,
+            r"k1 \+ k2 must be in 1..num_states = 1..3",
+        ),
         ({"backend": "randomized", "k1": 1, "k2": 1, "proposal": "best"}, ValueError, "unknown proposal"),
         ({"k1": 1, "k2": 1}, ValueError, "used only by backend='randomized'"),
         ({"backend": "semi"}, ValueError, "unknown backend"),

@@ -183,6 +183,8 @@ def test_rank_space_explains_and_points_to_low_rank():
         ({"backend": "randomized"}, "needs k1"),
         ({"backend": "exact", "k1": 1, "k2": 1}, "only by backend='randomized'"),
         ({"backend": "low-rank"}, "needs rank"),
+        ({"backend": "low-rank", "rank": N + 1}, f"rank must be at most num_states={N}"),
+        ({"backend": "exact", "rank": 2}, "rank is used only by backend='low-rank'"),
         ({"backend": "randomized", "k1": 1, "k2": 1, "proposal": "oracle"}, "unknown proposal"),
         ({"temperature": 0.0}, "temperature must be a positive"),
         ({"encoder_dim": 30, "encoder_heads": 4}, "multiple of encoder_heads"),

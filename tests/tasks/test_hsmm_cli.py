@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from cli_testlib import cpu_trainer
+from cli_testlib import cpu_trainer, logged, predict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from test_segment_data import write_crosstask, write_npy_folder  # noqa: E402
@@ -53,14 +52,6 @@ def recipe(
     return path
 
 
-def logged(tmp: Path, key: str) -> list[float]:
-    rows = []
-    for file in sorted(tmp.rglob("metrics.csv")):
-        with open(file) as f:
-            rows += list(csv.DictReader(f))
-    return [float(r[key]) for r in rows if r.get(key)]
-
-
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_fit_fast_dev_run_every_backend(tmp_path, backend):
     path = recipe(tmp_path, SMARTWATCH, backend)
@@ -89,17 +80,7 @@ def test_fit_validate_predict_reload_on_smartwatch(tmp_path):
         torch.testing.assert_close(task(batch), again(batch), rtol=0, atol=0)
 
     out = tmp_path / "pred" / "segments.jsonl"
-    writer = {"class_path": "zoo.tasks.SegmentationWriter", "init_args": {"output_path": str(out)}}
-    args = [
-        "predict",
-        "--config",
-        str(path),
-        "--ckpt_path",
-        str(ckpt),
-        "--trainer.callbacks+",
-        yaml.safe_dump(writer),
-    ]
-    assert main(args) == 0
+    assert predict(path, ckpt, "zoo.tasks.SegmentationWriter", out) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     test = dm.datasets["test"]
     assert [r["name"] for r in rows] == test.names and [r["frames"] for r in rows] == test.lengths.tolist()
@@ -123,17 +104,7 @@ def test_crosstask_with_pca_end_to_end(tmp_path):
     assert task.model.input_projection.matrix.shape == (16, 4) and task.model.input_projection.fitted
     assert logged(tmp_path, "val/frame_accuracy") and logged(tmp_path, "val/nll_sequence")
     out = tmp_path / "segments.jsonl"
-    writer = {"class_path": "zoo.tasks.SegmentationWriter", "init_args": {"output_path": str(out)}}
-    args = [
-        "predict",
-        "--config",
-        str(path),
-        "--ckpt_path",
-        str(ckpt),
-        "--trainer.callbacks+",
-        yaml.safe_dump(writer),
-    ]
-    assert main(args) == 0
+    assert predict(path, ckpt, "zoo.tasks.SegmentationWriter", out) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["name"] for r in rows] == ["t0", "t1"]
     assert all(0 <= z < 3 for r in rows for _, _, z in r["segments"])  # rank components label the segments

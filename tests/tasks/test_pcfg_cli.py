@@ -3,13 +3,12 @@ bracketed-tree and PTB-text files written by the tests; F1, MBR output, checkpoi
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from cli_testlib import cpu_trainer
+from cli_testlib import cpu_trainer, logged, predict
 
 from zoo.cli import main
 from zoo.data import PCFGDataModule, parse_bracketed
@@ -112,26 +111,11 @@ def test_fit_validate_predict_reload(trees):
     assert main(["fit", "--config", str(path), "--trainer.max_steps", "3"]) == 0
     (ckpt,) = tmp.rglob("*.ckpt")
     assert main(["validate", "--config", str(path), "--ckpt_path", str(ckpt)]) == 0
-    rows = []
-    for file in sorted(tmp.rglob("metrics.csv")):
-        with open(file) as f:
-            rows += list(csv.DictReader(f))
-    f1 = [float(r["val/sentence_f1"]) for r in rows if r.get("val/sentence_f1")]
-    ppl = [float(r["val/ppl"]) for r in rows if r.get("val/ppl")]
+    f1, ppl = logged(tmp, "val/sentence_f1"), logged(tmp, "val/ppl")
     assert f1 and all(0 <= v <= 1 for v in f1) and ppl and all(1 < v < 1e4 for v in ppl)
 
     out = tmp / "pred" / "trees.txt"
-    writer = {"class_path": "zoo.tasks.TreeWriter", "init_args": {"output_path": str(out)}}
-    args = [
-        "predict",
-        "--config",
-        str(path),
-        "--ckpt_path",
-        str(ckpt),
-        "--trainer.callbacks+",
-        yaml.safe_dump(writer),
-    ]
-    assert main(args) == 0
+    assert predict(path, ckpt, "zoo.tasks.TreeWriter", out) == 0
     lines = out.read_text().splitlines()
     dm = PCFGDataModule(**data["init_args"])
     gold = dm.sentences("test")[0]

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
+from cli_testlib import config_with_ddp, recipes
 
-from zoo.cli import main
 from zoo.models import PCFG
 
-ROOT = Path(__file__).resolve().parents[2]
-RECIPES = sorted((ROOT / "recipes" / "pcfg").glob("*.yaml"))
+RECIPES = recipes("pcfg")
 
 
 def test_there_are_recipes_for_every_backend_and_paper_size():
@@ -25,14 +21,7 @@ def test_there_are_recipes_for_every_backend_and_paper_size():
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_pcfg_recipe_parses_and_composes_with_ddp(recipe, capsys):
-    ddp = ROOT / "recipes" / "trainer" / "ddp.yaml"
-    with pytest.raises(SystemExit) as done:
-        main(
-            ["fit", "--config", str(recipe), "--config", str(ddp), "--trainer.devices", "8", "--print_config"]
-        )
-    assert done.value.code == 0
-    config = yaml.safe_load(capsys.readouterr().out)
-    assert config["trainer"]["strategy"] == "ddp" and str(config["trainer"]["devices"]) == "8"
+    config = config_with_ddp(recipe, capsys)
     assert config["model"]["class_path"] == "zoo.tasks.ParsingTask"
     model = config["model"]["init_args"]["model"]
     assert model["class_path"] == "zoo.models.PCFG"

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
+from cli_testlib import config_with_ddp, recipes
 
-from zoo.cli import main
-
-RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes" / "hmm").glob("*.yaml"))
-TRAINERS = sorted((Path(__file__).resolve().parents[2] / "recipes" / "trainer").glob("*.yaml"))
+RECIPES = recipes("hmm")
+TRAINERS = recipes("trainer")
 
 
 def test_there_are_recipes_for_every_backend_and_dataset():
@@ -24,13 +20,6 @@ def test_there_are_recipes_for_every_backend_and_dataset():
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_recipe_parses_and_composes_with_ddp(recipe, capsys):
-    ddp = recipe.parents[1] / "trainer" / "ddp.yaml"
-    with pytest.raises(SystemExit) as done:
-        main(
-            ["fit", "--config", str(recipe), "--config", str(ddp), "--trainer.devices", "8", "--print_config"]
-        )
-    assert done.value.code == 0
-    config = yaml.safe_load(capsys.readouterr().out)
-    assert config["trainer"]["strategy"] == "ddp" and str(config["trainer"]["devices"]) == "8"
+    config = config_with_ddp(recipe, capsys)
     model = config["model"]["init_args"]["model"]
     assert model["init_args"]["backend"] in ("exact", "low-rank", "rank-space", "randomized")

@@ -6,7 +6,6 @@ reads the network or the real datasets.
 
 from __future__ import annotations
 
-import csv
 import os
 import pickle
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from cli_testlib import cpu_trainer
+from cli_testlib import cpu_trainer, logged_rows
 
 from zoo.cli import main
 from zoo.tasks import LikelihoodTask
@@ -82,14 +81,6 @@ def recipe(tmp: Path, vocab: int, backend: str, data: dict | None = None, **mode
 @pytest.fixture
 def ptb(tmp_path):
     return tmp_path, write_ptb(tmp_path)
-
-
-def metrics_csv(root: Path) -> list[dict]:
-    rows = []
-    for path in sorted(root.rglob("metrics.csv")):
-        with open(path) as f:
-            rows += list(csv.DictReader(f))
-    return rows
 
 
 @pytest.mark.parametrize("backend", ["exact", "low-rank", "rank-space", "randomized"])
@@ -180,7 +171,7 @@ def validation_nll(tmp: Path, ckpt: Path, recipe_path: Path, devices: int) -> fl
         command += ["--trainer.strategy", "ddp", "--trainer.use_distributed_sampler", "false"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     subprocess.run(command, check=True, cwd=REPO, env=env, capture_output=True, timeout=600)
-    (row,) = [r for r in metrics_csv(out) if r.get("val/nll")]
+    (row,) = [r for r in logged_rows(out) if r.get("val/nll")]
     return float(row["val/nll"])
 
 

@@ -3,19 +3,17 @@ validate from a checkpoint, the state-usage plot, the paper and CPU recipes, and
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from cli_testlib import cpu_trainer
+from cli_testlib import config_with_ddp, cpu_trainer, logged, recipes
 
 from zoo.cli import main
 from zoo.tasks import VAETask
 
-REPO = Path(__file__).resolve().parents[2]
-RECIPES = sorted((REPO / "recipes" / "vae").glob("*.yaml"))
+RECIPES = recipes("vae")
 CAPTIONS = ["a man riding a horse", "two dogs in the snow", "a red bus", "a plate of food on a table",
             "a cat on a mat", "people walking in a park"]  # fmt: skip
 
@@ -58,14 +56,6 @@ def recipe(tmp: Path, backend: str = "randomized", **model) -> Path:
 @pytest.mark.parametrize("backend", ["exact", "randomized", "low-rank"])
 def test_fit_fast_dev_run(tmp_path, backend):
     assert main(["fit", "--config", str(recipe(tmp_path, backend)), "--trainer.fast_dev_run", "2"]) == 0
-
-
-def logged(root: Path, key: str) -> list[float]:
-    values = []
-    for path in root.rglob("metrics.csv"):
-        with open(path) as f:
-            values += [float(r[key]) for r in csv.DictReader(f) if r.get(key)]
-    return values
 
 
 def test_fit_reload_validate_and_plot_state_usage(tmp_path):
@@ -124,11 +114,7 @@ def test_recipes_cover_table_5_and_cpu_variants():
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_recipe_parses_and_composes_with_ddp(path, capsys):
-    ddp = REPO / "recipes" / "trainer" / "ddp.yaml"
-    with pytest.raises(SystemExit) as done:
-        main(["fit", "--config", str(path), "--config", str(ddp), "--trainer.devices", "8", "--print_config"])
-    assert done.value.code == 0
-    config = yaml.safe_load(capsys.readouterr().out)
+    config = config_with_ddp(path, capsys)
     model = config["model"]["init_args"]["model"]["init_args"]
     N = model["num_states"]
     if "rdp" in path.stem:

@@ -46,19 +46,16 @@ from torch import Tensor, nn
 
 from zoo.inference import Backend, DenseChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
 from zoo.inference.chain.randomized import PROPOSALS
+from zoo.models.arguments import (
+    RANK_BACKENDS,
+    check_int,
+    check_probability,
+    check_randomized,
+    check_rank,
+)
 from zoo.models.base import ZooModel
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
 from zoo.models.layers import ExpFeatureMap, ResidualMLP
-
-
-def _check_int(name: str, value, low: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-
-
-def _check_probability(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {value!r}")
 
 
 def _kept_count(total: int, p: float) -> int:
@@ -93,59 +90,43 @@ class HMM(ZooModel):
         exact_max_states: int,
     ):
         super().__init__()
-        _check_int("num_states", num_states)
+        check_int("num_states", num_states)
         parsed = Backend.parse(backend)
         for name, value in (("embedding_dim", embedding_dim), ("hidden_dim", hidden_dim)):
-            _check_int(name, value)
-        _check_int("num_blocks", num_blocks, low=0)
+            check_int(name, value)
+        check_int("num_blocks", num_blocks, low=0)
         for name, value in (
             ("dropout", dropout),
             ("state_dropout", state_dropout),
             ("feature_dropout", feature_dropout),
         ):
-            _check_probability(name, value)
-        _check_int("exact_max_states", exact_max_states)
-        low_rank_like = parsed in (Backend.LOW_RANK, Backend.RANK_SPACE)
-        if low_rank_like:
-            if rank is None:
-                raise ValueError(f"backend={parsed.value!r} needs rank=R (the number of features / CPD rank)")
-            _check_int("rank", rank)
-            if parsed is Backend.LOW_RANK and rank > num_states:
-                raise ValueError(
-                    f"rank must be at most num_states={num_states} for backend='low-rank' "
-                    f"(a rank-{rank} LHMM is slower than the softmax HMM: use backend='exact'), got {rank}"
-                )
-        elif rank is not None:
-            raise ValueError(
-                f"rank is used only by the 'low-rank' and 'rank-space' backends, got rank={rank!r} "
-                f"with backend={parsed.value!r}"
-            )
-        if feature_dropout > 0 and not low_rank_like:
+            check_probability(name, value)
+        check_int("exact_max_states", exact_max_states)
+        check_rank(
+            parsed,
+            rank,
+            "the number of features / CPD rank",
+            size_name="num_states",
+            size=num_states,
+            slower="LHMM is slower than the softmax HMM",
+        )
+        if feature_dropout > 0 and parsed not in RANK_BACKENDS:
             raise ValueError(
                 "feature_dropout drops low-rank features / rank components: it needs backend "
                 f"'low-rank' or 'rank-space', got {parsed.value!r}"
             )
-        if parsed is Backend.RANDOMIZED:
-            if k1 is None or k2 is None:
-                raise ValueError(
-                    "backend='randomized' needs k1 (top states kept exactly) and k2 (states sampled) "
-                    f"per position, e.g. k1=k2=num_states//10; got k1={k1!r}, k2={k2!r}"
-                )
-            _check_int("k1", k1, low=0)
-            _check_int("k2", k2, low=0)
-            kept = _kept_count(num_states, state_dropout)
-            if k1 + k2 < 1 or k1 + k2 > kept:
-                raise ValueError(
-                    f"k1 + k2 must be in 1..{kept} (the states left after state_dropout="
-                    f"{state_dropout} of num_states={num_states}), got k1={k1}, k2={k2}"
-                )
-            if proposal not in PROPOSALS:
-                raise ValueError(f"unknown proposal {proposal!r}; expected one of {PROPOSALS}")
-        elif k1 is not None or k2 is not None:
-            raise ValueError(
-                f"k1 and k2 are used only by backend='randomized', got k1={k1!r}, k2={k2!r} "
-                f"with backend={parsed.value!r}"
-            )
+        check_randomized(
+            parsed,
+            k1,
+            k2,
+            proposal,
+            proposals=PROPOSALS,
+            size_name="num_states",
+            limit=_kept_count(num_states, state_dropout),
+            limit_reason=f"the states left after state_dropout={state_dropout} of num_states={num_states}",
+            unit="per position",
+            example="k1 = k2 = num_states // 10",
+        )
 
         self.num_states = num_states
         self.backend = parsed.value
@@ -347,7 +328,7 @@ class CategoricalHMM(HMM):
         proposal: str = "local+global",
         exact_max_states: int = 8192,
     ):
-        _check_int("vocab_size", vocab_size)
+        check_int("vocab_size", vocab_size)
         super().__init__(
             num_states, backend, rank, embedding_dim, hidden_dim, num_blocks, dropout,
             state_dropout, feature_dropout, k1, k2, proposal, exact_max_states,
@@ -381,7 +362,7 @@ class BernoulliHMM(HMM):
         proposal: str = "local+global",
         exact_max_states: int = 8192,
     ):
-        _check_int("num_keys", num_keys)
+        check_int("num_keys", num_keys)
         super().__init__(
             num_states, backend, rank, embedding_dim, hidden_dim, num_blocks, dropout,
             state_dropout, feature_dropout, k1, k2, proposal, exact_max_states,

@@ -52,9 +52,9 @@ from zoo.inference import (
 )
 from zoo.inference.chain.randomized import PROPOSALS
 from zoo.inference.semimarkov import to_frame_states
+from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel
 from zoo.models.emissions import GaussianEmission
-from zoo.models.hmm import _check_int
 from zoo.models.layers import ExpFeatureMap, ResidualMLP
 from zoo.models.projection import InputProjection
 
@@ -113,34 +113,21 @@ class GaussianHSMM(ZooModel):
             ("hidden_dim", hidden_dim),
             ("exact_max_states", exact_max_states),
         ):
-            _check_int(name, value)
-        _check_int("num_blocks", num_blocks, low=0)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-        if (
-            isinstance(min_variance, bool)
-            or not isinstance(min_variance, (int, float))
-            or not min_variance > 0
-        ):
-            raise ValueError(f"min_variance must be a positive float, got {min_variance!r}")
+            check_int(name, value)
+        check_int("num_blocks", num_blocks, low=0)
+        check_probability("dropout", dropout)
+        check_positive("min_variance", min_variance)
         if not isinstance(self_transitions, bool):
             raise TypeError(f"self_transitions must be a bool, got {self_transitions!r}")
         parsed = Backend.parse(backend)
-        low_rank_like = parsed in (Backend.LOW_RANK, Backend.RANK_SPACE)
-        if low_rank_like:
-            if rank is None:
-                raise ValueError(f"backend={parsed.value!r} needs rank=R (LHSMM features / CPD rank)")
-            _check_int("rank", rank)
-            if parsed is Backend.LOW_RANK and rank > num_states:
-                raise ValueError(
-                    f"rank must be at most num_states={num_states} for backend='low-rank' (a rank-{rank} "
-                    f"LHSMM is slower than the softmax HSMM: use backend='exact'), got {rank}"
-                )
-        elif rank is not None:
-            raise ValueError(
-                f"rank is used only by the 'low-rank' and 'rank-space' backends, got rank={rank!r} with "
-                f"backend={parsed.value!r}"
-            )
+        check_rank(
+            parsed,
+            rank,
+            "LHSMM features / CPD rank",
+            size_name="num_states",
+            size=num_states,
+            slower="LHSMM is slower than the softmax HSMM",
+        )
         if parsed is Backend.RANK_SPACE and not self_transitions:
             raise ValueError(
                 "backend='rank-space' always allows self-transitions (forbidding them would tie two rank "
@@ -151,25 +138,19 @@ class GaussianHSMM(ZooModel):
             raise ValueError(
                 "self_transitions=False needs num_states >= 2 (a segment must go somewhere else)"
             )
-        if parsed is Backend.RANDOMIZED:
-            if k1 is None or k2 is None:
-                raise ValueError(
-                    "backend='randomized' needs k1 (states kept exactly) and k2 (states sampled) per segment "
-                    f"boundary, e.g. k1 = k2 = num_states // 10; got k1={k1!r}, k2={k2!r}"
-                )
-            _check_int("k1", k1, low=0)
-            _check_int("k2", k2, low=0)
-            if not 1 <= k1 + k2 <= num_states:
-                raise ValueError(f"k1 + k2 must be in 1..num_states={num_states}, got k1={k1}, k2={k2}")
-            if proposal not in PROPOSALS:
-                raise ValueError(f"unknown proposal {proposal!r}; expected one of {PROPOSALS}")
-        elif k1 is not None or k2 is not None:
-            raise ValueError(
-                f"k1 and k2 are used only by backend='randomized', got k1={k1!r}, k2={k2!r} with "
-                f"backend={parsed.value!r}"
-            )
+        check_randomized(
+            parsed,
+            k1,
+            k2,
+            proposal,
+            proposals=PROPOSALS,
+            size_name="num_states",
+            limit=num_states,
+            unit="per segment boundary",
+            example="k1 = k2 = num_states // 10",
+        )
         if input_dim is not None:
-            _check_int("input_dim", input_dim)
+            check_int("input_dim", input_dim)
             if feature_dim > input_dim:
                 raise ValueError(
                     f"feature_dim ({feature_dim}) must be at most input_dim ({input_dim}): the input "

@@ -50,13 +50,9 @@ from zoo.inference import (
 )
 from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.randomized import TREE_PROPOSALS
+from zoo.models.arguments import check_int, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel
 from zoo.models.layers import ResidualMLP, orthogonal_random_features
-
-
-def _check_int(name: str, value, low: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
 
 
 class PCFG(ZooModel):
@@ -109,41 +105,22 @@ class PCFG(ZooModel):
             ("hidden_dim", hidden_dim),
             ("exact_max_nonterminals", exact_max_nonterminals),
         ):
-            _check_int(name, value)
-        _check_int("num_blocks", num_blocks, low=0)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+            check_int(name, value)
+        check_int("num_blocks", num_blocks, low=0)
+        check_probability("dropout", dropout)
         parsed = Backend.parse(backend)
-        if parsed in (Backend.LOW_RANK, Backend.RANK_SPACE):
-            if rank is None:
-                raise ValueError(
-                    f"backend={parsed.value!r} needs rank=R (the LPCFG's features / the CPD rank), got None"
-                )
-            _check_int("rank", rank)
-        elif rank is not None:
-            raise ValueError(
-                f"rank is used only by the 'low-rank' and 'rank-space' backends, got rank={rank!r} "
-                f"with backend={parsed.value!r}"
-            )
-        if parsed is Backend.RANDOMIZED:
-            if k1 is None or k2 is None:
-                raise ValueError(
-                    "backend='randomized' needs k1 (top nonterminals kept exactly) and k2 (nonterminals "
-                    f"sampled) per span, e.g. k1 = k2 = num_nonterminals // 4; got k1={k1!r}, k2={k2!r}"
-                )
-            _check_int("k1", k1, low=0)
-            _check_int("k2", k2, low=0)
-            if not 1 <= k1 + k2 <= num_nonterminals:
-                raise ValueError(
-                    f"k1 + k2 must be in 1..num_nonterminals = 1..{num_nonterminals}, got k1={k1}, k2={k2}"
-                )
-            if proposal not in TREE_PROPOSALS:
-                raise ValueError(f"unknown proposal {proposal!r}; expected one of {TREE_PROPOSALS}")
-        elif k1 is not None or k2 is not None:
-            raise ValueError(
-                f"k1 and k2 are used only by backend='randomized', got k1={k1!r}, k2={k2!r} "
-                f"with backend={parsed.value!r}"
-            )
+        check_rank(parsed, rank, "the LPCFG's features / the CPD rank")
+        check_randomized(
+            parsed,
+            k1,
+            k2,
+            proposal,
+            proposals=TREE_PROPOSALS,
+            size_name="num_nonterminals",
+            limit=num_nonterminals,
+            unit="per span",
+            example="k1 = k2 = num_nonterminals // 4",
+        )
 
         self.vocab_size = vocab_size
         self.num_nonterminals = NT = num_nonterminals

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from zoo.inference import Backend, EmbeddingChain, LinearChain, LowRankChain, RDPOptions
 from zoo.inference.chain.randomized import PROPOSALS
-from zoo.models.hmm import _check_int
+from zoo.models.arguments import check_int, check_randomized, check_rank
 from zoo.models.layers import ExpFeatureMap
 
 RANK_SPACE_ERROR = (
@@ -63,41 +63,31 @@ class CRFInferenceNetwork(nn.Module):
         rank: int | None = None,
     ):
         super().__init__()
-        _check_int("num_states", num_states)
-        _check_int("dim", dim)
+        check_int("num_states", num_states)
+        check_int("dim", dim)
         parsed = Backend.parse(backend)
         if parsed is Backend.RANK_SPACE:
             raise ValueError(RANK_SPACE_ERROR)
-        if parsed is Backend.RANDOMIZED:
-            if k1 is None or k2 is None:
-                raise ValueError(
-                    "backend='randomized' needs k1 (top states summed exactly) and k2 (states sampled) per "
-                    f"position, e.g. k1 = k2 = num_states // 10 (Fu et al. 2022); got k1={k1!r}, k2={k2!r}"
-                )
-            _check_int("k1", k1, low=0)
-            _check_int("k2", k2, low=0)
-            if not 1 <= k1 + k2 <= num_states:
-                raise ValueError(f"k1 + k2 must be in 1..num_states = 1..{num_states}, got k1={k1}, k2={k2}")
-            if proposal not in PROPOSALS:
-                raise ValueError(f"unknown proposal {proposal!r}; expected one of {PROPOSALS}")
-        elif k1 is not None or k2 is not None:
-            raise ValueError(
-                f"k1 and k2 are used only by backend='randomized', got k1={k1!r}, k2={k2!r} with "
-                f"backend={parsed.value!r}"
-            )
-        if parsed is Backend.LOW_RANK:
-            if rank is None:
-                raise ValueError("backend='low-rank' needs rank=R (the number of non-negative features)")
-            _check_int("rank", rank)
-            if rank > num_states:
-                raise ValueError(
-                    f"rank must be at most num_states={num_states} (a rank-{rank} CRF is slower than the "
-                    f"exact one: use backend='exact'), got {rank}"
-                )
-        elif rank is not None:
-            raise ValueError(
-                f"rank is used only by backend='low-rank', got rank={rank!r} with {parsed.value!r}"
-            )
+        check_randomized(
+            parsed,
+            k1,
+            k2,
+            proposal,
+            proposals=PROPOSALS,
+            size_name="num_states",
+            limit=num_states,
+            unit="per position",
+            example="k1 = k2 = num_states // 10 (Fu et al. 2022)",
+        )
+        check_rank(
+            parsed,
+            rank,
+            "the number of non-negative features",
+            backends=(Backend.LOW_RANK,),
+            size_name="num_states",
+            size=num_states,
+            slower="CRF is slower than the exact one",
+        )
         self.num_states, self.backend = num_states, parsed.value
         self.k1, self.k2, self.proposal, self.rank = k1, k2, proposal, rank
         self.states = nn.Parameter(torch.randn(num_states, dim) / dim**0.5)  # e_i

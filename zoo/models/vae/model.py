@@ -22,8 +22,8 @@ import torch
 from torch import Tensor, nn
 
 from zoo.inference import LinearChain
+from zoo.models.arguments import check_int, check_positive, check_probability
 from zoo.models.base import ZooModel, weights_will_follow
-from zoo.models.hmm import _check_int
 from zoo.models.vae.decoder import LSTMDecoder
 from zoo.models.vae.importance import importance_sampled_log_likelihood
 from zoo.models.vae.inference_network import CRFInferenceNetwork
@@ -139,11 +139,9 @@ class StructuredVAE(ZooModel):
             ("decoder_hidden", decoder_hidden), ("decoder_layers", decoder_layers),
             ("eval_samples", eval_samples), ("eval_chunk_tokens", eval_chunk_tokens),
         ):  # fmt: skip
-            _check_int(name, value)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-            raise ValueError(f"temperature must be a positive float, got {temperature!r}")
+            check_int(name, value)
+        check_probability("dropout", dropout)
+        check_positive("temperature", temperature)
         self.inference = CRFInferenceNetwork(num_states, state_dim, backend, k1, k2, proposal, rank)
         self.encoder = build_gpt2_encoder(
             pretrained_encoder, vocab_size, encoder_layers, encoder_dim, encoder_heads, max_positions, dropout
