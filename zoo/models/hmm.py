@@ -55,7 +55,7 @@ from zoo.models.arguments import (
 )
 from zoo.models.base import ZooModel
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
-from zoo.models.layers import ExpFeatureMap, ResidualMLP
+from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
 
 
 def _kept_count(total: int, p: float) -> int:
@@ -141,16 +141,13 @@ class HMM(ZooModel):
         def mlp() -> ResidualMLP:
             return ResidualMLP(D, hidden_dim, num_blocks, dropout)
 
-        def embedding(rows: int) -> nn.Parameter:
-            return nn.Parameter(nn.init.xavier_normal_(torch.empty(rows, D)))
-
-        self.state_emb = embedding(num_states)  # e_z: the previous state's role (and the start)
-        self.next_state_emb = embedding(num_states)  # f_z: the next state's role
+        self.state_emb = embedding_table(num_states, D)  # e_z: the previous state's role (and the start)
+        self.next_state_emb = embedding_table(num_states, D)  # f_z: the next state's role
         self.start_query = nn.Parameter(torch.randn(D) / D**0.5)  # q
         self.start_mlp = mlp()  # h_s
         self.emit_mlp = mlp()  # h_E: component (state or rank) -> emission hidden
         if parsed is Backend.RANK_SPACE:
-            self.rank_emb = embedding(rank)  # g_r
+            self.rank_emb = embedding_table(rank, D)  # g_r
             self.rank_dropout = nn.Dropout(dropout)
         else:
             self.trans_mlp = mlp()  # h_T

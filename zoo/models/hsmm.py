@@ -55,7 +55,7 @@ from zoo.inference.semimarkov import to_frame_states
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel
 from zoo.models.emissions import GaussianEmission
-from zoo.models.layers import ExpFeatureMap, ResidualMLP
+from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
 from zoo.models.projection import InputProjection
 
 
@@ -171,11 +171,8 @@ class GaussianHSMM(ZooModel):
         def mlp() -> ResidualMLP:
             return ResidualMLP(E, hidden_dim, num_blocks, dropout)
 
-        def embedding(rows: int) -> nn.Parameter:
-            return nn.Parameter(nn.init.xavier_normal_(torch.empty(rows, E)))
-
-        self.state_emb = embedding(num_states)  # e_z: the previous state's role (and the start)
-        self.next_state_emb = embedding(num_states)  # f_z: the next state's role
+        self.state_emb = embedding_table(num_states, E)  # e_z: the previous state's role (and the start)
+        self.next_state_emb = embedding_table(num_states, E)  # f_z: the next state's role
         self.start_query = nn.Parameter(torch.randn(E) / E**0.5)  # q
         self.start_mlp = mlp()  # h_s
         self.emit_mlp = mlp()  # h_E: component (state or rank) -> Gaussian
@@ -183,7 +180,7 @@ class GaussianHSMM(ZooModel):
         self.duration_head = nn.Linear(E, max_duration)
         self.emission = GaussianEmission(feature_dim, E, min_variance)
         if parsed is Backend.RANK_SPACE:
-            self.rank_emb = embedding(rank)  # g_r
+            self.rank_emb = embedding_table(rank, E)  # g_r
             self.rank_dropout = nn.Dropout(dropout)
         else:
             self.trans_mlp = mlp()  # h_T

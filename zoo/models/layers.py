@@ -11,6 +11,11 @@ import torch
 from torch import Tensor, nn
 
 
+def embedding_table(rows: int, dim: int) -> nn.Parameter:
+    """A rows x dim table of learned embeddings (symbols, states, ranks), Xavier-normal initialized."""
+    return nn.Parameter(nn.init.xavier_normal_(torch.empty(rows, dim)))
+
+
 class ResidualBlock(nn.Module):
     """g(y) = y + ReLU(V ReLU(U y)) (Kim et al. 2019; Yang et al. 2022, App. A-B): ... x D -> ... x D.
 

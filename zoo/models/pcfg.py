@@ -52,7 +52,7 @@ from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.randomized import TREE_PROPOSALS
 from zoo.models.arguments import check_int, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel
-from zoo.models.layers import ResidualMLP, orthogonal_random_features
+from zoo.models.layers import ResidualMLP, embedding_table, orthogonal_random_features
 
 
 class PCFG(ZooModel):
@@ -134,21 +134,18 @@ class PCFG(ZooModel):
         def mlp() -> ResidualMLP:
             return ResidualMLP(D, hidden_dim, num_blocks, dropout)
 
-        def embedding(rows: int) -> nn.Parameter:
-            return nn.Parameter(nn.init.xavier_normal_(torch.empty(rows, D)))
-
         self.root_emb = nn.Parameter(torch.randn(D) / math.sqrt(D))  # e_S, the start symbol
         self.root_mlp = mlp()
         self.term_mlp = mlp()
         self.term_out = nn.Linear(D, vocab_size)
         if parsed is Backend.RANK_SPACE:
-            self.symbol_emb = embedding(S)  # shared by every role (Yang et al. 2022, App. A)
-            self.rank_emb = embedding(rank)
+            self.symbol_emb = embedding_table(S, D)  # shared by every role (Yang et al. 2022, App. A)
+            self.rank_emb = embedding_table(rank, D)
             self.root_out = nn.Linear(D, NT)
             self.u_mlp, self.v_mlp, self.w_mlp = mlp(), mlp(), mlp()
         else:
-            self.nt_emb = embedding(NT)
-            self.pt_emb = embedding(PT)
+            self.nt_emb = embedding_table(NT, D)
+            self.pt_emb = embedding_table(PT, D)
             self.root_out = nn.Linear(D, NT)
             self.rule_out = nn.Linear(D, S * S)  # Kim et al.: p(A -> b c) = softmax(W_rule e_A)
         if parsed is Backend.LOW_RANK:
