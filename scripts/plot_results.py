@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import zoo  # noqa: E402
-from zoo.bundled import bundled_folders, data_module, read_training_config  # noqa: E402
+from zoo.bundled import bundled_data, bundled_folders, first_test_batch  # noqa: E402
 
 IMG = REPO / "docs" / "img"
 SENTENCE = "the company said its profit rose in the third quarter"
@@ -66,7 +66,7 @@ def metrics_figure() -> Path:
 
 def parse_figure(tag: str) -> Path:
     model = zoo.from_pretrained(tag)
-    vocab = data_module(read_training_config(bundled_folders()[tag])).vocab
+    vocab = bundled_data(tag).vocab
     words = SENTENCE.split()
     ids = vocab.encode(words, add_eos=True)
     trees, _ = model.parse({"tokens": torch.tensor([ids]), "lengths": torch.tensor([len(ids)])})
@@ -86,10 +86,7 @@ def parse_figure(tag: str) -> Path:
 
 def segmentation_figure(tag: str) -> Path:
     model = zoo.from_pretrained(tag)
-    data = data_module(read_training_config(bundled_folders()[tag]))
-    data.prepare_data()
-    data.setup("test")
-    batch = next(iter(data.test_dataloader()))
+    batch = first_test_batch(tag)
     _, labels = model.segment(batch)
     length = int(batch["lengths"][0])
     fig, axes = plt.subplots(2, 1, figsize=(9, 2.6), sharex=True)

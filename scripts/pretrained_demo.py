@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import zoo  # noqa: E402
-from zoo.bundled import bundled_folders, data_module, read_training_config  # noqa: E402
+from zoo.bundled import bundled_data, first_test_batch  # noqa: E402
 
 
 def first_tag(*patterns: str) -> str | None:
@@ -46,7 +46,7 @@ def sentence_batch(vocab, words: list[str]) -> dict[str, torch.Tensor]:
 
 def hmm_language_model(tag: str, sentence: str) -> None:
     model = zoo.from_pretrained(tag)
-    vocab = data_module(read_training_config(bundled_folders()[tag])).vocab
+    vocab = bundled_data(tag).vocab
     words = sentence.lower().split()
     shuffled = random.Random(0).sample(words, len(words))
     print(f"HMM language model {tag} ({model.config['num_states']} states, {model.config['backend']})")
@@ -61,10 +61,7 @@ def hmm_language_model(tag: str, sentence: str) -> None:
 
 def hmm_music(tag: str) -> None:
     model = zoo.from_pretrained(tag)
-    data = data_module(read_training_config(bundled_folders()[tag]))
-    data.prepare_data()
-    data.setup("test")
-    batch = next(iter(data.test_dataloader()))
+    batch = first_test_batch(tag)
     with torch.no_grad():
         nll = -float(model.log_likelihood(batch).sum()) / int(model.num_events(batch).sum())
     print(
@@ -84,7 +81,7 @@ def bracket(words: list[str], spans: list[tuple[int, int]]) -> str:
 
 def pcfg(tag: str, sentence: str) -> None:
     model = zoo.from_pretrained(tag)
-    vocab = data_module(read_training_config(bundled_folders()[tag])).vocab
+    vocab = bundled_data(tag).vocab
     words = sentence.lower().split()
     batch = sentence_batch(vocab, words)
     trees, lengths = model.parse(batch)
@@ -109,10 +106,7 @@ def runs(labels: list[int]) -> list[tuple[int, int]]:
 
 def hsmm(tag: str) -> None:
     model = zoo.from_pretrained(tag)
-    data = data_module(read_training_config(bundled_folders()[tag]))
-    data.prepare_data()
-    data.setup("test")
-    batch = next(iter(data.test_dataloader()))
+    batch = first_test_batch(tag)
     with torch.no_grad():
         _, frames = model.segment(batch)
     length = int(batch["lengths"][0])

@@ -46,17 +46,32 @@ def data_module(training_config: dict[str, Any]):
     return getattr(importlib.import_module(module), name)(**(section.get("init_args") or {}))
 
 
-def quick_check(model, training_config: dict[str, Any], batches: int = QUICK_CHECK_BATCHES) -> dict[str, Any]:
-    """NLL (nats per event, the tasks' ``nll``) of ``model`` on the first ``batches`` batches of the
-    test split of its training configuration's data: ``{"split", "batches", "sequences", "nll"}``."""
+def bundled_data(tag: str):
+    """The (not yet set up) data module a bundled checkpoint was trained on, from its training config."""
+    return data_module(read_training_config(bundled_folders()[tag]))
+
+
+def test_loader(training_config: dict[str, Any]):
+    """The test-split loader of a ``zoo fit`` configuration's data (prepared and set up)."""
     data = data_module(training_config)
     data.prepare_data()
     data.setup("test")
+    return data.test_dataloader()
+
+
+def first_test_batch(tag: str) -> dict[str, torch.Tensor]:
+    """The first test batch of the data a bundled checkpoint was trained on."""
+    return next(iter(test_loader(read_training_config(bundled_folders()[tag]))))
+
+
+def quick_check(model, training_config: dict[str, Any], batches: int = QUICK_CHECK_BATCHES) -> dict[str, Any]:
+    """NLL (nats per event, the tasks' ``nll``) of ``model`` on the first ``batches`` batches of the
+    test split of its training configuration's data: ``{"split", "batches", "sequences", "nll"}``."""
     total, events, sequences = 0.0, 0, 0
     generator = torch.Generator().manual_seed(0)
     model = model.eval()
     with torch.no_grad():
-        for index, batch in enumerate(data.test_dataloader()):
+        for index, batch in enumerate(test_loader(training_config)):
             if index == batches:
                 break
             total -= float(model.log_likelihood(batch, generator=generator).double().sum())
