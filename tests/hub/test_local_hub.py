@@ -9,14 +9,12 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import subprocess
-import sys
 import textwrap
 import urllib.error
 import urllib.request
 
 import pytest
-from local_hub import LocalHub
+from local_hub import EMIT, LocalHub, run_client_code
 from local_hub.fixtures import local_hub  # noqa: F401
 
 REPO = "hub-tests/tiny-model"
@@ -56,23 +54,14 @@ def run_client(
     hub: LocalHub, cache, script: str, offline: bool = False, token: str | None = "test-token", **params
 ):
     """Run ``script`` with the client pointed at ``hub``; returns what it passed to ``emit(**values)``."""
-    prelude = (
-        "import json, sys\n"
-        "PARAMS = json.loads(sys.argv[2])\n"
-        "def emit(**values):\n"
-        "    print('RESULT ' + json.dumps(values, default=str))\n"
-    )
+    prelude = "import json, sys\nPARAMS = json.loads(sys.argv[2])\n" + EMIT
     cache.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-c", prelude + textwrap.dedent(script), str(cache), json.dumps(params)],
-        env=hub.env(cache, offline=offline, token=token),
-        capture_output=True,
-        text=True,
+    return run_client_code(
+        prelude + textwrap.dedent(script),
+        hub.env(cache, offline=offline, token=token),
+        args=(str(cache), json.dumps(params)),
         timeout=120,
     )
-    results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and results, f"client script failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    return json.loads(results[-1][len("RESULT ") :])
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from local_hub import EMIT, run_client_code
 from local_hub.fixtures import local_hub  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -27,9 +26,6 @@ import torch
 import zoo
 sys.path.insert(0, PARAMS["zoo_tests"])
 from zoo_testlib import example_batch, scores
-
-def emit(**values):
-    print("RESULT " + json.dumps(values, default=str))
 
 def tiny(seed):
     torch.manual_seed(seed)
@@ -51,19 +47,10 @@ def run(
     code = (
         f"import json\nPARAMS = json.loads({json.dumps(json.dumps(params))})\n"
         + PRELUDE
+        + EMIT
         + textwrap.dedent(script)
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and results, f"client failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
-    return json.loads(results[-1][len("RESULT ") :])
+    return run_client_code(code, env, cwd=REPO_ROOT)
 
 
 PUSH = """

@@ -9,6 +9,7 @@ subprocess with the environment ``hub.env(...)`` builds.
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import subprocess
@@ -17,6 +18,9 @@ from pathlib import Path
 
 SERVER = Path(__file__).with_name("server.py")
 START_TIMEOUT_S = 30.0
+RESULT = "RESULT "
+# client scripts report with emit(**values); run_client_code returns the last report
+EMIT = "def emit(**values):\n    print(" + repr(RESULT) + " + json.dumps(values, default=str))\n"
 
 
 class LocalHub:
@@ -104,3 +108,17 @@ class LocalHub:
         if token is not None:
             env["HF_TOKEN"] = token
         return env
+
+
+def run_client_code(
+    code: str, env: dict[str, str], args: tuple[str, ...] = (), cwd=None, timeout: float = 180
+) -> dict:
+    """Run Python ``code`` (with ``sys.argv[1:] = args``) in a subprocess with ``env`` (``LocalHub.env``);
+    it must import json and report through ``EMIT``'s ``emit(**values)``. Returns the last values emitted."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+    results = [line for line in proc.stdout.splitlines() if line.startswith(RESULT)]
+    failure = f"client script failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0 and results, failure
+    return json.loads(results[-1][len(RESULT) :])
