@@ -258,6 +258,26 @@ def fit_within_budget(task, data, minutes: float, **trainer_options) -> tuple:
     return trainer, (time.time() - started) / 60
 
 
+def largest_that_fits(
+    candidates: list, rate: Callable[[object], float], required: Callable[[], float]
+) -> tuple:
+    """The largest of ``candidates`` (ascending in size) that trains at ``required()`` events per second.
+
+    ``rate(candidate)`` measures a candidate's training throughput (events per second); ``required`` is
+    called after the first measurement (so that it may read the data the first probe set up). Probing
+    stops at the first candidate that falls short. Returns the chosen candidate (the smallest one when
+    none is fast enough) and the list of (candidate, events per second) measured.
+    """
+    probes, chosen, needed = [], candidates[0], None
+    for candidate in candidates:
+        probes.append((candidate, rate(candidate)))
+        needed = required() if needed is None else needed
+        if probes[-1][1] < needed:
+            break
+        chosen = candidate
+    return chosen, probes
+
+
 def evaluate(task, data, stages: tuple[str, ...] = ("validate", "test")) -> list[dict]:
     """The metrics of the Lightning ``task`` on the datamodule ``data``, one dict per stage ("validate",
     "test"), computed on the CPU without logging."""

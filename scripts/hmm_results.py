@@ -6,7 +6,11 @@ at these sizes) on the validation and test splits, and reports perplexity (PTB; 
 NLL in nats per frame (chorales), training tokens (frames) per second, and the papers' numbers at
 their sizes beside ours.
 
-Usage: python scripts/hmm_results.py [--minutes 6] [--music-minutes 2] [--write]
+Each run's outputs are stored in docs/data/hmm_results.json (so that backends may run in separate
+processes); ``--write`` renders the docs/results.md section from that file.
+
+Usage: python scripts/hmm_results.py [--backends exact ...] [--minutes 30] [--music-minutes 2]
+    [--threads 1] [--write]
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
+import fcntl  # noqa: E402
+import json  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -30,16 +36,17 @@ from zoo.data import MusicDataModule, PTBDataModule  # noqa: E402
 from zoo.models import BernoulliHMM, CategoricalHMM  # noqa: E402
 from zoo.tasks import LikelihoodTask  # noqa: E402
 
-from benchlib import evaluate, fit_within_budget  # noqa: E402
+from benchlib import evaluate, fit_within_budget, largest_that_fits  # noqa: E402
 from report import write_section  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "results.md"
+DATA = REPO / "docs" / "data" / "hmm_results.json"
 
 
 @dataclass
 class Run:
-    """One backend's training run: its row name and the model's constructor arguments."""
+    """One training run: its row name and the model's constructor arguments."""
 
     name: str
     arguments: dict
@@ -48,17 +55,32 @@ class Run:
 
 TEXT_DIMS = {"embedding_dim": 128, "hidden_dim": 128}
 MUSIC_DIMS = {"embedding_dim": 64, "hidden_dim": 64}
-PTB_RUNS = [
-    Run("exact, N = 1024", {"num_states": 1024, "backend": "exact"}),
-    Run("low-rank, N = 2048, R = 256", {"num_states": 2048, "backend": "low-rank", "rank": 256}),
-    Run("rank-space, N = 8192, r = 512", {"num_states": 8192, "backend": "rank-space", "rank": 512}),
-    Run("randomized, N = 1024, K1 = K2 = 64", {"num_states": 1024, "backend": "randomized", "k1": 64, "k2": 64}),  # noqa: E501
-]
-MUSIC_RUNS = [
-    Run("exact, N = 256", {"num_states": 256, "backend": "exact"}),
-    Run("low-rank, N = 256, R = 64", {"num_states": 256, "backend": "low-rank", "rank": 64}),
-    Run("rank-space, N = 1024, r = 128", {"num_states": 1024, "backend": "rank-space", "rank": 128}),
-]
+
+
+def ptb_run(backend: str, n: int, **extra) -> Run:
+    details = "".join(f", {SYMBOL[k]} = {v}" for k, v in extra.items() if k != "k2")
+    return Run(f"{backend}, N = {n}{details}", {"num_states": n, "backend": backend, **extra})
+
+
+SYMBOL = {"rank": "R", "k1": "K1 = K2"}
+# per backend, ascending in cost: the probe picks the largest that trains --min-epochs in the budget
+PTB_CANDIDATES = {
+    "exact": [ptb_run("exact", n) for n in (1024, 2048, 4096)],
+    "low-rank": [
+        ptb_run("low-rank", n, rank=r) for n, r in ((2048, 256), (4096, 256), (4096, 512), (8192, 512))
+    ],
+    "rank-space": [
+        ptb_run("rank-space", n, rank=r) for n, r in ((8192, 512), (16384, 512), (16384, 1024), (16384, 2048))
+    ],
+    "randomized": [ptb_run("randomized", n, k1=n // 16, k2=n // 16) for n in (1024, 2048, 4096)],
+}
+MUSIC_RUNS = {
+    "exact": Run("exact, N = 256", {"num_states": 256, "backend": "exact"}),
+    "low-rank": Run("low-rank, N = 256, R = 64", {"num_states": 256, "backend": "low-rank", "rank": 64}),
+    "rank-space": Run(
+        "rank-space, N = 1024, r = 128", {"num_states": 1024, "backend": "rank-space", "rank": 128}
+    ),
+}
 
 PAPERS = """\
 Published PTB numbers at the papers' sizes (REFERENCE.md section 1; 30 epochs on GPUs):
@@ -76,84 +98,159 @@ Boulanger-Lewandowski's JSB split of 382: comparable in kind, not in value.
 
 
 class Throughput(pl.Callback):
-    """Training events (tokens or frames) per second of wall time, over the whole fit."""
+    """Training events (tokens or frames) per second of training-step wall time, after ``skip`` batches."""
 
-    def __init__(self):
-        self.events, self.seconds, self._start = 0, 0.0, 0.0
+    def __init__(self, skip: int = 0):
+        self.skip, self.events, self.seconds, self._start = skip, 0, 0.0, 0.0
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self._start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if self.skip > 0:
+            self.skip -= 1
+            return
         self.seconds += time.perf_counter() - self._start
         self.events += int(batch["lengths"].sum())
 
+    @property
+    def rate(self) -> float:
+        return self.events / max(self.seconds, 1e-9)
 
-def train_and_evaluate(run: Run, data, minutes: float, vocab_size: int | None) -> dict:
-    """Fit within the budget, then exact validation and test metrics."""
+
+def build_task(run: Run, vocab_size: int | None) -> LikelihoodTask:
     pl.seed_everything(0, verbose=False)
     if vocab_size is None:
         model = BernoulliHMM(**run.arguments, **MUSIC_DIMS)
     else:
         model = CategoricalHMM(vocab_size, **run.arguments, **TEXT_DIMS)
-    task = LikelihoodTask(model, lr=run.lr)
+    return LikelihoodTask(model, lr=run.lr)
+
+
+def training_rate(run: Run, data, vocab_size: int | None, batches: int) -> float:
+    """Training tokens per second of ``run`` over ``batches`` steps after one warm-up step."""
+    speed = Throughput(skip=1)
+    fit_within_budget(
+        build_task(run, vocab_size), data, 10, callbacks=[speed], max_epochs=1,
+        limit_train_batches=batches + 1, limit_val_batches=0,
+    )  # fmt: skip
+    print(f"probe {run.name}: {speed.rate:,.0f} tokens / s", flush=True)
+    return speed.rate
+
+
+def train_and_evaluate(run: Run, data, minutes: float, vocab_size: int | None) -> dict:
+    """Fit within the budget, then exact validation and test metrics."""
+    task = build_task(run, vocab_size)
     speed = Throughput()
     _, train_minutes = fit_within_budget(task, data, minutes, callbacks=[speed])
     val, test = evaluate(task, data)
     return {
-        "epochs": speed.events / int(data.datasets["train"].lengths.sum()),
+        "run": run.name,
+        "arguments": run.arguments,
+        "epochs": speed.events / training_events(data),
         "minutes": train_minutes,
-        "speed": speed.events / max(speed.seconds, 1e-9),
+        "speed": speed.rate,
         "val": val,
         "test": test,
-        "exact_eval": task.model.evaluation_is_exact() if task.model.backend == "randomized" else True,
+        "exact_eval": task.model.evaluation_is_exact(),
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=6.0, help="training budget per PTB run")
-    parser.add_argument("--music-minutes", type=float, default=2.0, help="training budget per chorales run")
-    parser.add_argument("--write", action="store_true", help=f"write {DOC}")
-    args = parser.parse_args()
-    torch.set_num_threads(2)
-    load = os.getloadavg()[0]
+def training_events(data) -> int:
+    return int(data.datasets["train"].lengths.sum())
+
+
+def record(key: str, result: dict) -> None:
+    """Store one run's outputs under ``key`` in DATA (locked: several processes may share the file)."""
+    DATA.parent.mkdir(parents=True, exist_ok=True)
+    with open(DATA.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stored = json.loads(DATA.read_text()) if DATA.exists() else {}
+        stored[key] = result
+        DATA.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
+
+
+def run_ptb(backends: list[str], args) -> None:
     ptb = PTBDataModule(batch_tokens=4096, max_length=60)
-    rows = []
-    for run in PTB_RUNS:
-        r = train_and_evaluate(run, ptb, args.minutes, ptb.vocab_size)
-        rows.append(
-            f"| {run.name} | {r['minutes']:.1f} | {r['epochs']:.2f} | {r['speed']:,.0f} | "
-            f"{r['val']['val/ppl']:.1f} | {r['test']['test/ppl']:.1f} |"
+    for backend in backends:
+        load = os.getloadavg()[0]
+        chosen, probes = largest_that_fits(
+            PTB_CANDIDATES[backend],
+            rate=lambda run: training_rate(run, ptb, ptb.vocab_size, args.probe_batches),
+            required=lambda: args.min_epochs * training_events(ptb) / (args.minutes * 60),
         )
-        print(rows[-1], flush=True)
+        result = train_and_evaluate(chosen, ptb, args.minutes, ptb.vocab_size)
+        result.update(
+            probes=[(run.name, rate) for run, rate in probes], load=load, threads=torch.get_num_threads(),
+            date=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+            epochs_per_probe_rate=args.minutes * 60 / training_events(ptb), min_epochs=args.min_epochs,
+            probe_batches=args.probe_batches,
+        )  # fmt: skip
+        record(f"ptb/{backend}", result)
+        print(result, flush=True)
+
+
+def run_music(backends: list[str], args) -> None:
     music = MusicDataModule("chorales", batch_size=16)
-    music_rows = []
-    for run in MUSIC_RUNS:
-        r = train_and_evaluate(run, music, args.music_minutes, None)
-        music_rows.append(
-            f"| {run.name} | {r['minutes']:.1f} | {r['epochs']:.1f} | {r['speed']:,.0f} | "
-            f"{r['val']['val/nll']:.3f} | {r['test']['test/nll']:.3f} |"
-        )
-        print(music_rows[-1], flush=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
-    text = "\n".join(
+    for backend in backends:
+        if backend in MUSIC_RUNS:
+            result = train_and_evaluate(MUSIC_RUNS[backend], music, args.music_minutes, None)
+            result.update(threads=torch.get_num_threads(), minutes_budget=args.music_minutes)
+            record(f"chorales/{backend}", result)
+            print(result, flush=True)
+
+
+def report() -> str:
+    """The docs/results.md section, from the stored run outputs."""
+    stored = json.loads(DATA.read_text())
+    ptb = [stored[f"ptb/{b}"] for b in PTB_CANDIDATES if f"ptb/{b}" in stored]
+    music = [stored[f"chorales/{b}"] for b in MUSIC_RUNS if f"chorales/{b}" in stored]
+    rows = [
+        f"| {r['run']} | {r['minutes']:.1f} | {r['epochs']:.2f} | {r['speed']:,.0f} | "
+        f"{r['val']['val/ppl']:.1f} | {r['test']['test/ppl']:.1f} | {r['threads']} | {r['date']} |"
+        for r in ptb
+    ]
+    probe_rows = []
+    for r in ptb:
+        for name, rate in r["probes"]:
+            epochs = rate * r["epochs_per_probe_rate"]
+            verdict = "trained" if name == r["run"] else "too slow" if epochs < r["min_epochs"] else "-"
+            probe_rows.append(f"| {name} | {rate:,.0f} | {epochs:.1f} | {verdict} |")
+    music_rows = [
+        f"| {r['run']} | {r['minutes']:.1f} | {r['epochs']:.1f} | {r['speed']:,.0f} | "
+        f"{r['val']['val/nll']:.3f} | {r['test']['test/nll']:.3f} |"
+        for r in music
+    ]
+    minutes = {round(r["minutes"]) for r in ptb}
+    return "\n".join(
         [
             "## Neural HMMs trained on our 2-core CPU",
             "",
-            f"Generated by `python scripts/hmm_results.py --minutes {args.minutes:g} --music-minutes "
-            f"{args.music_minutes:g} --write` on {now:%Y-%m-%d %H:%M UTC} (torch {torch.__version__}, 2 "
-            f"threads; 1-minute load average {load:.1f} at the start). Every run starts from scratch, trains "
-            "for the stated wall-clock budget (AdamW lr 3e-3, gradient clip 5, batches of at most 4096 "
-            "tokens, training sentences up to 60 tokens), and is evaluated exactly on the full validation "
-            "and test splits. These are budget-limited CPU runs, far from the papers' 30 GPU epochs at "
-            "2^14 states: they show that every backend trains and how fast, not the papers' perplexities.",
+            f"Generated by `python scripts/hmm_results.py` (outputs in `{DATA.relative_to(REPO)}`; "
+            f"torch {torch.__version__}). PTB: for each backend, the largest of a list of sizes (below) "
+            f"whose measured training speed gives at least {ptb[0]['min_epochs']:g} epochs in the budget "
+            f"is trained from scratch for {'/'.join(map(str, sorted(minutes)))} minutes of wall clock "
+            "(Lightning's `max_time`; AdamW lr 3e-3, "
+            "gradient clip 5, learning rate halved on a validation plateau, embeddings and MLPs of 128, "
+            "batches of at most 4096 tokens, training sentences up to 60 tokens), then evaluated exactly "
+            "on the full validation and test splits. Runs used the stated CPU threads, two runs side by "
+            "side on the 2 cores. These are budget-limited CPU runs, far from the papers' 30 GPU epochs "
+            "at 2^14 states: they show what each backend reaches on a CPU in the budget, not the papers' "
+            "perplexities.",
             "",
             "### PTB language modelling (perplexity, <eos> counted as a token)",
             "",
-            "| backend | train minutes | epochs | train tokens / s | val PPL | test PPL |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "| backend | train minutes | epochs | train tokens / s | val PPL | test PPL | threads | date |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
             *rows,
+            "",
+            f"Choosing the size: training tokens per second over {ptb[0]['probe_batches']} steps of "
+            "4096-token batches after a warm-up step, and the epochs that speed gives in the budget; "
+            f"probing stops at the first size under {ptb[0]['min_epochs']:g} epochs.",
+            "",
+            "| size | probe tokens / s | epochs in the budget | |",
+            "| --- | --- | --- | --- |",
+            *probe_rows,
             "",
             "### Bach chorales (music21), NLL in nats per frame of 88 keys",
             "",
@@ -166,6 +263,27 @@ def main() -> None:
             PAPERS,
         ]
     )
+
+
+MIN_EPOCHS, PROBE_BATCHES = 2.0, 6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", nargs="+", default=list(PTB_CANDIDATES), choices=list(PTB_CANDIDATES))
+    parser.add_argument("--minutes", type=float, default=30.0, help="training budget per PTB run (0: none)")
+    parser.add_argument("--music-minutes", type=float, default=2.0, help="per chorales run (0: none)")
+    parser.add_argument("--min-epochs", type=float, default=MIN_EPOCHS)
+    parser.add_argument("--probe-batches", type=int, default=PROBE_BATCHES)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--write", action="store_true", help=f"write the section of {DOC} from {DATA}")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.minutes > 0:
+        run_ptb(args.backends, args)
+    if args.music_minutes > 0:
+        run_music(args.backends, args)
+    text = report()
     print(text)
     if args.write:
         write_section(DOC, "hmm_results", text, title="# Results")
