@@ -9,8 +9,11 @@ their sizes beside ours.
 Each run's outputs are stored in docs/data/hmm_results.json (so that backends may run in separate
 processes); ``--write`` renders the docs/results.md section from that file.
 
+``--sweep-minutes M`` also trains the ``SWEEP`` sizes for M minutes each (perplexity against states
+and rank; scripts/plot_results.py draws it).
+
 Usage: python scripts/hmm_results.py [--backends exact ...] [--minutes 30] [--music-minutes 2]
-    [--threads 1] [--write]
+    [--sweep-minutes 0] [--threads 1] [--write]
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import fcntl  # noqa: E402
 import json  # noqa: E402
-import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -38,6 +40,7 @@ from zoo.tasks import LikelihoodTask  # noqa: E402
 
 from benchlib import evaluate, fit_within_budget, largest_that_fits  # noqa: E402
 from report import write_section  # noqa: E402
+from throughput import TrainingThroughput  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "results.md"
@@ -74,6 +77,13 @@ PTB_CANDIDATES = {
     ],
     "randomized": [ptb_run("randomized", n, k1=n // 16, k2=n // 16) for n in (1024, 2048, 4096)],
 }
+# perplexity against states and rank at a short budget (docs/img/hmm_ppl_vs_states.png)
+SWEEP = {
+    "exact": [ptb_run("exact", n) for n in (256, 1024)],
+    "randomized": [ptb_run("randomized", n, k1=n // 16, k2=n // 16) for n in (512, 2048)],
+    "low-rank": [ptb_run("low-rank", n, rank=r) for n, r in ((1024, 128), (4096, 128), (4096, 32))],
+    "rank-space": [ptb_run("rank-space", n, rank=r) for n, r in ((1024, 256), (16384, 256), (16384, 64))],
+}
 MUSIC_RUNS = {
     "exact": Run("exact, N = 256", {"num_states": 256, "backend": "exact"}),
     "low-rank": Run("low-rank, N = 256, R = 64", {"num_states": 256, "backend": "low-rank", "rank": 64}),
@@ -97,27 +107,6 @@ Boulanger-Lewandowski's JSB split of 382: comparable in kind, not in value.
 """
 
 
-class Throughput(pl.Callback):
-    """Training events (tokens or frames) per second of training-step wall time, after ``skip`` batches."""
-
-    def __init__(self, skip: int = 0):
-        self.skip, self.events, self.seconds, self._start = skip, 0, 0.0, 0.0
-
-    def on_train_batch_start(self, trainer, module, batch, batch_idx):
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if self.skip > 0:
-            self.skip -= 1
-            return
-        self.seconds += time.perf_counter() - self._start
-        self.events += int(batch["lengths"].sum())
-
-    @property
-    def rate(self) -> float:
-        return self.events / max(self.seconds, 1e-9)
-
-
 def build_task(run: Run, vocab_size: int | None) -> LikelihoodTask:
     pl.seed_everything(0, verbose=False)
     if vocab_size is None:
@@ -129,27 +118,27 @@ def build_task(run: Run, vocab_size: int | None) -> LikelihoodTask:
 
 def training_rate(run: Run, data, vocab_size: int | None, batches: int) -> float:
     """Training tokens per second of ``run`` over ``batches`` steps after one warm-up step."""
-    speed = Throughput(skip=1)
+    speed = TrainingThroughput(skip=1)
     fit_within_budget(
         build_task(run, vocab_size), data, 10, callbacks=[speed], max_epochs=1,
         limit_train_batches=batches + 1, limit_val_batches=0,
     )  # fmt: skip
-    print(f"probe {run.name}: {speed.rate:,.0f} tokens / s", flush=True)
-    return speed.rate
+    print(f"probe {run.name}: {speed.tokens_per_second:,.0f} tokens / s", flush=True)
+    return speed.tokens_per_second
 
 
 def train_and_evaluate(run: Run, data, minutes: float, vocab_size: int | None) -> dict:
     """Fit within the budget, then exact validation and test metrics."""
     task = build_task(run, vocab_size)
-    speed = Throughput()
+    speed = TrainingThroughput()
     _, train_minutes = fit_within_budget(task, data, minutes, callbacks=[speed])
     val, test = evaluate(task, data)
     return {
         "run": run.name,
         "arguments": run.arguments,
-        "epochs": speed.events / training_events(data),
+        "epochs": speed.tokens / training_events(data),
         "minutes": train_minutes,
-        "speed": speed.rate,
+        "speed": speed.tokens_per_second,
         "val": val,
         "test": test,
         "exact_eval": task.model.evaluation_is_exact(),
@@ -200,6 +189,16 @@ def run_music(backends: list[str], args) -> None:
             print(result, flush=True)
 
 
+def run_sweep(backends: list[str], args) -> None:
+    ptb = PTBDataModule(batch_tokens=4096, max_length=60)
+    for backend in backends:
+        for run in SWEEP[backend]:
+            result = train_and_evaluate(run, ptb, args.sweep_minutes, ptb.vocab_size)
+            result.update(threads=torch.get_num_threads(), minutes_budget=args.sweep_minutes)
+            record(f"sweep/{backend}/{run.name}", result)
+            print(result, flush=True)
+
+
 def report() -> str:
     """The docs/results.md section, from the stored run outputs."""
     stored = json.loads(DATA.read_text())
@@ -220,6 +219,12 @@ def report() -> str:
         f"| {r['run']} | {r['minutes']:.1f} | {r['epochs']:.1f} | {r['speed']:,.0f} | "
         f"{r['val']['val/nll']:.3f} | {r['test']['test/nll']:.3f} |"
         for r in music
+    ]
+    sweep = [stored[k] for b in SWEEP for k in sorted(stored) if k.startswith(f"sweep/{b}/")]
+    sweep_rows = [
+        f"| {r['run']} | {r['minutes']:.1f} | {r['epochs']:.2f} | {r['val']['val/ppl']:.1f} | "
+        f"{r['test']['test/ppl']:.1f} |"
+        for r in sweep
     ]
     minutes = {round(r["minutes"]) for r in ptb}
     return "\n".join(
@@ -252,6 +257,18 @@ def report() -> str:
             "| --- | --- | --- | --- |",
             *probe_rows,
             "",
+            "### Perplexity against states and rank (short budget)",
+            "",
+            f"Each size trained from scratch for {sweep[0]['minutes_budget'] if sweep else '-'} minutes (one "
+            "thread, otherwise as above; `--sweep-minutes`): what a backend reaches for its size at a "
+            "fixed small budget. Plotted in `docs/img/hmm_ppl_vs_states.png` (`scripts/plot_results.py`).",
+            "",
+            "| run | train minutes | epochs | val PPL | test PPL |",
+            "| --- | --- | --- | --- | --- |",
+            *sweep_rows,
+            "",
+            "![perplexity against states and rank](img/hmm_ppl_vs_states.png)",
+            "",
             "### Bach chorales (music21), NLL in nats per frame of 88 keys",
             "",
             "| backend | train minutes | epochs | train frames / s | val NLL | test NLL |",
@@ -273,6 +290,7 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=list(PTB_CANDIDATES), choices=list(PTB_CANDIDATES))
     parser.add_argument("--minutes", type=float, default=30.0, help="training budget per PTB run (0: none)")
     parser.add_argument("--music-minutes", type=float, default=2.0, help="per chorales run (0: none)")
+    parser.add_argument("--sweep-minutes", type=float, default=0.0, help="per sweep run (0: none)")
     parser.add_argument("--min-epochs", type=float, default=MIN_EPOCHS)
     parser.add_argument("--probe-batches", type=int, default=PROBE_BATCHES)
     parser.add_argument("--threads", type=int, default=2)
@@ -283,6 +301,8 @@ def main() -> None:
         run_ptb(args.backends, args)
     if args.music_minutes > 0:
         run_music(args.backends, args)
+    if args.sweep_minutes > 0:
+        run_sweep(args.backends, args)
     text = report()
     print(text)
     if args.write:

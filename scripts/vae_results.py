@@ -8,7 +8,10 @@ exactly, as the proposal; nats per sentence as in Fu et al. 2022, Table 5, and p
 and plots the state usage of one posterior sample per sentence over ``--usage-sentences`` training
 sentences (docs/vae-state-usage-*.png, as Fig. 2 of the paper).
 
-Usage: python scripts/vae_results.py [--minutes 3] [--test-sentences 150] [--samples 100] [--write]
+Each run's outputs are stored in docs/data/vae_results.json (rows of several N accumulate there);
+``--write`` also renders the docs/results.md section from that file.
+
+Usage: python scripts/vae_results.py [--num-states 100] [--minutes 3] [--runs full,topk,rdp] [--write]
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import fcntl  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -35,126 +41,171 @@ from zoo.tasks import VAETask  # noqa: E402
 import benchlib  # noqa: E402
 from benchlib import evaluate, fit_within_budget, machine, table  # noqa: E402
 from report import write_section  # noqa: E402
+from throughput import TrainingThroughput  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "results.md"
-N = 100
-RUNS = {  # Table 5's rows at N = 100 (K1 = K2 = 10% N; top-K with the same budget K = 20% N)
-    "full": ("FULL-100", {"backend": "exact"}),
-    "topk": ("TOPK-100, K = 20", {"backend": "randomized", "k1": 20, "k2": 0}),
-    "rdp": ("RDP-100, K1 = K2 = 10", {"backend": "randomized", "k1": 10, "k2": 10}),
-}
+DATA = REPO / "docs" / "data" / "vae_results.json"
 SIZES = {
     "encoder_layers": 2, "encoder_dim": 128, "encoder_heads": 2, "state_dim": 64, "decoder_dim": 64,
     "decoder_hidden": 128, "dropout": 0.1,
 }  # fmt: skip
-PAPER = {"full": 39.71, "topk": 39.76, "rdp": 39.59}
+PAPER = {"FULL-100": 39.71, "TOPK-100": 39.76, "RDP-100": 39.59, "TOPK-2000": 39.81, "RDP-2000": 39.48}
 
 
-class Throughput(pl.Callback):
-    """Training sentences and tokens per second of wall time, over the whole fit."""
-
-    def __init__(self):
-        self.sentences, self.tokens, self.seconds, self._start = 0, 0, 0.0, 0.0
-
-    def on_train_batch_start(self, trainer, module, batch, batch_idx):
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.seconds += time.perf_counter() - self._start
-        self.sentences += len(batch["lengths"])
-        self.tokens += int(batch["lengths"].sum())
+def runs(n: int) -> dict[str, tuple[str, dict]]:
+    """Table 5's rows at N states: RDP with K1 = K2 = 10% N, top-K with the same budget K = 20% N."""
+    return {
+        "full": (f"FULL-{n}", {"backend": "exact"}),
+        "topk": (f"TOPK-{n}", {"backend": "randomized", "k1": n // 5, "k2": 0}),
+        "rdp": (f"RDP-{n}", {"backend": "randomized", "k1": n // 10, "k2": n // 10}),
+    }
 
 
-def run(
-    key: str, args, train: CaptionsDataModule, test: CaptionsDataModule, usage: CaptionsDataModule
-) -> list:
-    name, backend = RUNS[key]
+@torch.no_grad()
+def nll_per_sentence(model: StructuredVAE, test: CaptionsDataModule, seed: int) -> float:
+    """Importance-sampled NLL per sentence over the test loader, batch i's samples seeded (seed, i)."""
+    model.eval()
+    total, sentences = 0.0, 0
+    for i, batch in enumerate(test.test_dataloader()):
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + i)
+        total -= float(model.log_likelihood(batch, generator=generator).double().sum())
+        sentences += len(batch["lengths"])
+    return total / sentences
+
+
+def run(name: str, arguments: dict, args, train, test, usage) -> dict:
+    """Train one row's model for the budget; its held-out numbers and state usage (and PNG)."""
     pl.seed_everything(0, verbose=False)
-    task = VAETask(StructuredVAE(num_states=N, **backend, **SIZES, eval_samples=args.samples), lr=1e-3)
-    speed = Throughput()
+    model = StructuredVAE(num_states=args.num_states, **arguments, **SIZES, eval_samples=args.samples)
+    task = VAETask(model, lr=1e-3)
+    speed = TrainingThroughput()
     _, train_minutes = fit_within_budget(task, train, args.minutes, callbacks=[speed], limit_val_batches=1)
     started = time.time()
     (result,) = evaluate(task, test, stages=("test",))
+    test.setup("test")
+    nll = [nll_per_sentence(task.model, test, seed) for seed in range(args.eval_seeds)]
     eval_minutes = (time.time() - started) / 60
     usage.setup()
     counts = aggregated_state_usage(task.model, usage.train_dataloader(), seed=0)
-    image = (REPO / "docs" if args.write else Path(tempfile.gettempdir())) / f"vae-state-usage-{key}-{N}.png"
+    image = (
+        REPO / "docs" if args.write else Path(tempfile.gettempdir())
+    ) / f"vae-state-usage-{name.lower()}.png"
     plot_state_usage(counts, image, title=name)
-    tokens_per_s = speed.tokens / max(speed.seconds, 1e-9)
-    row = [
-        name, f"{train_minutes:.1f}", f"{speed.sentences:,}", f"{tokens_per_s:.0f}",
-        f"{result['test/nll_sentence']:.2f}", f"{result['test/neg_elbo_sentence']:.2f}",
-        f"{result['test/ppl']:.1f}", f"{int((counts > 0).sum())} / {N}", f"{eval_minutes:.1f}",
-        f"{PAPER[key]:.2f}",
-    ]  # fmt: skip
-    print("| " + " | ".join(row) + " |", flush=True)
-    return row
+    return {
+        "name": name, "num_states": args.num_states, "arguments": arguments,
+        "train_minutes": train_minutes, "train_sentences": speed.sentences,
+        "tokens_per_s": speed.tokens_per_second,
+        "nll_sentence": statistics.mean(nll),
+        "nll_sentence_std": statistics.stdev(nll) if len(nll) > 1 else None,
+        "eval_seeds": args.eval_seeds, "neg_elbo_sentence": result["test/neg_elbo_sentence"],
+        "ppl": result["test/ppl"], "states_used": int((counts > 0).sum()), "eval_minutes": eval_minutes,
+        "image": image.name, "minutes_budget": args.minutes, "test_sentences": args.test_sentences,
+        "samples": args.samples, "usage_sentences": args.usage_sentences, "threads": torch.get_num_threads(),
+        "load": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=3.0, help="training budget per run")
-    parser.add_argument("--test-sentences", type=int, default=150, help="test sentences evaluated")
-    parser.add_argument("--samples", type=int, default=100, help="importance samples per sentence")
-    parser.add_argument(
-        "--usage-sentences", type=int, default=1000, help="training sentences of the histogram"
+def record(result: dict) -> None:
+    """Store one row's outputs in DATA under its name (locked: runs may share the file)."""
+    DATA.parent.mkdir(parents=True, exist_ok=True)
+    with open(DATA.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stored = json.loads(DATA.read_text()) if DATA.exists() else {}
+        stored[result["name"]] = result
+        DATA.write_text(json.dumps(stored, indent=1) + "\n")
+
+
+def row(r: dict) -> list[str]:
+    std = f" ± {r['nll_sentence_std']:.2f}" if r.get("nll_sentence_std") is not None else ""
+    k = r["arguments"]
+    budget = (
+        "" if k["backend"] == "exact" else f", K = {k['k1']}" if not k["k2"] else f", K1 = K2 = {k['k1']}"
     )
-    parser.add_argument("--runs", default="full,topk,rdp", help="comma-separated subset of full, topk, rdp")
-    parser.add_argument("--write", action="store_true", help=f"write {DOC} and the PNGs")
-    args = parser.parse_args()
-    torch.set_num_threads(benchlib.THREADS)
-    started, load = time.time(), os.getloadavg()[0]
-    train = CaptionsDataModule(batch_size=32)
-    test = CaptionsDataModule(batch_size=32, max_sentences=args.test_sentences)
-    usage = CaptionsDataModule(batch_size=64, max_sentences=args.usage_sentences)
-    train.setup()
-    keys = args.runs.split(",")
-    rows = [run(key, args, train, test, usage) for key in keys]
-    total = (time.time() - started) / 60
+    return [
+        r["name"] + budget, f"{r['train_minutes']:.1f}", f"{r['train_sentences']:,}",
+        f"{r['tokens_per_s']:.0f}",
+        f"{r['nll_sentence']:.2f}{std}", f"{r['neg_elbo_sentence']:.2f}", f"{r['ppl']:.1f}",
+        f"{r['states_used']} / {r['num_states']}", f"{r['eval_minutes']:.1f}", r["date"],
+        f"{PAPER[r['name']]:.2f}" if r["name"] in PAPER else "-",
+    ]  # fmt: skip
+
+
+def report() -> str:
+    """The docs/results.md section, from every stored row (ascending N, then FULL, TOPK, RDP)."""
+    order = {"FULL": 0, "TOPK": 1, "RDP": 2}
+    stored = sorted(
+        json.loads(DATA.read_text()).values(), key=lambda r: (r["num_states"], order[r["name"].split("-")[0]])
+    )
     header = [
         "run", "train min", "train sentences", "train tokens / s", "test NLL / sentence (IS)",
-        "test -ELBO / sentence", "test PPL (IS)", "states used", "eval min", "paper test NLL (MSCOCO)",
+        "test -ELBO / sentence", "test PPL (IS)", "states used", "eval min", "date",
+        "paper test NLL (MSCOCO)",
     ]  # fmt: skip
-    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    images = " ".join(f"![{RUNS[k][0]}](vae-state-usage-{k}-{N}.png)" for k in keys)
-    text = "\n".join(
+    images = " ".join(f"![{r['name']}]({r['image']})" for r in stored)
+    return "\n".join(
         [
             "## Structured VAE: full DP, top-K and RDP on short PTB sentences (CPU budget)",
             "",
-            f"Generated by `python scripts/vae_results.py --minutes {args.minutes:g} --test-sentences "
-            f"{args.test_sentences} --samples {args.samples} --write` on {now}; {machine()}; the 2 "
-            f"cores were shared with other jobs (1-minute load average {load:.1f} at the start); "
-            f"{total:.0f} minutes in all.",
+            "Generated by `python scripts/vae_results.py --num-states N --minutes M --write` (outputs in "
+            f"`{DATA.relative_to(REPO)}`; {machine().split(';')[0]}; torch {torch.__version__}, the "
+            "2 cores shared with other jobs: the date column and the stored load averages tell the runs "
+            "apart).",
             "",
-            "Data: PTB sentences of at most 12 words as GPT-2 BPE (`CaptionsDataModule()` default: "
-            f"{len(train.datasets['train']):,} training sentences, about 11.6 tokens each with "
-            "`<|endoftext|>`); the encoder is a randomly initialised GPT2Config of 2 layers x 128 dims "
-            "(no pretrained GPT-2 on our machines), CRF state embeddings of 64 dims, N = 100 states, an "
-            "LSTM decoder of 128 hidden units with 64-dim embeddings over GPT-2's 50,257 ids; AdamW lr "
-            "1e-3, batches of 32 sentences, gradient clip 5, temperature 1 (one validation batch an epoch, "
-            "for the learning-rate schedule). Every run trains from scratch "
-            f"for the same {args.minutes:g}-minute wall-clock budget (one or two epochs: far from "
-            "converged; the faster estimators see more sentences), then is evaluated on the first "
-            f"{args.test_sentences} test sentences: NLL by "
-            f"importance sampling with {args.samples} exact samples of q (one seed), -ELBO with the run's "
-            "own training estimator, perplexity per token (`<|endoftext|>` counted). States used: states "
-            "that occur at least once in one posterior sample of each of the first "
-            f"{args.usage_sentences} training sentences (the aggregated posterior, Fu et al. 2022 Fig. 2).",
+            "Data: PTB sentences of at most 12 words as GPT-2 BPE (`CaptionsDataModule()` default: 8,791 "
+            "training sentences, about 11.6 tokens each with `<|endoftext|>`); the encoder is a randomly "
+            "initialised GPT2Config of 2 layers x 128 dims (no pretrained GPT-2 on our machines), CRF state "
+            "embeddings of 64 dims, N states, an LSTM decoder of 128 hidden units with 64-dim embeddings "
+            "over GPT-2's 50,257 ids; AdamW lr 1e-3, batches of 32 sentences, gradient clip 5, temperature "
+            "1 (one validation batch an epoch, for the learning-rate schedule). Every run trains from "
+            "scratch for its wall-clock budget (the train-min column; far from converged: the faster "
+            "estimators see more sentences), then is evaluated on the first 150 test sentences: NLL by "
+            "importance sampling with 100 exact samples of q, as the mean ± standard deviation over "
+            "evaluation seeds (3; the N = 100 rows, from the first version of the script, one seed), "
+            "-ELBO with the run's own training estimator, perplexity per token (`<|endoftext|>` counted). "
+            "States used: states that occur at least once in one posterior sample of each of the first "
+            "1000 training sentences (the aggregated posterior, Fu et al. 2022 Fig. 2).",
             "",
-            table(header, rows),
+            table(header, [row(r) for r in stored]),
             "",
             images,
             "",
             "The paper's column is Fu et al. 2022, Table 5 (MSCOCO, pretrained GPT-2 base, LSTM 256, "
             "trained to convergence on a GPU): other data, model sizes and training length, so it is a "
-            "reference for the ordering, not for the values. Not measured here: N = 2000 (TOPK-2000 and "
-            "RDP-2000; our shared CPU cannot train it within the budget), the spread of the estimates "
-            "over seeds, MSCOCO.",
+            "reference for the ordering, not for the values. Not measured here: MSCOCO, the spread over "
+            "training seeds.",
         ]
     )
-    print(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--num-states", type=int, default=100, help="N (K = 10%% / 20%% of N)")
+    parser.add_argument("--minutes", type=float, default=3.0, help="training budget per run")
+    parser.add_argument("--test-sentences", type=int, default=150, help="test sentences evaluated")
+    parser.add_argument("--samples", type=int, default=100, help="importance samples per sentence")
+    parser.add_argument("--eval-seeds", type=int, default=3, help="seeds of the importance-sampled NLL")
+    parser.add_argument(
+        "--usage-sentences", type=int, default=1000, help="training sentences of the histogram"
+    )
+    parser.add_argument("--runs", default="full,topk,rdp", help="comma-separated subset of full, topk, rdp")
+    parser.add_argument("--threads", type=int, default=benchlib.THREADS)
+    parser.add_argument("--write", action="store_true", help=f"store in {DATA}, write {DOC} and the PNGs")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    train = CaptionsDataModule(batch_size=32)
+    test = CaptionsDataModule(batch_size=32, max_sentences=args.test_sentences)
+    usage = CaptionsDataModule(batch_size=64, max_sentences=args.usage_sentences)
+    train.setup()
+    table_runs = runs(args.num_states)
+    for key in args.runs.split(","):
+        result = run(*table_runs[key], args, train, test, usage)
+        print(result, flush=True)
+        if args.write:
+            record(result)
     if args.write:
+        text = report()
+        print(text)
         write_section(DOC, "vae_results", text, title="# Results")
 
 
