@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from huggingface_hub import ModelCard
 from zoo_testlib import example_batch, scores
 
 import zoo
-from zoo.bundled import bundled_folders
+from zoo.bundled import bundled_folders, data_module
 from zoo.cli import main
 from zoo.tasks import LikelihoodTask
 
@@ -41,10 +42,14 @@ def test_fit_test_export_load(trained, tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
     folder = tmp_path / "out"
     names = ["README.md", "config.json", "model.safetensors", "results.json", "training_config.yaml"]
-    assert sorted(p.name for p in folder.iterdir()) == names
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*names, "vocab.json"])
     task = LikelihoodTask.load_from_checkpoint(checkpoint)
     model = zoo.from_pretrained(folder)
     assert model.config == task.model.config
+    vocab = data_module(yaml.safe_load(config.read_text())).vocab  # the training data's, from its files
+    assert model.vocab == vocab and task.model.vocab == vocab
+    sentence = " ".join(vocab.tokens[2:7])
+    assert model.vocab.encode(sentence, add_eos=True) == vocab.encode(sentence, add_eos=True)
     batch = example_batch(model)
     assert torch.equal(scores(model, batch), scores(task.model, batch))
     card = ModelCard.load(folder / "README.md")

@@ -18,6 +18,7 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
+from zoo.data.vocab import Vocabulary
 from zoo.metrics import NegativeLogLikelihood, Perplexity
 from zoo.models.base import ZooModel, weights_follow
 from zoo.pretrained import CheckpointError, check_state_dict, load_into, read_config, read_weights, resolve
@@ -91,7 +92,8 @@ class LikelihoodTask(pl.LightningModule):
         )
 
     def setup(self, stage: str) -> None:
-        """Check that the model and the data agree on the vocabulary size / number of keys."""
+        """Check that the model and the data agree on the vocabulary size / number of keys, and give
+        the model the data's vocabulary (``model.vocab``: checkpoints and exported folders keep it)."""
         data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         for name in ("vocab_size", "num_keys"):
             wanted, given = getattr(data, name, None), getattr(self.model, name, None)
@@ -100,6 +102,9 @@ class LikelihoodTask(pl.LightningModule):
                     f"the model has {name} = {given} but the data has {wanted}: set "
                     f"model.init_args.model.init_args.{name}: {wanted} in the recipe"
                 )
+        vocab = getattr(data, "vocab", None)
+        if isinstance(vocab, Vocabulary) and getattr(self.model, "vocab_size", None) is not None:
+            self.model.vocab = vocab
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """log p of each sequence of the batch: (B,)."""
@@ -170,8 +175,16 @@ class LikelihoodTask(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record the task's class path: with the plain-value hyperparameters it rebuilds the task
-        (``zoo validate --ckpt_path``)."""
+        (``zoo validate --ckpt_path``); and the model's vocabulary, if any (plain values, for ``zoo
+        export``)."""
         checkpoint["zoo_task"] = f"{type(self).__module__}.{type(self).__qualname__}"
+        if self.model.vocab is not None:
+            checkpoint["vocab"] = self.model.vocab.to_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Give the model the vocabulary the checkpoint recorded."""
+        if checkpoint.get("vocab") is not None:
+            self.model.vocab = Vocabulary.from_dict(checkpoint["vocab"])
 
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.hparams
