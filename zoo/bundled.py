@@ -1,7 +1,7 @@
 """Pretrained checkpoints shipped inside the package: ``zoo/weights/<arch.tag>/``.
 
 Each folder is a pretrained-model folder (``zoo.pretrained``: config.json, model.safetensors, the
-card, results.json, training_config.yaml, and a text model's vocab.json) written by ``scripts/train_pretrained.py``. Importing ``zoo``
+card, results.json, training_config.yaml) written by ``scripts/train_pretrained.py``. Importing ``zoo``
 registers every folder as the pretrained tag of its name (``zoo.registry.register_pretrained``), so
 ``zoo.from_pretrained("hmm_categorical_n512_d64.ptb_exact")`` and ``create_model(tag, pretrained=True)``
 work offline on a fresh install. ``quick_check`` re-measures the number a checkpoint's
