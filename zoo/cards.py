@@ -181,6 +181,8 @@ def render_card(
         "source": source,
         "zoo_version": config.get("zoo_version"),
         "format_version": config.get("zoo_format_version"),
+        "vocab": config.get("vocab_sha256") is not None,
+        "vocab_size": args.get("vocab_size"),
         "training_config": training_config.strip() if training_config else None,
         "task_class": ((training or {}).get("model") or {}).get("class_path"),
         "results": results,

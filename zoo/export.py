@@ -3,7 +3,8 @@
 The checkpoint holds the task's plain-value hyperparameters (the model as its ``spec()``) and the
 state dict (the model's weights under ``model.``); LightningCLI wrote the run's full configuration
 (``config.yaml``) into the run's log folder, next to the ``checkpoints/`` folder, and it becomes the
-folder's ``training_config.yaml`` (the card's exact training command).
+folder's ``training_config.yaml`` (the card's exact training command). A text model's vocabulary,
+which the task records in its checkpoints (``checkpoint["vocab"]``), becomes ``vocab.json``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from zoo.data.vocab import Vocabulary
 from zoo.models.base import ZooModel, weights_follow
 from zoo.pretrained import CheckpointError, load_into, save_pretrained
 
@@ -59,6 +61,11 @@ def export_checkpoint(
     if len(dtypes) == 1:  # e.g. trained with precision="bf16-true"
         model.to(dtypes.pop())
     load_into(model, weights, str(checkpoint))
+    if content.get("vocab") is not None:
+        try:
+            model.vocab = Vocabulary.from_dict(content["vocab"])
+        except (TypeError, ValueError) as error:
+            raise CheckpointError(f"{checkpoint}: the recorded vocabulary does not fit: {error}") from None
     if training_config is None:
         training_config = run_config(checkpoint)
         if training_config is None:

@@ -3,15 +3,18 @@
 A pretrained model is a folder (locally, or one Hugging Face Hub repo per model) holding
 
 * ``config.json``: plain JSON, ``{"zoo_format_version": 1, "zoo_version", "class_path", "init_args",
-  "architecture", "dtype", "weights_sha256"}``: the model class and every constructor argument;
+  "architecture", "dtype", "weights_sha256", "vocab_sha256"}``: the model class and every constructor
+  argument;
 * ``model.safetensors``: the state dict (no pickle);
 * ``README.md``: the model card (``zoo.cards``), and optionally ``results.json`` (the measured
-  metrics the card reports) and ``training_config.yaml`` (the exact ``zoo fit`` configuration).
+  metrics the card reports), ``training_config.yaml`` (the exact ``zoo fit`` configuration) and
+  ``vocab.json`` (a text model's vocabulary, ``Vocabulary.to_dict()``; ``model.vocab`` once loaded).
 
 Loading is strict and all-or-nothing: the file's keys, shapes and dtypes must be exactly the model's,
-the weights must match the checksum in ``config.json``, the class must be a zoo model, and the format
-version must be one this release reads; otherwise a ``CheckpointError`` says what was expected and
-what was found, and no model is returned. docs/zoo-api.md describes the format and its versions.
+the weights and the vocabulary must match the checksums in ``config.json`` (and the vocabulary the
+model's ``vocab_size``), the class must be a zoo model, and the format version must be one this
+release reads; otherwise a ``CheckpointError`` says what was expected and what was found, and no
+model is returned. docs/zoo-api.md describes the format and its versions.
 """
 
 from __future__ import annotations
@@ -32,13 +35,16 @@ from zoo.models.base import ZooModel, weights_follow
 if TYPE_CHECKING:
     from huggingface_hub import CommitInfo
 
+    from zoo.data.vocab import Vocabulary
+
 FORMAT_VERSION = 1  # bump when config.json or the weights' layout changes; older versions keep loading
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 CARD_NAME = "README.md"
 RESULTS_NAME = "results.json"
 TRAINING_CONFIG_NAME = "training_config.yaml"
-CHECKPOINT_FILES = (CONFIG_NAME, WEIGHTS_NAME, CARD_NAME, RESULTS_NAME, TRAINING_CONFIG_NAME)
+VOCAB_NAME = "vocab.json"
+CHECKPOINT_FILES = (CONFIG_NAME, WEIGHTS_NAME, CARD_NAME, RESULTS_NAME, TRAINING_CONFIG_NAME, VOCAB_NAME)
 
 
 class CheckpointError(ValueError):
@@ -102,8 +108,9 @@ def save_pretrained(
         training_config: the YAML text of the ``zoo fit`` configuration that trained the model.
         architecture: the registry name (``zoo.list_models()``); by default the architecture whose
             configuration the model's arguments match, if any.
-    Files of an earlier save in the same folder are replaced; its ``results.json`` and
-    ``training_config.yaml`` are removed unless given again, so the folder describes this model only.
+    The model's vocabulary (``model.vocab``, a text model's) is written as ``vocab.json``. Files of an
+    earlier save in the same folder are replaced; its ``results.json``, ``training_config.yaml`` and
+    ``vocab.json`` are removed unless given again, so the folder describes this model only.
     """
     from safetensors.torch import save_file
 
@@ -121,6 +128,7 @@ def save_pretrained(
     weights = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
     weights_path = directory / WEIGHTS_NAME
     _write_atomic(weights_path, lambda p: save_file(weights, p, metadata={"format": "pt"}))
+    vocab_sha256 = _write_vocab(directory, model.vocab)
     class_path = public_class_path(model)
     config = {
         "zoo_format_version": FORMAT_VERSION,
@@ -130,6 +138,7 @@ def save_pretrained(
         "architecture": architecture or match_architecture(class_path, model.config),
         "dtype": _floating_dtype(model),
         "weights_sha256": _sha256(weights_path),
+        "vocab_sha256": vocab_sha256,
     }
     _write_json(directory / CONFIG_NAME, config)
     for name, content in ((RESULTS_NAME, results), (TRAINING_CONFIG_NAME, training_config)):
@@ -177,6 +186,31 @@ def write_card(directory: str | os.PathLike, repo_id: str | None = None) -> Path
     return path
 
 
+def save_vocab(directory: str | os.PathLike, vocab: Vocabulary | None) -> Path:
+    """Add (or replace, or with None remove) the vocabulary of a saved folder, e.g. one exported from a
+    checkpoint that recorded none: ``vocab.json``, its checksum in ``config.json``, and the card. The
+    folder must load, and the vocabulary's size must be the model's ``vocab_size``; returns the folder."""
+    directory = Path(directory)
+    load_folder(directory).vocab = vocab  # a folder that does not load, or a misfit, changes nothing
+    config = read_config(directory)
+    config["vocab_sha256"] = _write_vocab(directory, vocab)
+    _write_json(directory / CONFIG_NAME, config)
+    write_card(directory)
+    return directory
+
+
+def _write_vocab(directory: Path, vocab: Vocabulary | None) -> str | None:
+    """Write ``vocab.json`` (``eos``, ``unk``, then the tokens in id order, one a line), or remove it
+    when ``vocab`` is None; its sha256 (None without a vocabulary)."""
+    path = directory / VOCAB_NAME
+    if vocab is None:
+        path.unlink(missing_ok=True)
+        return None
+    data = vocab.to_dict()
+    _write_json(path, {"eos": data["eos"], "unk": data["unk"], "tokens": data["tokens"]})
+    return _sha256(path)
+
+
 def _write_json(path: Path, content: Any) -> None:
     _write_atomic(path, lambda p: Path(p).write_text(json.dumps(content, indent=2, sort_keys=False) + "\n"))
 
@@ -217,6 +251,8 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     for key, kind in (("class_path", str), ("init_args", dict), ("weights_sha256", str), ("dtype", str)):
         if not isinstance(config.get(key), kind):
             raise CheckpointError(f"{path}: {key!r} must be a {kind.__name__}, got {config.get(key)!r}")
+    if not isinstance(config.get("vocab_sha256"), (str, type(None))):  # absent before vocabularies
+        raise CheckpointError(f"{path}: 'vocab_sha256' must be a str or null, got {config['vocab_sha256']!r}")
     if not config["class_path"].startswith("zoo."):
         raise CheckpointError(
             f"{path} names the class {config['class_path']!r}: only zoo model classes (zoo.*) are loaded"
@@ -238,6 +274,16 @@ def build_model(config: dict[str, Any], source: str = "the checkpoint") -> ZooMo
     return model.to(dtype)
 
 
+def _check_sha256(path: Path, expected: str) -> None:
+    """CheckpointError unless the file's sha256 is the one ``config.json`` records."""
+    digest = _sha256(path)
+    if digest != expected:
+        raise CheckpointError(
+            f"{path} does not match the checksum in {CONFIG_NAME} (sha256 {digest[:12]}..., expected "
+            f"{expected[:12]}...): the file is corrupt, truncated or from another model"
+        )
+
+
 def read_weights(directory: str | os.PathLike, config: dict[str, Any]) -> dict[str, Tensor]:
     """The state dict in ``model.safetensors``, verified against the checksum in ``config.json``."""
     from safetensors import SafetensorError
@@ -246,16 +292,36 @@ def read_weights(directory: str | os.PathLike, config: dict[str, Any]) -> dict[s
     path = Path(directory) / WEIGHTS_NAME
     if not path.is_file():
         raise CheckpointError(f"{directory} has {CONFIG_NAME} but no {WEIGHTS_NAME}")
-    digest = _sha256(path)
-    if digest != config["weights_sha256"]:
-        raise CheckpointError(
-            f"{path} does not match the checksum in {CONFIG_NAME} (sha256 {digest[:12]}..., expected "
-            f"{config['weights_sha256'][:12]}...): the file is corrupt, truncated or from another model"
-        )
+    _check_sha256(path, config["weights_sha256"])
     try:
         return load_file(path)
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(f"{path} is not a readable safetensors file: {error}") from None
+
+
+def read_vocab(directory: str | os.PathLike, config: dict[str, Any]) -> Vocabulary | None:
+    """The vocabulary in ``vocab.json``, verified against ``vocab_sha256`` in ``config.json``; None when
+    the config records none (a model of no words, or a folder saved before vocabularies were)."""
+    from zoo.data.vocab import Vocabulary
+
+    path = Path(directory) / VOCAB_NAME
+    expected = config.get("vocab_sha256")
+    if expected is None:
+        if path.is_file():
+            raise CheckpointError(
+                f"{path} is not recorded in {CONFIG_NAME} (its 'vocab_sha256' is null or absent): remove "
+                f"the file, or add it with zoo.pretrained.save_vocab(folder, vocabulary)"
+            )
+        return None
+    if not path.is_file():
+        raise CheckpointError(
+            f"{CONFIG_NAME} records a vocabulary (vocab_sha256) but {directory} has no {VOCAB_NAME}"
+        )
+    _check_sha256(path, expected)
+    try:
+        return Vocabulary.from_dict(json.loads(path.read_text()))
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError) as error:
+        raise CheckpointError(f"{path} is not a readable vocabulary: {error}") from None
 
 
 def check_state_dict(model: nn.Module, weights: dict[str, Tensor], source: str) -> None:
@@ -287,9 +353,14 @@ def load_into(model: nn.Module, weights: dict[str, Tensor], source: str) -> None
 
 
 def load_folder(directory: str | os.PathLike) -> ZooModel:
-    """The model saved in a local pretrained-model folder, in eval mode."""
+    """The model saved in a local pretrained-model folder (with its vocabulary, if any), in eval mode."""
     config = read_config(directory)
     model = build_model(config, str(directory))
+    vocab = read_vocab(directory, config)
+    try:
+        model.vocab = vocab
+    except ValueError as error:
+        raise CheckpointError(f"{directory}: {VOCAB_NAME} does not fit the model: {error}") from None
     load_into(model, read_weights(directory, config), str(directory))
     return model.eval()
 

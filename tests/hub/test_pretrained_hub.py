@@ -1,6 +1,7 @@
-"""The zoo's checkpoints through a Hub with the real client: push a model with its card (``zoo push``
-and ``push_to_hub``), download it into an empty cache, load it by repo id and by pinned revision,
-then again with the network off (``HF_HUB_OFFLINE=1``), outputs identical everywhere.
+"""The zoo's checkpoints through a Hub with the real client: push a model with its card and its
+vocabulary (``zoo push`` and ``push_to_hub``), download it into an empty cache, load it by repo id and
+by pinned revision, then again with the network off (``HF_HUB_OFFLINE=1``), outputs and vocabularies
+identical everywhere.
 
 Client code runs in subprocesses with ``LocalHub.env`` (the client reads ``HF_ENDPOINT`` and
 ``HF_HUB_OFFLINE`` when imported), from this checkout (``PYTHONPATH``).
@@ -24,12 +25,20 @@ PRELUDE = """
 import json, sys
 import torch
 import zoo
+from zoo.data.vocab import Vocabulary
 sys.path.insert(0, PARAMS["zoo_tests"])
 from zoo_testlib import example_batch, scores
 
 def tiny(seed):
     torch.manual_seed(seed)
     return zoo.models.CategoricalHMM(17, 6, "rank-space", rank=3, embedding_dim=8, hidden_dim=8)
+
+def words(prefix, unk="<unk>"):  # a vocabulary of the 17 ids
+    specials = ["<eos>", unk] if unk else ["<eos>"]
+    return Vocabulary(specials + [f"{prefix}{i}" for i in range(17 - len(specials))], unk=unk)
+
+def vocab_of(model):
+    return None if model.vocab is None else model.vocab.to_dict()
 
 def logp(model):
     return scores(model, example_batch(model)).tolist()
@@ -59,15 +68,18 @@ from pathlib import Path
 import zoo.models
 work = Path(PARAMS["work"])
 first = tiny(0)
+first.vocab = words("a")
 first.save_pretrained(work / "first", results={"dataset": "ptb", "metrics": {"test/ppl": 123.4}})
 # the CLI: zoo push DIR REPO_ID
 out = subprocess.run([sys.executable, "-m", "zoo.cli", "push", str(work / "first"), PARAMS["repo"]],
                      capture_output=True, text=True, check=True).stdout
 first_sha = out.split("commit ")[1].split()[0]
 second = tiny(1)
+second.vocab = words("b", unk=None)
 commit = second.push_to_hub(PARAMS["repo"])  # the API; a new commit on main, without results
-branch = tiny(2).push_to_hub(PARAMS["repo"], revision="dev")
-emit(first_sha=first_sha, second_sha=commit.oid, first=logp(first), second=logp(second), dev=logp(tiny(2)))
+branch = tiny(2).push_to_hub(PARAMS["repo"], revision="dev")  # from main, without a vocabulary
+emit(first_sha=first_sha, second_sha=commit.oid, first=logp(first), second=logp(second), dev=logp(tiny(2)),
+     first_vocab=vocab_of(first), second_vocab=vocab_of(second))
 """
 
 DOWNLOAD = """
@@ -77,7 +89,8 @@ latest, pinned, dev = zoo.from_pretrained(repo), zoo.from_pretrained(repo, revis
     zoo.from_pretrained(repo, revision="dev")
 card = ModelCard.load(hf_hub_download(repo, "README.md", revision=first_sha))
 emit(latest=logp(latest), pinned=logp(pinned), dev=logp(dev), card_data=card.data.to_dict(), card=card.text,
-     files=sorted(list_repo_files(repo)), first_files=sorted(list_repo_files(repo, revision=first_sha)))
+     files=sorted(list_repo_files(repo)), first_files=sorted(list_repo_files(repo, revision=first_sha)),
+     vocabs=[vocab_of(latest), vocab_of(pinned), vocab_of(dev)])
 """
 
 OFFLINE = """
@@ -93,7 +106,8 @@ try:
     error = None
 except CheckpointError as e:
     error = str(e)
-emit(latest=logp(latest), pinned=logp(pinned), tuned=logp(task.model), error=error)
+emit(latest=logp(latest), pinned=logp(pinned), tuned=logp(task.model), error=error,
+     vocabs=[vocab_of(latest), vocab_of(pinned)])
 """
 
 
@@ -115,8 +129,18 @@ def test_push_download_pinned_and_offline(local_hub, pushed, tmp_path):  # noqa:
         "config.json",
         "model.safetensors",
         "results.json",
+        "vocab.json",
     ]
-    assert online["files"] == [".gitattributes", "README.md", "config.json", "model.safetensors"]
+    assert online["files"] == [
+        ".gitattributes",
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "vocab.json",
+    ]
+    # each revision's own vocabulary; dev's push (no vocabulary) removed the one it branched with
+    assert online["vocabs"] == [pushed["second_vocab"], pushed["first_vocab"], None]
+    assert pushed["first_vocab"]["unk"] == "<unk>" and pushed["second_vocab"]["unk"] is None
     # the pushed card: front matter for the Hub, usage naming the repo, our measured number
     data = online["card_data"]
     assert data["library_name"] == "structured-zoo" and data["license"] == "mit"
@@ -130,6 +154,7 @@ def test_push_download_pinned_and_offline(local_hub, pushed, tmp_path):  # noqa:
     offline = run(local_hub, cache, OFFLINE, offline=True, repo=REPO, first_sha=pushed["first_sha"])
     assert offline["latest"] == pushed["second"] and offline["pinned"] == pushed["first"]
     assert offline["tuned"] == pushed["second"]
+    assert offline["vocabs"] == [pushed["second_vocab"], pushed["first_vocab"]]
     assert "not in the Hub cache" in offline["error"] and "HF_HUB_OFFLINE" in offline["error"]
 
 

@@ -1,6 +1,6 @@
 """scripts/release_pretrained.py against the local Hub: every bundled checkpoint is pushed with its
-card to ``ORG/<arch.tag>``; one is then downloaded by repo id, and loaded again offline from the cache,
-with the same weights as the bundled folder."""
+card to ``ORG/<arch.tag>``; one (a word model, with its vocabulary) is then downloaded by repo id, and
+loaded again offline from the cache, with the same weights and vocabulary as the bundled folder."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ from safetensors.torch import load_file
 model = zoo.from_pretrained(sys.argv[1])
 bundled = load_file(sys.argv[2] + "/model.safetensors")
 same = all(torch.equal(model.state_dict()[k], v) for k, v in bundled.items())
-print("RESULT " + json.dumps({"class": type(model).__name__, "same": same}))
+vocab = zoo.from_pretrained(sys.argv[2]).vocab
+print("RESULT " + json.dumps({"class": type(model).__name__, "same": same, "vocab": model.vocab == vocab,
+                              "has_vocab": model.vocab is not None}))
 """
 
 
@@ -53,15 +55,20 @@ def test_release_pushes_every_bundled_checkpoint_and_one_loads_by_repo_id_offlin
         if line.startswith(("hmm", "pcfg", "hsmm", "vae"))
     }  # noqa: E501
     assert set(pushed) == set(bundled_folders())
-    tag, folder = next(iter(bundled_folders().items()))
+    folders = bundled_folders()
+    tag = next((t for t in folders if (folders[t] / "vocab.json").is_file()), next(iter(folders)))
+    folder = folders[tag]
     repo_id, sha = pushed[tag]
     assert repo_id == f"{ORG}/{tag}" and len(sha) == 40
     api = HfApi(endpoint=local_hub.endpoint, token="test-token")
     files = set(api.list_repo_files(repo_id))
     assert {"config.json", "model.safetensors", "README.md", "results.json", "training_config.yaml"} <= files
+    assert ("vocab.json" in files) == (folder / "vocab.json").is_file()
     card = Path(api.hf_hub_download(repo_id, "README.md", cache_dir=tmp_path / "card")).read_text()
     assert repo_id in card and "Results" in card
     for offline in (False, True):  # download into the empty cache, then from the cache alone
         out = client(local_hub, cache, ["-c", LOAD, repo_id, str(folder)], offline=offline)
         result = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
         assert result["same"], f"{repo_id} (offline={offline}) does not hold the bundled weights"
+        assert result["vocab"], f"{repo_id} (offline={offline}) does not hold the bundled vocabulary"
+        assert result["has_vocab"] == (folder / "vocab.json").is_file()

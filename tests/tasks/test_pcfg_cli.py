@@ -134,6 +134,8 @@ def test_fit_validate_predict_reload(trees):
     assert task.hparams["curriculum_increment"] == 1
     text = task.sample_text([3, 5], n=2, generator=torch.Generator().manual_seed(0))
     assert len(text) == 4 and [len(s.split()) for s in text] == [3, 5, 3, 5]
+    assert task.model.vocab == dm.vocab  # kept by the checkpoint: samples decode without the data
+    assert all(word in dm.vocab for sentence in text for word in sentence.split())
 
 
 def test_curriculum_limits_and_drops_long_sentences(trees):

@@ -1,8 +1,10 @@
 """The pretrained checkpoints bundled in zoo/weights/: every tag loads offline through the registry,
-its files match its tag, its card shows its results, and a quick subset reproduces its numbers."""
+its files match its tag, its card shows its results, a quick subset reproduces its numbers, and a
+word model carries its training data's vocabulary."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import subprocess
@@ -12,13 +14,19 @@ from pathlib import Path
 import pytest
 
 import zoo
-from zoo.bundled import WEIGHTS, bundled_folders, quick_check, read_training_config
+from zoo.bundled import WEIGHTS, bundled_folders, data_module, quick_check, read_training_config
 from zoo.registry import architecture, pretrained_tag
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TAGS = sorted(bundled_folders())
 MAX_MB = 25
 QUICK_TOLERANCE = 1e-3  # relative: the same weights on the same batches, up to summation order
+WORD_MODELS = ("CategoricalHMM", "PCFG")  # trained on data with a zoo.data.Vocabulary
+WORD_TAGS = [
+    tag
+    for tag in TAGS
+    if json.loads((bundled_folders()[tag] / "config.json").read_text())["class_path"].endswith(WORD_MODELS)
+]
 
 
 def test_weights_are_bundled():
@@ -67,6 +75,23 @@ def test_card_and_results_agree(tag):
     assert f"| {results['metrics']['test/nll']:.4g}" in rows[0], (
         f"docs/results.md disagrees with {tag}'s card"
     )
+
+
+@functools.cache
+def _training_vocab(data_section: str):
+    """The vocabulary of a training configuration's data (its JSON text: one build per data set)."""
+    return data_module({"data": json.loads(data_section)}).vocab
+
+
+@pytest.mark.parametrize("tag", WORD_TAGS)
+def test_word_models_carry_their_training_vocabulary(tag):
+    folder = bundled_folders()[tag]
+    model = zoo.from_pretrained(tag)
+    vocab = _training_vocab(json.dumps(read_training_config(folder)["data"], sort_keys=True))
+    assert (folder / "vocab.json").is_file() and model.vocab == vocab and model.vocab.size == 10000
+    sentence = "the company said its profit rose"
+    assert model.vocab.encode(sentence, add_eos=True) == vocab.encode(sentence, add_eos=True)
+    assert model.vocab.encode(sentence, add_eos=True) == [2, 37, 15, 27, 177, 119, 0]  # PTB's ids
 
 
 def _smallest() -> str:

@@ -35,6 +35,7 @@ def test_frozen_checkpoint_loads_with_recorded_outputs(name):
     config = json.loads((folder / "config.json").read_text())
     assert config["zoo_format_version"] == 1 and config["zoo_version"] == "0.1.0"
     model = zoo.from_pretrained(folder)
+    assert "vocab_sha256" not in config and model.vocab is None  # saved before vocabularies were
     expected = _expected(folder)
     batch = {key: torch.tensor(value) for key, value in expected["batch"].items()}
     with torch.no_grad():

@@ -9,12 +9,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from huggingface_hub import ModelCard
 from zoo_testlib import example_batch, scores
 
 import zoo
-from zoo.bundled import bundled_folders
+from zoo.bundled import bundled_folders, data_module
 from zoo.cli import main
+from zoo.data.vocab import Vocabulary
+from zoo.pretrained import save_vocab
 from zoo.tasks import LikelihoodTask
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tasks"))
@@ -41,10 +44,14 @@ def test_fit_test_export_load(trained, tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
     folder = tmp_path / "out"
     names = ["README.md", "config.json", "model.safetensors", "results.json", "training_config.yaml"]
-    assert sorted(p.name for p in folder.iterdir()) == names
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*names, "vocab.json"])
     task = LikelihoodTask.load_from_checkpoint(checkpoint)
     model = zoo.from_pretrained(folder)
     assert model.config == task.model.config
+    vocab = data_module(yaml.safe_load(config.read_text())).vocab  # the training data's, from its files
+    assert model.vocab == vocab and task.model.vocab == vocab
+    sentence = " ".join(vocab.tokens[2:7])
+    assert model.vocab.encode(sentence, add_eos=True) == vocab.encode(sentence, add_eos=True)
     batch = example_batch(model)
     assert torch.equal(scores(model, batch), scores(task.model, batch))
     card = ModelCard.load(folder / "README.md")
@@ -62,6 +69,24 @@ def test_fit_fine_tunes_from_an_exported_folder(trained, tmp_path):
     with pytest.raises(ValueError, match="shape .*'num_states': \\(6, 7\\)"):
         main([*args, "--model.init_args.init_from", str(tmp_path / "out"),
               "--model.init_args.model.init_args.num_states", "7"])  # fmt: skip
+
+
+def test_fine_tuning_needs_the_vocabulary_of_the_initial_weights(trained, tmp_path):
+    config, checkpoint, _ = trained
+    folder = tmp_path / "out"
+    main(["export", str(checkpoint), str(folder)])
+    vocab = zoo.from_pretrained(folder).vocab
+    shuffled = Vocabulary([*vocab.tokens[:2], *reversed(vocab.tokens[2:])])  # same words, other ids
+    save_vocab(folder, shuffled)
+    args = ["fit", "--config", str(config), "--trainer.fast_dev_run", "true"]
+    message = (
+        f"initial weights' .init_from. vocabulary differs from the data's .id 2 is {shuffled.tokens[2]!r}"
+    )
+    with pytest.raises(ValueError, match=message):
+        main([*args, "--model.init_args.init_from", str(folder)])
+    main([*args, "--model.init_args.init_from", str(checkpoint)])  # it recorded the data's vocabulary
+    task = LikelihoodTask(zoo.from_pretrained(folder).spec(), init_from=str(folder))
+    assert task.model.vocab == shuffled  # fine-tuning keeps the initial weights' vocabulary
 
 
 def test_command_errors(trained, tmp_path, capsys):

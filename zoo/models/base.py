@@ -14,9 +14,12 @@ import functools
 import importlib
 import inspect
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
+
+if TYPE_CHECKING:
+    from zoo.data.vocab import Vocabulary
 
 PLAIN = (bool, int, float, str, type(None))
 _WEIGHTS_FOLLOW = contextvars.ContextVar("zoo_weights_follow", default=False)
@@ -64,6 +67,7 @@ class ZooModel(nn.Module):
     """
 
     config: dict[str, Any]
+    _vocab: Vocabulary | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -89,6 +93,31 @@ class ZooModel(nn.Module):
                 object.__setattr__(self, "config", {k: _plain(k, v) for k, v in arguments.items()})
 
         cls.__init__ = recording_init
+
+    @property
+    def vocab(self) -> Vocabulary | None:
+        """The word vocabulary of a model of word ids (``zoo.data.Vocabulary``: ``encode`` / ``decode``),
+        or None. ``save_pretrained`` writes it (``vocab.json``) and ``from_pretrained`` attaches it; a
+        task sets it from its data. Assigning checks that its size is the model's ``vocab_size``."""
+        return self._vocab
+
+    @vocab.setter
+    def vocab(self, vocab: Vocabulary | None) -> None:
+        from zoo.data.vocab import Vocabulary
+
+        if vocab is not None:
+            name = type(self).__name__
+            if not isinstance(vocab, Vocabulary):
+                raise TypeError(f"vocab must be a zoo.data.Vocabulary or None, got {type(vocab).__name__}")
+            size = getattr(self, "vocab_size", None)
+            if size is None:
+                raise ValueError(f"{name} reads no word ids (it has no vocab_size): it takes no vocabulary")
+            if vocab.size != size:
+                raise ValueError(
+                    f"the vocabulary has {vocab.size} tokens but the {name} has vocab_size = {size}: "
+                    "they must be equal (token i is the model's word id i)"
+                )
+        self._vocab = vocab
 
     @property
     def class_path(self) -> str:

@@ -18,9 +18,18 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
+from zoo.data.vocab import Vocabulary
 from zoo.metrics import NegativeLogLikelihood, Perplexity
 from zoo.models.base import ZooModel, weights_follow
-from zoo.pretrained import CheckpointError, check_state_dict, load_into, read_config, read_weights, resolve
+from zoo.pretrained import (
+    CheckpointError,
+    check_state_dict,
+    load_into,
+    read_config,
+    read_vocab,
+    read_weights,
+    resolve,
+)
 
 
 class LikelihoodTask(pl.LightningModule):
@@ -74,7 +83,9 @@ class LikelihoodTask(pl.LightningModule):
             }
         )
         if init_from is not None:
-            load_into(self.model, load_model_weights(init_from, self.model), init_from)
+            weights, vocab = load_model_weights(init_from, self.model)
+            load_into(self.model, weights, init_from)
+            self.model.vocab = vocab
         self.metrics = torch.nn.ModuleDict(
             {
                 f"{stage}_{name}": metric()
@@ -91,7 +102,8 @@ class LikelihoodTask(pl.LightningModule):
         )
 
     def setup(self, stage: str) -> None:
-        """Check that the model and the data agree on the vocabulary size / number of keys."""
+        """Check that the model and the data agree on the vocabulary size / number of keys, and give
+        the model the data's vocabulary (``model.vocab``: checkpoints and exported folders keep it)."""
         data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         for name in ("vocab_size", "num_keys"):
             wanted, given = getattr(data, name, None), getattr(self.model, name, None)
@@ -100,6 +112,10 @@ class LikelihoodTask(pl.LightningModule):
                     f"the model has {name} = {given} but the data has {wanted}: set "
                     f"model.init_args.model.init_args.{name}: {wanted} in the recipe"
                 )
+        vocab = getattr(data, "vocab", None)
+        if isinstance(vocab, Vocabulary) and getattr(self.model, "vocab_size", None) is not None:
+            check_same_vocab(self.model.vocab, vocab, "the initial weights' (init_from)")
+            self.model.vocab = vocab
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """log p of each sequence of the batch: (B,)."""
@@ -170,8 +186,18 @@ class LikelihoodTask(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record the task's class path: with the plain-value hyperparameters it rebuilds the task
-        (``zoo validate --ckpt_path``)."""
+        (``zoo validate --ckpt_path``); and the model's vocabulary, if any (plain values, for ``zoo
+        export``)."""
         checkpoint["zoo_task"] = f"{type(self).__module__}.{type(self).__qualname__}"
+        if self.model.vocab is not None:
+            checkpoint["vocab"] = self.model.vocab.to_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Give the model the vocabulary the checkpoint recorded (it must be the data's, if set up)."""
+        if checkpoint.get("vocab") is not None:
+            vocab = Vocabulary.from_dict(checkpoint["vocab"])
+            check_same_vocab(vocab, self.model.vocab, "the checkpoint's")
+            self.model.vocab = vocab
 
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.hparams
@@ -193,10 +219,29 @@ class LikelihoodTask(pl.LightningModule):
         }
 
 
-def load_model_weights(source: str, model: ZooModel) -> dict[str, Tensor]:
+def check_same_vocab(given: Vocabulary | None, data: Vocabulary | None, what: str) -> None:
+    """ValueError naming the first differing id unless the two vocabularies (when both are set) agree:
+    weights trained on one vocabulary mean other words under another."""
+    if given is None or data is None or given == data:
+        return
+    differ = next((i for i, (a, b) in enumerate(zip(given.tokens, data.tokens)) if a != b), None)
+    detail = (
+        f"id {differ} is {given.tokens[differ]!r} there but {data.tokens[differ]!r} in the data"
+        if differ is not None
+        else f"eos / unk {given.eos!r} / {given.unk!r} there, {data.eos!r} / {data.unk!r} in the data"
+    )
+    raise ValueError(
+        f"{what} vocabulary differs from the data's ({detail}): the word ids would mean other words. "
+        "Use data with the same vocabulary (a folder's vocab.json can be removed with "
+        "zoo.pretrained.save_vocab(folder, None) to reuse its weights anyway)"
+    )
+
+
+def load_model_weights(source: str, model: ZooModel) -> tuple[dict[str, Tensor], Vocabulary | None]:
     """The state dict for ``model`` from ``source``: a zoo task's Lightning checkpoint (``.ckpt``: its
     ``model.*`` weights) or a ``zoo.from_pretrained`` source, whose config must name ``model``'s class;
-    floating weights saved in another precision (a float16 folder) are cast to the model's."""
+    floating weights saved in another precision (a float16 folder) are cast to the model's. With the
+    vocabulary the source records (None if none)."""
     path = Path(source)
     if not (path.suffix == ".ckpt" or path.is_file()):
         folder = resolve(source)
@@ -222,7 +267,7 @@ def load_model_weights(source: str, model: ZooModel) -> dict[str, Tensor]:
                 f"{error}. The checkpoint's arguments differ from the model's as (checkpoint, model): "
                 f"{differences}"
             ) from None
-        return weights
+        return weights, read_vocab(folder, config)
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     state = checkpoint.get("state_dict")
     if not isinstance(state, dict):
@@ -230,4 +275,5 @@ def load_model_weights(source: str, model: ZooModel) -> dict[str, Tensor]:
     weights = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}
     if not weights:
         raise ValueError(f"{path} holds no model weights (no 'model.*' keys in its state_dict)")
-    return weights
+    vocab = checkpoint.get("vocab")
+    return weights, None if vocab is None else Vocabulary.from_dict(vocab)

@@ -13,7 +13,8 @@ with the PCFG's ``num_events`` = words + 1 the perplexity is REFERENCE §2's PCF
 * ``predict_step``: MBR trees of each sentence as bracketed strings ``(X (T w1) (X ...))`` (``X``
   a constituent, ``T`` a word's preterminal), with log p and events; ``TreeWriter`` writes them to a
   file, one tree a line, in corpus order;
-* ``sample_text``: sentences drawn from the trained grammar, decoded with the data's vocabulary.
+* ``sample_text``: sentences drawn from the trained grammar, decoded with the model's vocabulary (the
+  data's, which the task gives the model; a checkpoint keeps it).
 """
 
 from __future__ import annotations
@@ -159,16 +160,12 @@ class ParsingTask(LikelihoodTask):
             metric.update(trees, batch["spans"], n)
             self.log(f"{stage}/{name}", metric, prog_bar=name == "sentence_f1", batch_size=len(n))
 
-    def _vocab(self):
-        data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        return getattr(data, "vocab", None)
-
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Any]:
         """log p, events, MBR trees (B x (2T-1) x 2) and their bracketed strings (words decoded with
-        the data's vocabulary, else ids); ``index`` (corpus positions) when the batch has it."""
+        the model's vocabulary, else ids); ``index`` (corpus positions) when the batch has it."""
         out = super().predict_step(batch, batch_idx)
         trees, n = self.model.parse(batch)
-        vocab = self._vocab()
+        vocab = self.model.vocab
         strings = []
         for b in range(len(n)):
             ids = batch["tokens"][b, : int(n[b])].tolist()
@@ -184,9 +181,9 @@ class ParsingTask(LikelihoodTask):
         self, lengths: list[int], n: int = 1, generator: torch.Generator | None = None
     ) -> list[str]:
         """``n`` sentences of each length in ``lengths`` (>= 2 words) drawn from the grammar, as
-        strings (decoded with the data's vocabulary when there is one): n * len(lengths) strings."""
+        strings (decoded with the model's vocabulary when it has one): n * len(lengths) strings."""
         words, _ = self.model.sample(lengths, n, generator)
-        vocab = self._vocab()
+        vocab = self.model.vocab
         out = []
         for row in words.flatten(0, 1).tolist():
             ids = [i for i in row if i >= 0]
