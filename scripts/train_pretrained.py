@@ -230,7 +230,7 @@ def run(job: Job, scale: float, work: Path, resume: bool = False) -> None:
     run_dir = work / job.tag
     done = sorted(run_dir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime) if resume else []
     if done:  # the run's span: from LightningCLI's config.yaml to its last checkpoint
-        (config_yaml,) = run_dir.rglob("config.yaml")
+        config_yaml = done[-1].parent.parent / "config.yaml"  # the fit's (zoo test writes one in run_dir)
         train_minutes = (done[-1].stat().st_mtime - config_yaml.stat().st_mtime) / 60
         minutes = budget_minutes(yaml.safe_load(config_yaml.read_text())["trainer"]["max_time"])
     else:
