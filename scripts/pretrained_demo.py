@@ -5,11 +5,14 @@ Every model is a checkpoint bundled with the package (``zoo/weights/``; no netwo
 * HMM language model (PTB): score a sentence and the same words shuffled (log p, perplexity);
 * HMM on the Bach chorales: NLL per frame of held-out chorales;
 * PCFG (PTB): parse a sentence (MBR tree) and sample sentences from the grammar;
-* HSMM (smartwatch): segment a held-out recording (found segments beside the gold exercises).
+* HSMM (smartwatch): segment a held-out recording (found segments beside the gold exercises);
+* structured VAE (short PTB sentences, GPT-2 BPE): score a sentence and the same words shuffled by
+  importance sampling, the most likely latent states of its CRF posterior, and sample sentences.
 
-A text model's vocabulary comes with it (``model.vocab``, the folder's ``vocab.json``); the held-out
-data of the other uses comes from the data of the checkpoint's own ``training_config.yaml`` (the
-chorales from ``music21``, the smartwatch recordings).
+A word model's vocabulary comes with it (``model.vocab``, the folder's ``vocab.json``), the VAE's
+GPT-2 tokenizer from ``zoo.data.gpt2_tokenizer``; the held-out data of the other uses comes from the
+data of the checkpoint's own ``training_config.yaml`` (the chorales from ``music21``, the smartwatch
+recordings).
 
 Usage: python scripts/pretrained_demo.py [--sentence "..."]
 """
@@ -28,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import zoo  # noqa: E402
-from zoo.bundled import first_test_batch  # noqa: E402
+from zoo.bundled import bundled_data, first_test_batch  # noqa: E402
 
 
 def first_tag(*patterns: str) -> str | None:
@@ -118,6 +121,33 @@ def hsmm(tag: str) -> None:
     print(f"  {len(gold)} gold exercise segments (label x frames): " + " ".join(f"{s}x{n}" for s, n in gold))
 
 
+def vae(tag: str, sentence: str) -> None:
+    model = zoo.from_pretrained(tag)
+    data = bundled_data(tag)  # its GPT-2 tokenizer, <|endoftext|> appended as in training
+    words = sentence.lower().split()
+    shuffled = random.Random(0).sample(words, len(words))
+    config = model.config
+    print(f"structured VAE {tag} ({config['num_states']} states, {config['backend']}), "
+          f"NLL by importance sampling ({config['eval_samples']} samples of q):")  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    for label, text in (("sentence", words), ("shuffled", shuffled)):
+        (ids,) = data.encode([" ".join(text)])
+        batch = {"tokens": torch.tensor([ids]), "lengths": torch.tensor([len(ids)])}
+        with torch.no_grad():
+            log_p = float(model.log_likelihood(batch, generator))
+        ppl = math.exp(-log_p / len(ids))
+        print(f"  {label:9s} log p ~ {log_p:8.2f}, perplexity {ppl:8.1f}: {' '.join(text)}")
+        if label == "sentence":
+            with torch.no_grad():
+                states = model.posterior(batch, exact=True).argmax[0].tolist()
+            pieces = data.tokenizer.convert_ids_to_tokens(ids)
+            shown = " ".join(f"{piece.replace('Ġ', '')}/{state}" for piece, state in zip(pieces, states))
+            print(f"  most likely states of q(z | y), token/state: {shown}")
+    drawn = model.sample(3, max_length=24, generator=generator)
+    for tokens, length in zip(drawn["tokens"].tolist(), drawn["lengths"].tolist()):
+        print("  sample:", data.tokenizer.decode(tokens[:length], skip_special_tokens=True).strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentence", default="the company said its profit rose in the third quarter")
@@ -132,6 +162,7 @@ def main() -> None:
         (("hmm_bernoulli_*.chorales_exact", "hmm_bernoulli_*.chorales_*"), hmm_music),
         (("pcfg_*.ptb_low_rank", "pcfg_*.ptb_*"), lambda tag: pcfg(tag, args.sentence)),
         (("hsmm_*.smartwatch_exact", "hsmm_*.smartwatch_*"), hsmm),
+        (("vae_*.ptb_randomized", "vae_*.ptb_*"), lambda tag: vae(tag, args.sentence)),
     ]
     for patterns, use in uses:
         tag = first_tag(*patterns)

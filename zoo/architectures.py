@@ -331,6 +331,13 @@ _family(
             tuple(f"vae/ptb-short-{b}-small" for b in ("exact", "low-rank", "rdp", "topk")),
             "small structured VAE on short PTB sentences for a CPU (random GPT-2 encoder)",
         ),
+        (
+            *_vae(100, 2, 64, 2, 128, 56),
+            {"exact": {}, "low-rank": {"rank": 32}, "randomized": {"k1": 10, "k2": 10}},
+            "randomized",
+            tuple(f"vae/ptb-short-{b}-bundled" for b in ("exact", "low-rank", "rdp", "topk")),
+            "the bundled structured VAEs on short PTB sentences: 6.4M parameters, under 25 MB in float32",
+        ),
     ],
     dropout=0.1,
 )

@@ -166,6 +166,7 @@ def render_card(
     dataset = (results or {}).get("dataset") or dataset_name((training or {}).get("data"))
     if results is not None and results.get("dataset") is None:
         results["dataset"] = dataset
+    papers = paper_results(model_class, dataset)  # none on this data: the family's, marked as such
     name = config.get("architecture") or model_class
     model_name = f"{name} ({backend})" if backend else name
     source = repo_id or "path/to/this/folder"
@@ -186,7 +187,8 @@ def render_card(
         "training_config": training_config.strip() if training_config else None,
         "task_class": ((training or {}).get("model") or {}).get("class_path"),
         "results": results,
-        "papers": paper_results(model_class, dataset),
+        "papers": papers or paper_results(model_class),
+        "papers_on_other_data": bool(dataset) and not papers,
     }
     for part in ("intro.md", "metric.md", "limitations.md", "citation.bib"):
         context[part.split(".")[0]] = _family_part(model_class, part, context)

@@ -245,3 +245,35 @@ def test_config_rebuilds_the_model():
     with torch.no_grad():
         g = [torch.Generator().manual_seed(0) for _ in range(2)]
         torch.testing.assert_close(model.log_likelihood(b, g[0]), again.log_likelihood(b, g[1]))
+
+
+def test_samples_follow_the_generative_model():
+    """Ancestral samples of p(z, y): the frequency of every complete (ending with <|endoftext|>,
+    id V - 1) sentence of 1 or 2 tokens with its states is exp(log_joint), in a fixed-seed draw."""
+    model = tiny(dropout=0.3).train()  # sampling switches dropout off, and restores the mode
+    with torch.no_grad():
+        for weight in model.decoder.parameters():  # peaked, state-dependent distributions
+            weight.mul_(4)
+    drawn = model.sample(20000, max_length=2, generator=torch.Generator().manual_seed(0))
+    assert model.training
+    tokens, states, lengths = drawn["tokens"], drawn["states"], drawn["lengths"]
+    assert tokens.shape == states.shape == (20000, 2) and set(lengths.tolist()) == {1, 2}
+    past = torch.arange(2) >= lengths.unsqueeze(-1)
+    assert (states[past] == -1).all() and (tokens[past] == 0).all() and (states[~past] >= 0).all()
+    ended = tokens.gather(1, (lengths - 1).unsqueeze(-1)).squeeze(-1) == V - 1
+    assert (ended | (lengths == 2)).all() and not (tokens[:, 0][lengths == 2] == V - 1).any()
+    counts: dict[tuple, int] = {}
+    for row in zip(tokens[ended].tolist(), states[ended].tolist(), lengths[ended].tolist()):
+        key = (tuple(row[0][: row[2]]), tuple(row[1][: row[2]]))
+        counts[key] = counts.get(key, 0) + 1
+    model.eval()
+    keys = [((V - 1,), (z,)) for z in range(N)]
+    keys += [((y, V - 1), (z1, z2)) for y in range(V - 1) for z1 in range(N) for z2 in range(N)]
+    for words, zs in keys:
+        T = len(words)
+        with torch.no_grad():
+            log_p = model.decoder.log_joint(torch.tensor([words]), torch.tensor([T]), torch.tensor([zs]))
+        p = math.exp(float(log_p))
+        assert counts.get((words, zs), 0) / 20000 == pytest.approx(p, abs=4 * math.sqrt(p / 20000) + 1e-3)
+    with pytest.raises(ValueError, match="max_length must be an int >= 1, got 0"):
+        model.sample(2, max_length=0)

@@ -40,11 +40,14 @@ def test_tag_loads_offline_and_matches_its_name(tag, monkeypatch):
     folder = bundled_folders()[tag]
     assert Path(pretrained_tag(tag).source) == folder
     arch_name, _, label = tag.partition(".")
-    data, _, backend = label.partition("_")
+    data, _, backend_and_variant = label.partition("_")  # <data>_<backend>[_<variant>]
     model = zoo.from_pretrained(tag)
     config = json.loads((folder / "config.json").read_text())
     assert config["architecture"] == arch_name
-    assert model.config["backend"] == backend.replace("_", "-")
+    backend = model.config["backend"].replace("-", "_")
+    assert backend_and_variant == backend or backend_and_variant.startswith(f"{backend}_")
+    if backend_and_variant == "randomized_topk":  # the top-K baseline: no sampled states
+        assert model.config["k2"] == 0
     assert type(model).__name__ == architecture(arch_name).class_path.rsplit(".", 1)[-1]
     assert str(next(model.parameters()).dtype) == f"torch.{config['dtype']}"
     same = zoo.create_model(tag, pretrained=True)
@@ -150,6 +153,7 @@ DEMO_OUTPUT = {  # what scripts/pretrained_demo.py prints for each bundled famil
     "hmm_bernoulli": ("nats per frame",),
     "pcfg": ("MBR parse", "sample:"),
     "hsmm": ("segments found",),
+    "vae": ("log p ~", "most likely states of q(z | y)", "sample:"),
 }
 
 

@@ -119,6 +119,16 @@ def test_vae_card_names_its_encoder_and_the_papers_table(tmp_path):
     assert "2 layers of 128, randomly initialised" in text and "K1 = 10 top and K2 = 10 sampled" in text
 
 
+def test_papers_on_other_data_are_shown_marked_as_not_comparable(tmp_path):
+    config = config_of("vae_crf_n100_enc2x64_lstm128_d56", "exact", tmp_path)
+    text = render_card(config, results={"dataset": "ptb-short", "metrics": {"test/nll_sentence": 60.2}}).text
+    assert "| FULL-100 | 100 states, exact | mscoco | `test/nll_sentence` | 39.71 | Fu et al." in text
+    assert "measured on other data than this model's\nptb-short: they show the scale" in text
+    hmm_results = {"dataset": "ptb", "metrics": {"test/ppl": 262.8}}
+    hmm = render_card(config_of("hmm_categorical_n512_d64", "exact", tmp_path / "hmm"), hmm_results)
+    assert "| softmax HMM | 2^14 states | ptb |" in hmm.text and "other data" not in hmm.text
+
+
 def test_read_results_formats_and_errors(tmp_path):
     lightning = [{"test/ppl": 10.0, "test/nll": 2.3}]
     assert read_results(lightning, dataset="ptb") == {

@@ -82,3 +82,35 @@ class LSTMDecoder(nn.Module):
         word_term = -F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none").view(B, T)
         valid = torch.arange(T, device=tokens.device) < lengths.unsqueeze(-1)
         return torch.where(valid, state_term + word_term, 0.0).sum(-1)
+
+    @torch.no_grad()
+    def sample(
+        self, n: int, max_length: int, end: int, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Ancestral samples of p(z, y) (dropout as in the current mode; call it in eval mode): each
+        sequence ends with its first ``end`` word or is cut at ``max_length``.
+
+        Returns:
+            tokens: n x T long (0 past each length), states: n x T long (-1 past each length), lengths: (n,),
+            T <= max_length.
+        """
+        device = self.word_emb.weight.device
+        tokens = torch.zeros(n, max_length, dtype=torch.long, device=device)
+        states = torch.full((n, max_length), -1, dtype=torch.long, device=device)
+        lengths = torch.full((n,), max_length, dtype=torch.long, device=device)
+        y, z = (s.expand(n, -1) for s in self.start)
+        memory, running = None, torch.ones(n, dtype=torch.bool, device=device)
+        for t in range(max_length):
+            h, memory = self.lstm(self.dropout(torch.cat([y, z], -1)).unsqueeze(1), memory)
+            h = self.dropout(h.squeeze(1))
+            state = torch.multinomial(torch.softmax(self.state_head(h), -1), 1, generator=generator)[:, 0]
+            z = self.state_emb[state]
+            logits = self.word_head(torch.cat([h, z], -1)) @ self.word_emb.weight.T + self.word_bias
+            word = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[:, 0]
+            tokens[:, t], states[:, t] = torch.where(running, word, 0), torch.where(running, state, -1)
+            lengths = torch.where(running & (word == end), t + 1, lengths)
+            running &= word != end
+            if not running.any():
+                return tokens[:, : t + 1], states[:, : t + 1], lengths
+            y = self.word_emb(word)
+        return tokens, states, lengths

@@ -239,6 +239,24 @@ class StructuredVAE(ZooModel):
         return False
 
     @torch.no_grad()
+    def sample(
+        self, n: int = 1, max_length: int = 64, generator: torch.Generator | None = None
+    ) -> dict[str, Tensor]:
+        """``n`` sentences from the generative model p(z, y) (ancestral sampling, no dropout), each
+        ending with ``<|endoftext|>`` (id vocab_size - 1) or cut at ``max_length`` tokens:
+        ``{"tokens": n x T, "lengths": (n,)}`` (a batch: ``log_likelihood`` scores it) and its latent
+        ``"states"`` (n x T, -1 past each length)."""
+        check_int("n", n)
+        check_int("max_length", max_length)
+        was_training = self.training
+        self.eval()
+        try:
+            tokens, states, lengths = self.decoder.sample(n, max_length, self.vocab_size - 1, generator)
+        finally:
+            self.train(was_training)
+        return {"tokens": tokens, "lengths": lengths, "states": states}
+
+    @torch.no_grad()
     def sample_states(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """One exact sample of q(z | y) per sequence: B x T long, -1 past each length (for the
         aggregated posterior's state usage)."""
