@@ -130,6 +130,7 @@ FAMILIES = {  # class -> (table title, metrics shown)
 PICTURES = [
     ("pretrained_metrics.png", "each family's test metric per backend"),
     ("speed_vs_states.png", "seconds a step against the number of states, per backend"),
+    ("hmm_ppl_vs_states.png", "PTB perplexity against the number of states and the rank, per backend"),
     ("pcfg_parse.png", "a sentence parsed by a bundled PCFG"),
     ("hsmm_segmentation.png", "a held-out smartwatch recording segmented by a bundled HSMM"),
 ]
