@@ -226,7 +226,7 @@ def report() -> str:
         f"{r['test']['test/ppl']:.1f} |"
         for r in sweep
     ]
-    minutes = {round(r["minutes"]) for r in ptb}
+    minutes = {int(r["minutes"]) for r in ptb}
     return "\n".join(
         [
             "## Neural HMMs trained on our 2-core CPU",
@@ -239,9 +239,10 @@ def report() -> str:
             "gradient clip 5, learning rate halved on a validation plateau, embeddings and MLPs of 128, "
             "batches of at most 4096 tokens, training sentences up to 60 tokens), then evaluated exactly "
             "on the full validation and test splits. Runs used the stated CPU threads, two runs side by "
-            "side on the 2 cores. These are budget-limited CPU runs, far from the papers' 30 GPU epochs "
-            "at 2^14 states: they show what each backend reaches on a CPU in the budget, not the papers' "
-            "perplexities.",
+            "side on the 2 cores, which other work also used for part of the time (tokens per second are "
+            "what the runs got, not the machine's best). These are budget-limited CPU runs, far from "
+            "the papers' 30 GPU epochs at 2^14 states: they show what each backend reaches on a CPU in "
+            "the budget, not the papers' perplexities.",
             "",
             "### PTB language modelling (perplexity, <eos> counted as a token)",
             "",
