@@ -262,7 +262,9 @@ def report() -> str:
             "",
             f"Each size trained from scratch for {sweep[0]['minutes_budget'] if sweep else '-'} minutes (one "
             "thread, otherwise as above; `--sweep-minutes`): what a backend reaches for its size at a "
-            "fixed small budget. Plotted in `docs/img/hmm_ppl_vs_states.png` (`scripts/plot_results.py`).",
+            "fixed small budget, where a larger model sees fewer tokens (the epochs column), so perplexity "
+            "rises with the size here, unlike at convergence in the papers. Plotted in "
+            "`docs/img/hmm_ppl_vs_states.png` (`scripts/plot_results.py`).",
             "",
             "| run | train minutes | epochs | val PPL | test PPL |",
             "| --- | --- | --- | --- | --- |",

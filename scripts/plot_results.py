@@ -206,6 +206,9 @@ def perplexity_figure() -> Path | None:
         ax.legend(fontsize=7)
     by_states.set_title(f"PTB HMMs, {minutes:g} CPU minutes each: perplexity against states", fontsize=9)
     by_rank.set_title("... and against the rank at a fixed N", fontsize=9)
+    fig.suptitle(
+        "A fixed wall-clock budget: larger models see fewer tokens (far from convergence)", fontsize=9
+    )
     fig.tight_layout()
     return save(fig, "hmm_ppl_vs_states.png")
 
