@@ -72,11 +72,15 @@ def _sha256(path: Path) -> str:
 
 
 def _write_atomic(path: Path, write) -> None:
-    """``write(temporary_path)`` then rename over ``path``: an interrupted save never leaves half a file."""
+    """``write(temporary_path)`` then rename over ``path``: an interrupted save never leaves half a file.
+    The file gets the permissions of a plain ``open(path, "w")`` (0666 less the umask), not mkstemp's 0600."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(handle)
     try:
         write(temporary)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,17 @@ def test_round_trip_identical_outputs_and_files(saved):
     batch = example_batch(model)
     assert torch.equal(scores(loaded, batch), scores(model, batch))
     assert CategoricalHMM.from_pretrained(str(folder)).config == model.config
+
+
+def test_saved_files_get_the_umask_permissions_of_a_plain_write(tmp_path):
+    """mkstemp's 0600 would make a saved folder unreadable to anyone else."""
+    old = os.umask(0o022)
+    try:
+        folder = tiny().save_pretrained(tmp_path / "model")
+    finally:
+        os.umask(old)
+    for path in folder.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path.name
 
 
 def test_float64_model_round_trips(tmp_path):
