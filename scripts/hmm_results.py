@@ -220,7 +220,14 @@ def report() -> str:
         f"{r['val']['val/nll']:.3f} | {r['test']['test/nll']:.3f} |"
         for r in music
     ]
-    sweep = [stored[k] for b in SWEEP for k in sorted(stored) if k.startswith(f"sweep/{b}/")]
+    sweep = [
+        r
+        for b in SWEEP
+        for r in sorted(
+            (v for k, v in stored.items() if k.startswith(f"sweep/{b}/")),
+            key=lambda r: (r["arguments"]["num_states"], r["arguments"].get("rank", 0)),
+        )
+    ]
     sweep_rows = [
         f"| {r['run']} | {r['minutes']:.1f} | {r['epochs']:.2f} | {r['val']['val/ppl']:.1f} | "
         f"{r['test']['test/ppl']:.1f} |"

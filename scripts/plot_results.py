@@ -198,6 +198,7 @@ def perplexity_figure() -> Path | None:
     for (backend, n), points in sorted(ranks.items(), key=str):
         if len(points) > 1:
             by_rank.plot(*zip(*sorted(points)), marker="o", label=f"{backend}, N = {n}")
+    by_states.set_yscale("log")
     minutes = runs[0]["minutes_budget"]
     for ax, xlabel in ((by_states, "states N"), (by_rank, "rank")):
         ax.set_xscale("log", base=2)

@@ -201,7 +201,11 @@ def main() -> None:
     parser.add_argument("--runs", default="full,topk,rdp", help="comma-separated subset of full, topk, rdp")
     parser.add_argument("--threads", type=int, default=benchlib.THREADS)
     parser.add_argument("--write", action="store_true", help=f"store in {DATA}, write {DOC} and the PNGs")
+    parser.add_argument("--report-only", action="store_true", help=f"only write {DOC} from {DATA}")
     args = parser.parse_args()
+    if args.report_only:
+        write_section(DOC, "vae_results", report(), title="# Results")
+        return
     torch.set_num_threads(args.threads)
     train = CaptionsDataModule(batch_size=32)
     test = CaptionsDataModule(batch_size=args.eval_batch_size, max_sentences=args.test_sentences)
