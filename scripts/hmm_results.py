@@ -26,7 +26,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
-import fcntl  # noqa: E402
 import json  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -39,7 +38,7 @@ from zoo.models import BernoulliHMM, CategoricalHMM  # noqa: E402
 from zoo.tasks import LikelihoodTask  # noqa: E402
 
 from benchlib import evaluate, fit_within_budget, largest_that_fits  # noqa: E402
-from report import write_section  # noqa: E402
+from report import store_output, write_section  # noqa: E402
 from throughput import TrainingThroughput  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -149,16 +148,6 @@ def training_events(data) -> int:
     return int(data.datasets["train"].lengths.sum())
 
 
-def record(key: str, result: dict) -> None:
-    """Store one run's outputs under ``key`` in DATA (locked: several processes may share the file)."""
-    DATA.parent.mkdir(parents=True, exist_ok=True)
-    with open(DATA.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        stored = json.loads(DATA.read_text()) if DATA.exists() else {}
-        stored[key] = result
-        DATA.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
-
-
 def run_ptb(backends: list[str], args) -> None:
     ptb = PTBDataModule(batch_tokens=4096, max_length=60)
     for backend in backends:
@@ -175,7 +164,7 @@ def run_ptb(backends: list[str], args) -> None:
             epochs_per_probe_rate=args.minutes * 60 / training_events(ptb), min_epochs=args.min_epochs,
             probe_batches=args.probe_batches,
         )  # fmt: skip
-        record(f"ptb/{backend}", result)
+        store_output(DATA, f"ptb/{backend}", result)
         print(result, flush=True)
 
 
@@ -185,7 +174,7 @@ def run_music(backends: list[str], args) -> None:
         if backend in MUSIC_RUNS:
             result = train_and_evaluate(MUSIC_RUNS[backend], music, args.music_minutes, None)
             result.update(threads=torch.get_num_threads(), minutes_budget=args.music_minutes)
-            record(f"chorales/{backend}", result)
+            store_output(DATA, f"chorales/{backend}", result)
             print(result, flush=True)
 
 
@@ -195,7 +184,7 @@ def run_sweep(backends: list[str], args) -> None:
         for run in SWEEP[backend]:
             result = train_and_evaluate(run, ptb, args.sweep_minutes, ptb.vocab_size)
             result.update(threads=torch.get_num_threads(), minutes_budget=args.sweep_minutes)
-            record(f"sweep/{backend}/{run.name}", result)
+            store_output(DATA, f"sweep/{backend}/{run.name}", result)
             print(result, flush=True)
 
 

@@ -24,7 +24,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
-import fcntl  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -39,7 +38,7 @@ from zoo.models import PCFG  # noqa: E402
 from zoo.tasks import ParsingTask  # noqa: E402
 
 from benchlib import fit_within_budget, largest_that_fits  # noqa: E402
-from report import write_section  # noqa: E402
+from report import store_output, write_section  # noqa: E402
 from throughput import TrainingThroughput  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,16 +137,6 @@ def run_backend(backend: str, data: PCFGDataModule, args) -> dict:
     }  # fmt: skip
 
 
-def record(result: dict) -> None:
-    """Store one backend's outputs in DATA (locked: several processes may share the file)."""
-    DATA.parent.mkdir(parents=True, exist_ok=True)
-    with open(DATA.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        stored = json.loads(DATA.read_text()) if DATA.exists() else {}
-        stored[result["backend"]] = result
-        DATA.write_text(json.dumps(stored, indent=1) + "\n")
-
-
 def report() -> str:
     """The docs/results.md section, from the stored outputs."""
     stored = json.loads(DATA.read_text())
@@ -218,7 +207,7 @@ def main() -> None:
         result = run_backend(backend, data, args)
         print(result, flush=True)
         if args.write:
-            record(result)
+            store_output(DATA, backend, result)
     if args.write:
         text = report()
         print(text)

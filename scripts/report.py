@@ -1,14 +1,33 @@
-"""Write one script's report into its own marked section of a shared Markdown page.
+"""Write one script's report into its own marked section of a shared Markdown page; store the run
+outputs a report is rendered from.
 
 Several benchmark scripts share ``docs/benchmarks.md``; each owns the block between
 ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` and rewrites only that block (appending it the
-first time), so one script's run never erases another's.
+first time), so one script's run never erases another's. The results scripts keep their runs'
+outputs in ``docs/data/*.json`` (``store_output``) and render their sections from those files.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import re
 from pathlib import Path
+
+
+def store_output(path: Path, key: str, output: dict) -> None:
+    """Set ``key`` of the JSON object in ``path`` to ``output`` (the file locked while it is rewritten:
+    several runs in separate processes may share it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        file.seek(0)
+        text = file.read()
+        stored = json.loads(text) if text.strip() else {}
+        stored[key] = output
+        file.seek(0)
+        file.truncate()
+        file.write(json.dumps(stored, indent=1, sort_keys=True) + "\n")
 
 
 def write_section(page: Path, name: str, text: str, title: str = "# Benchmarks") -> None:

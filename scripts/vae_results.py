@@ -23,7 +23,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
-import fcntl  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
@@ -40,7 +39,7 @@ from zoo.tasks import VAETask  # noqa: E402
 
 import benchlib  # noqa: E402
 from benchlib import evaluate, fit_within_budget, machine, table  # noqa: E402
-from report import write_section  # noqa: E402
+from report import store_output, write_section  # noqa: E402
 from throughput import TrainingThroughput  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,16 +103,6 @@ def run(name: str, arguments: dict, args, train, test, usage) -> dict:
         "samples": args.samples, "usage_sentences": args.usage_sentences, "threads": torch.get_num_threads(),
         "load": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }  # fmt: skip
-
-
-def record(result: dict) -> None:
-    """Store one row's outputs in DATA under its name (locked: runs may share the file)."""
-    DATA.parent.mkdir(parents=True, exist_ok=True)
-    with open(DATA.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        stored = json.loads(DATA.read_text()) if DATA.exists() else {}
-        stored[result["name"]] = result
-        DATA.write_text(json.dumps(stored, indent=1) + "\n")
 
 
 def row(r: dict) -> list[str]:
@@ -216,7 +205,7 @@ def main() -> None:
         result = run(*table_runs[key], args, train, test, usage)
         print(result, flush=True)
         if args.write:
-            record(result)
+            store_output(DATA, result["name"], result)
     if args.write:
         text = report()
         print(text)
