@@ -6,8 +6,10 @@ For each job (tag, recipe, minutes), with the documented commands only:
    and the job's ``fit_args`` (from scratch, seed of the recipe; the checkpoint of the recipe's
    ModelCheckpoint);
 2. ``zoo export CKPT zoo/weights/<tag>`` (the run's config.yaml becomes ``training_config.yaml``);
-3. half precision: the weights are kept in float16 only if the quick-check NLL (the first test batches)
-   moves by less than 0.1 %; otherwise float32;
+3. half precision: the weights are kept in float16 if the quick-check NLL (the first test batches)
+   moves by less than 0.1 %; else, if the model overflows in float16 (the chain DPs on a CPU), stored
+   in float16 and run in float32 (``save_pretrained(storage_dtype=...)``) if that moves it by less
+   than 0.1 %; otherwise float32;
 4. the card's evaluation command on the exported (final) folder, ``zoo test --config
    training_config.yaml --model.init_args.init_from zoo/weights/<tag> --results FILE`` (the whole test
    split; a randomized backend's evaluation is exact at these sizes, otherwise the task reports mean and
@@ -24,6 +26,7 @@ Then ``docs/results.md`` gets one table per family from every bundled folder (se
     python scripts/train_pretrained.py --only 'hmm_categorical_*' --minutes-scale 0.5
     python scripts/train_pretrained.py --report-only                         # only docs/results.md
     python scripts/train_pretrained.py --synthetic-only --only 'pcfg_*'      # only the PCFGs' F1
+    python scripts/train_pretrained.py --precision-only --only 'vae_*'       # steps 3-5, no training
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ class Job:
 # the VAE's validation is the importance-sampled NLL (100 samples a sentence), about 10 minutes over the
 # whole validation split on a 2-core CPU: a few batches watch the fit; the test evaluation is untouched
 VAE_VALIDATION = ("--trainer.limit_val_batches", "4")
-VAE = "vae_crf_n100_enc2x64_lstm128_d56"  # 6.4M parameters: 24.5 MB in float32, which it needs
+VAE = "vae_crf_n100_enc2x64_lstm128_d56"  # 6.4M parameters: 24.5 MiB in float32, 12.2 MiB in float16
 
 
 JOBS = [
@@ -174,25 +177,45 @@ def evaluate(folder: Path, results: Path) -> dict:
     return json.loads(results.read_text())
 
 
-def try_half_precision(folder: Path) -> tuple[bool, dict]:
-    """Re-save ``folder`` in float16 if the quick-check NLL moves by < HALF_TOLERANCE; the checks."""
+def choose_precision(folder: Path) -> dict:
+    """Re-save the float32 ``folder`` at the narrowest precision whose quick-check NLL moves by less
+    than HALF_TOLERANCE: float16 weights run in float16, else float16 weights run in float32 (for models
+    that overflow in float16), else float32. The measured NLLs (``half_precision_*`` notes)."""
+    import tempfile
+
     import torch
 
     from zoo.pretrained import from_pretrained, save_pretrained
 
     config = read_training_config(folder)
-    full = quick_check(from_pretrained(str(folder)), config)
-    half_model = from_pretrained(str(folder)).to(torch.float16)
+    model = from_pretrained(str(folder))
+    full = quick_check(model, config)["nll"]
+    notes: dict = {"float32_nll": full}
+    keep = {"training_config": (folder / "training_config.yaml").read_text()}
     try:
-        half = quick_check(half_model, config)
-        change = abs(half["nll"] - full["nll"]) / abs(full["nll"])
-    except (RuntimeError, ValueError) as error:  # an operation without a float16 CPU kernel
-        return False, {"float16": f"not supported on CPU: {str(error).splitlines()[0]}"}
-    note = {"float32_nll": full["nll"], "float16_nll": half["nll"], "relative_change": change}
-    if change >= HALF_TOLERANCE:
-        return False, note
-    save_pretrained(half_model, folder, training_config=(folder / "training_config.yaml").read_text())
-    return True, note
+        half = quick_check(from_pretrained(str(folder)).to(torch.float16), config)["nll"]
+        notes.update(float16_nll=half, relative_change=abs(half - full) / abs(full))
+    except (RuntimeError, ValueError) as error:  # an overflow, or an operation without a float16 CPU kernel
+        notes["float16"] = f"not supported on CPU: {str(error).splitlines()[0]}"
+    if notes.get("relative_change", 1.0) < HALF_TOLERANCE:
+        save_pretrained(model.to(torch.float16), folder, **keep)
+        return notes
+    with tempfile.TemporaryDirectory() as scratch:  # float16 storage: the rounding of the weights alone
+        rounded = quick_check(
+            from_pretrained(save_pretrained(model, scratch, storage_dtype="float16")), config
+        )
+    notes.update(
+        float16_storage_nll=rounded["nll"], storage_relative_change=abs(rounded["nll"] - full) / abs(full)
+    )
+    if notes["storage_relative_change"] < HALF_TOLERANCE:
+        save_pretrained(model, folder, storage_dtype="float16", **keep)
+    return notes
+
+
+def precision_label(config: dict) -> str:
+    """A folder's precision for the tables: ``float16``, ``float16 (run in float32)`` or ``float32``."""
+    compute = config.get("compute_dtype", config["dtype"])
+    return config["dtype"] if compute == config["dtype"] else f"{config['dtype']} (run in {compute})"
 
 
 def synthetic_f1(backend: str, work: Path, seeds: int = SYNTHETIC_SEEDS) -> dict[str, float]:
@@ -225,8 +248,6 @@ def add_synthetic_f1(folder: Path, work: Path) -> None:
 
 def run(job: Job, scale: float, work: Path, resume: bool = False) -> None:
     """Train (or with ``resume``, reuse the run's checkpoint), export, evaluate and record ``job``."""
-    from zoo.pretrained import from_pretrained, save_results, write_card
-
     minutes = job.minutes * scale
     run_dir = work / job.tag
     done = sorted(run_dir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime) if resume else []
@@ -245,28 +266,53 @@ def run(job: Job, scale: float, work: Path, resume: bool = False) -> None:
     folder = WEIGHTS / job.tag
     shutil.rmtree(folder, ignore_errors=True)
     zoo_cli("export", str(checkpoint), str(folder))
-    half, half_note = try_half_precision(folder)
-    results = evaluate(folder, run_dir / "test.json")
-    model = from_pretrained(str(folder))
     arch = json.loads((folder / "config.json").read_text())["architecture"]
     if arch != job.tag.split(".")[0]:
         raise RuntimeError(f"{job.tag}: the recipe {job.recipe} trained a {arch}, not the tag's architecture")
-    results["training"] = {
+    training = {
         "recipe": f"recipes/{job.recipe}.yaml",
         "budget_minutes": round(minutes, 2),
         "minutes": round(train_minutes, 2),
         "hardware": hardware(),
         "torch": __import__("torch").__version__,
         "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
-        "dtype": "float16" if half else "float32",
-        **{f"half_precision_{k}": v for k, v in half_note.items()},
     }
+    model = finish(folder, training, run_dir)
+    if model.config.get("num_nonterminals"):  # a PCFG: grammar induction with its backend
+        add_synthetic_f1(folder, run_dir / "synthetic")
+
+
+def finish(folder: Path, training: dict, run_dir: Path):
+    """Steps 3-5 on an exported float32 ``folder``: precision, the card's evaluation, results.json
+    (``training`` notes kept) and the card; the model as loaded."""
+    from zoo.pretrained import from_pretrained, save_results, write_card
+
+    notes = choose_precision(folder)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    results = evaluate(folder, run_dir / "test.json")
+    config = json.loads((folder / "config.json").read_text())
+    training = {k: v for k, v in training.items() if not k.startswith("half_precision_")}
+    training.update(dtype=precision_label(config), **{f"half_precision_{k}": v for k, v in notes.items()})
+    results["training"] = training
+    model = from_pretrained(str(folder))
     results["quick_check"] = quick_check(model, read_training_config(folder))
     save_results(folder, results)
     write_card(folder)
-    if model.config.get("num_nonterminals"):  # a PCFG: grammar induction with its backend
+    print(folder.name, json.dumps(results["metrics"]), flush=True)
+    return model
+
+
+def precision_only(folder: Path, run_dir: Path) -> None:
+    """Steps 3-5 again on a bundled float32 folder (no training): its weights stored narrower if
+    that keeps the quick check, its metrics re-measured with the card's command."""
+    config = json.loads((folder / "config.json").read_text())
+    if config["dtype"] != "float32":
+        print(f"{folder.name}: already {precision_label(config)}", flush=True)
+        return
+    previous = json.loads((folder / "results.json").read_text())
+    model = finish(folder, previous["training"], run_dir)
+    if model.config.get("num_nonterminals"):
         add_synthetic_f1(folder, run_dir / "synthetic")
-    print(job.tag, json.dumps(results["metrics"]), flush=True)
 
 
 def report() -> str:
@@ -288,8 +334,8 @@ def report() -> str:
         size = (folder / "model.safetensors").stat().st_size / 2**20
         rows.setdefault(family, []).append(
             f"| `{tag}` | {config['init_args']['backend']} | {' | '.join(values)} | "
-            f"{training.get('budget_minutes', '-')} | {training.get('minutes', '-')} | {config['dtype']} | "
-            f"{size:.1f} |"
+            f"{training.get('budget_minutes', '-')} | {training.get('minutes', '-')} | "
+            f"{precision_label(config)} | {size:.1f} |"
         )
     date = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}"
     parts = [
@@ -297,19 +343,20 @@ def report() -> str:
         "",
         f"Generated by `python scripts/train_pretrained.py` ({date}). Each checkpoint was trained from "
         "scratch with its recipe for a wall-clock budget on a shared 2-core CPU (the card records the "
-        "hardware and minutes), then evaluated on the whole test split with the card's command "
-        "`zoo test --config training_config.yaml --model.init_args.init_from <tag folder> --results "
-        "results.json`. These are CPU-budget models at the small recipes' sizes, far from the papers' "
-        "GPU-trained sizes: the papers' numbers are in each card. Weights are float16 where that moved the "
-        "NLL on the first test batches by less than 0.1 %, else float32 (the dtype column; the cards give "
-        "the measured change or why float16 does not run). A randomized backend's evaluation is exact at "
-        "these sizes (`evaluation_is_exact()`), so its numbers have no spread over evaluation seeds; the "
-        "PCFGs' synthetic-grammar F1 is a mean ± standard deviation over 3 training seeds. The structured "
-        "VAEs' NLL is one importance-sampled estimate (100 samples of q a sentence, the samples of test "
-        "batch i seeded with i: reproducible; over 3 seeds, scripts/vae_results.py measured standard "
-        "deviations of 0.003 to 0.014 nats a sentence); they were validated on 4 batches while training. "
-        "The top-K baseline's job (tag variant `randomized_topk`) is in the script, its folder not bundled "
-        "yet. MiB: 2^20 bytes.",
+        "hardware and minutes), then evaluated on the whole test split with the card's command `zoo test "
+        "--config training_config.yaml --model.init_args.init_from <tag folder> --results results.json`. "
+        "These are CPU-budget models at the small recipes' sizes, far from the papers' GPU-trained sizes: "
+        "the papers' numbers are in each card. Weights are float16 where that moved the NLL on the first "
+        "test batches by less than 0.1 %; models that overflow in float16 (the chain DPs on a CPU) store "
+        "float16 weights and run in float32 where that rounding moved it by less than 0.1 %; else float32 "
+        "(the dtype column; the cards give the measured changes). A randomized backend's evaluation is "
+        "exact at these sizes (`evaluation_is_exact()`), so its numbers have no spread over evaluation "
+        "seeds; the PCFGs' synthetic-grammar F1 is a mean ± standard deviation over 3 training seeds. The "
+        "structured VAEs' NLL is one importance-sampled estimate (100 samples of q a sentence, the samples "
+        "of test batch i seeded with i: reproducible; over 3 seeds, scripts/vae_results.py measured "
+        "standard deviations of 0.003 to 0.014 nats a sentence); they were validated on 4 batches while "
+        "training. The top-K baseline's job (tag variant `randomized_topk`) is in the script, its folder "
+        "not bundled yet. MiB: 2^20 bytes.",
     ]
     for family, lines in rows.items():
         title, metrics = FAMILIES.get(family, (family, ("test/nll",)))
@@ -342,10 +389,19 @@ def main() -> None:
     parser.add_argument(
         "--synthetic-only", action="store_true", help="only add the synthetic-grammar F1 to bundled PCFGs"
     )
+    parser.add_argument(
+        "--precision-only",
+        action="store_true",
+        help="only steps 3-5 on bundled float32 folders (no training)",
+    )
     args = parser.parse_args()
-    if args.synthetic_only:
-        for tag, folder in bundled_folders().items():
-            if tag.startswith("pcfg_") and any(fnmatch.fnmatchcase(tag, p) for p in args.only):
+    chosen = {t: f for t, f in bundled_folders().items() if any(fnmatch.fnmatchcase(t, p) for p in args.only)}
+    if args.precision_only:
+        for tag, folder in chosen.items():
+            precision_only(folder, args.work_dir / tag)
+    elif args.synthetic_only:
+        for tag, folder in chosen.items():
+            if tag.startswith("pcfg_"):
                 add_synthetic_f1(folder, args.work_dir / tag / "synthetic")
     elif not args.report_only:
         for job in JOBS:

@@ -11,8 +11,9 @@
 
 * ``zoo capabilities``: the engine's structure x backend x operation table (Markdown).
 * ``zoo models [PATTERN] [--pretrained]``: the registered architectures (or pretrained ``arch.tag``).
-* ``zoo export CKPT OUT_DIR [--results JSON]``: a ``zoo fit`` checkpoint as a pretrained-model folder
-  (config.json, model.safetensors, README.md card; the run's config.yaml as training_config.yaml).
+* ``zoo export CKPT OUT_DIR [--results JSON] [--storage-dtype float16]``: a ``zoo fit`` checkpoint as
+  a pretrained-model folder (config.json, model.safetensors, README.md card; the run's config.yaml as
+  training_config.yaml).
 * ``zoo card DIR [--results JSON] [--repo-id ID]``: re-render a folder's model card.
 * ``zoo push DIR REPO_ID [--revision BRANCH] [--private] [--token TOKEN]``: upload it to the Hub.
 * ``zoo state-usage CKPT --out usage.png``: the aggregated posterior's state usage of a trained
@@ -49,6 +50,10 @@ def zoo_command(argv: list[str]) -> int:
     export.add_argument("--results", help="metrics JSON for the card (zoo validate | test --results FILE)")
     export.add_argument(
         "--training-config", help="the zoo fit config YAML (default: the run's config.yaml, if found)"
+    )
+    export.add_argument(
+        "--storage-dtype",
+        help="store the weights in this dtype (e.g. float16: half the file); the model still runs in its own",
     )
     card = sub.add_parser("card", help="re-render the model card (README.md) of a pretrained-model folder")
     card.add_argument("directory")
@@ -104,7 +109,9 @@ def _models(args) -> int:
 def _export(args) -> int:
     from zoo.export import export_checkpoint
 
-    folder = export_checkpoint(args.checkpoint, args.out_dir, args.results, args.training_config)
+    folder = export_checkpoint(
+        args.checkpoint, args.out_dir, args.results, args.training_config, storage_dtype=args.storage_dtype
+    )
     print(f"wrote {folder} ({', '.join(sorted(p.name for p in folder.iterdir()))})")
     return 0
 

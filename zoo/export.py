@@ -33,12 +33,14 @@ def export_checkpoint(
     out_dir: str | os.PathLike,
     results: str | os.PathLike | dict | None = None,
     training_config: str | os.PathLike | None = None,
+    storage_dtype: str | torch.dtype | None = None,
 ) -> Path:
     """Write the model of a ``zoo fit`` checkpoint as a pretrained-model folder; returns its path.
 
     Args:
         results: measured metrics (a JSON path or dict, ``zoo.cards.read_results``'s formats).
         training_config: the YAML file that trained it (default: the run's ``config.yaml``, if found).
+        storage_dtype: the dtype to store the weights in (``save_pretrained``; default: the model's).
     """
     checkpoint = Path(checkpoint)
     if not checkpoint.is_file():
@@ -72,4 +74,4 @@ def export_checkpoint(
             print(f"zoo export: no config.yaml found beside {checkpoint}: the card has no training command",
                   file=sys.stderr)  # fmt: skip
     text = Path(training_config).read_text() if training_config is not None else None
-    return save_pretrained(model, out_dir, results=results, training_config=text)
+    return save_pretrained(model, out_dir, results=results, training_config=text, storage_dtype=storage_dtype)

@@ -2,9 +2,10 @@
 
 A pretrained model is a folder (locally, or one Hugging Face Hub repo per model) holding
 
-* ``config.json``: plain JSON, ``{"zoo_format_version": 1, "zoo_version", "class_path", "init_args",
+* ``config.json``: plain JSON, ``{"zoo_format_version", "zoo_version", "class_path", "init_args",
   "architecture", "dtype", "weights_sha256", "vocab_sha256"}``: the model class and every constructor
-  argument;
+  argument; ``dtype`` is the weights' dtype in the file. Format 2 adds ``compute_dtype``: weights
+  stored narrower (e.g. float16) than the dtype the model runs in (e.g. float32), cast up on load;
 * ``model.safetensors``: the state dict (no pickle);
 * ``README.md``: the model card (``zoo.cards``), and optionally ``results.json`` (the measured
   metrics the card reports), ``training_config.yaml`` (the exact ``zoo fit`` configuration) and
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
 
     from zoo.data.vocab import Vocabulary
 
-FORMAT_VERSION = 1  # bump when config.json or the weights' layout changes; older versions keep loading
+FORMAT_VERSION = 2  # bump when config.json or the weights' layout changes; older versions keep loading
+# a folder is written in the lowest format that describes it: 2 only with a ``compute_dtype``
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 CARD_NAME = "README.md"
@@ -87,6 +89,18 @@ def _write_atomic(path: Path, write) -> None:
             os.remove(temporary)
 
 
+def parse_dtype(name: str | torch.dtype, what: str = "dtype") -> torch.dtype:
+    """The floating torch dtype that ``name`` ("float16", "torch.bfloat16" or a dtype) names."""
+    dtype = name if isinstance(name, torch.dtype) else getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{what} must name a floating torch dtype (e.g. 'float16'), got {name!r}")
+    return dtype
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def _floating_dtype(model: nn.Module) -> str:
     dtypes = {
         str(t.dtype).removeprefix("torch.") for t in model.state_dict().values() if t.is_floating_point()
@@ -103,6 +117,7 @@ def save_pretrained(
     results: str | os.PathLike | dict | list | None = None,
     training_config: str | None = None,
     architecture: str | None = None,
+    storage_dtype: str | torch.dtype | None = None,
 ) -> Path:
     """Write ``model`` as a pretrained-model folder (module docstring) and return its path.
 
@@ -112,6 +127,9 @@ def save_pretrained(
         training_config: the YAML text of the ``zoo fit`` configuration that trained the model.
         architecture: the registry name (``zoo.list_models()``); by default the architecture whose
             configuration the model's arguments match, if any.
+        storage_dtype: write the floating weights in this dtype (e.g. ``torch.float16``: half the
+            file) while the model keeps running in its own dtype, recorded as ``compute_dtype``
+            (format 2): ``from_pretrained`` casts the stored weights back up. Default: the model's.
     The model's vocabulary (``model.vocab``, a text model's) is written as ``vocab.json``. Files of an
     earlier save in the same folder are replaced; its ``results.json``, ``training_config.yaml`` and
     ``vocab.json`` are removed unless given again, so the folder describes this model only.
@@ -127,20 +145,30 @@ def save_pretrained(
     if architecture is not None:
         registered(architecture)  # an unknown name is an error before anything is written
     results = read_results(results) if results is not None else None
+    compute_dtype = _floating_dtype(model)
+    stored = (
+        compute_dtype if storage_dtype is None else _dtype_name(parse_dtype(storage_dtype, "storage_dtype"))
+    )
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    weights = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
+    weights = {}
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu()
+        weights[name] = (
+            tensor.to(getattr(torch, stored)) if tensor.is_floating_point() else tensor
+        ).contiguous()
     weights_path = directory / WEIGHTS_NAME
     _write_atomic(weights_path, lambda p: save_file(weights, p, metadata={"format": "pt"}))
     vocab_sha256 = _write_vocab(directory, model.vocab)
     class_path = public_class_path(model)
     config = {
-        "zoo_format_version": FORMAT_VERSION,
+        "zoo_format_version": 1 if stored == compute_dtype else 2,
         "zoo_version": zoo.__version__,
         "class_path": class_path,
         "init_args": dict(model.config),
         "architecture": architecture or match_architecture(class_path, model.config),
-        "dtype": _floating_dtype(model),
+        "dtype": stored,
+        **({} if stored == compute_dtype else {"compute_dtype": compute_dtype}),
         "weights_sha256": _sha256(weights_path),
         "vocab_sha256": vocab_sha256,
     }
@@ -257,6 +285,14 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
             raise CheckpointError(f"{path}: {key!r} must be a {kind.__name__}, got {config.get(key)!r}")
     if not isinstance(config.get("vocab_sha256"), (str, type(None))):  # absent before vocabularies
         raise CheckpointError(f"{path}: 'vocab_sha256' must be a str or null, got {config['vocab_sha256']!r}")
+    for key in ("dtype", "compute_dtype"):
+        if key in config:
+            try:
+                parse_dtype(config[key], repr(key))
+            except ValueError as error:
+                raise CheckpointError(f"{path}: {error}") from None
+    if "compute_dtype" in config and version < 2:
+        raise CheckpointError(f"{path}: 'compute_dtype' needs zoo_format_version 2, the file says {version}")
     if not config["class_path"].startswith("zoo."):
         raise CheckpointError(
             f"{path} names the class {config['class_path']!r}: only zoo model classes (zoo.*) are loaded"
@@ -272,10 +308,7 @@ def build_model(config: dict[str, Any], source: str = "the checkpoint") -> ZooMo
             model = ZooModel.from_config(spec)
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{source}: cannot build {config['class_path']}: {error}") from None
-    dtype = getattr(torch, config["dtype"], None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise CheckpointError(f"{source}: 'dtype' must name a floating torch dtype, got {config['dtype']!r}")
-    return model.to(dtype)
+    return model.to(parse_dtype(config["dtype"]))
 
 
 def _check_sha256(path: Path, expected: str) -> None:
@@ -356,9 +389,11 @@ def load_into(model: nn.Module, weights: dict[str, Tensor], source: str) -> None
     model.load_state_dict(weights, strict=True)
 
 
-def load_folder(directory: str | os.PathLike) -> ZooModel:
-    """The model saved in a local pretrained-model folder (with its vocabulary, if any), in eval mode."""
+def load_folder(directory: str | os.PathLike, dtype: str | torch.dtype | None = None) -> ZooModel:
+    """The model saved in a local pretrained-model folder (with its vocabulary, if any), in eval mode,
+    cast to ``dtype`` (default: the folder's ``compute_dtype``, else its weights' dtype)."""
     config = read_config(directory)
+    dtype = parse_dtype(config.get("compute_dtype", config["dtype"]) if dtype is None else dtype)
     model = build_model(config, str(directory))
     vocab = read_vocab(directory, config)
     try:
@@ -366,7 +401,7 @@ def load_folder(directory: str | os.PathLike) -> ZooModel:
     except ValueError as error:
         raise CheckpointError(f"{directory}: {VOCAB_NAME} does not fit the model: {error}") from None
     load_into(model, read_weights(directory, config), str(directory))
-    return model.eval()
+    return model.to(dtype).eval()
 
 
 def resolve(
@@ -441,16 +476,20 @@ def from_pretrained(
     cache_dir: str | os.PathLike | None = None,
     local_files_only: bool | None = None,
     token: str | bool | None = None,
+    dtype: str | torch.dtype | None = None,
 ) -> ZooModel:
     """The pretrained model at ``source`` (a registered pretrained tag ``arch.tag``, a local folder or
     a Hub repo id), rebuilt as the class its ``config.json`` names, weights strictly checked, in eval
     mode. A tag resolves to its registered source (the bundled folder, or a Hub repo at its pinned
-    revision unless ``revision`` is given). Other arguments as ``resolve``."""
+    revision unless ``revision`` is given). ``dtype`` casts the loaded model (default: the folder's
+    ``compute_dtype``, else the dtype its weights are stored in). Other arguments as ``resolve``."""
+    if dtype is not None:
+        parse_dtype(dtype)  # a bad dtype is an error before anything is downloaded
     folder = resolve(
         source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
     )
     try:
-        return load_folder(folder)
+        return load_folder(folder, dtype)
     except CheckpointError as error:
         if folder == Path(source):
             raise

@@ -66,6 +66,40 @@ def test_float64_model_round_trips(tmp_path):
     assert torch.equal(scores(loaded, batch), scores(model, batch))
 
 
+def test_half_storage_loads_back_in_the_compute_dtype(tmp_path):
+    """storage_dtype=float16: half the file, format 2, and the model runs in float32 again, with
+    exactly the float16-rounded weights."""
+    model = tiny("exact")
+    full = model.save_pretrained(tmp_path / "full")
+    half = model.save_pretrained(tmp_path / "half", storage_dtype="float16")
+    config = read_config(half)
+    assert (config["zoo_format_version"], config["dtype"]) == (2, "float16")
+    assert config["compute_dtype"] == "float32"
+    assert "compute_dtype" not in read_config(full) and read_config(full)["zoo_format_version"] == 1
+    stored = load_file(half / "model.safetensors")
+    assert {t.dtype for t in stored.values()} == {torch.float16}
+    assert 2 * sum(t.nbytes for t in stored.values()) == sum(t.nbytes for t in model.state_dict().values())
+    loaded = zoo.from_pretrained(half)
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    rounded = tiny("exact")
+    rounded.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
+    batch = example_batch(model)
+    assert torch.equal(scores(loaded, batch), scores(rounded, batch))
+    torch.testing.assert_close(scores(loaded, batch), scores(model, batch), rtol=1e-2, atol=1e-2)
+    assert next(zoo.from_pretrained(half, dtype=torch.float64).parameters()).dtype == torch.float64
+    assert next(zoo.from_pretrained(full, dtype="bfloat16").parameters()).dtype == torch.bfloat16
+    task = LikelihoodTask(tiny("exact"), init_from=str(half))  # fine-tuning reads it in float32
+    assert torch.equal(scores(task.model, batch), scores(rounded, batch))
+
+
+def test_bad_dtypes_are_errors(tmp_path, saved):
+    with pytest.raises(ValueError, match="storage_dtype must name a floating torch dtype .*'int8'"):
+        tiny().save_pretrained(tmp_path / "int8", storage_dtype="int8")
+    assert not (tmp_path / "int8").exists()
+    with pytest.raises(ValueError, match="dtype must name a floating torch dtype .*'half-ish'"):
+        zoo.from_pretrained("no-such-org/no-such-model", dtype="half-ish")
+
+
 def test_subclass_from_pretrained_checks_the_class(saved):
     with pytest.raises(CheckpointError, match="holds a CategoricalHMM, not a BernoulliHMM"):
         BernoulliHMM.from_pretrained(saved[1])
@@ -102,13 +136,15 @@ def test_foreign_newer_and_unknown_configs(saved):
     with pytest.raises(CheckpointError, match="not valid JSON .*corrupt or truncated"):
         zoo.from_pretrained(folder)
     cases = [
-        ({"zoo_format_version": 2, "zoo_version": "9.0"}, "format 2 .*reads formats 1..1: upgrade"),
+        ({"zoo_format_version": 3, "zoo_version": "9.0"}, "format 3 .*reads formats 1..2: upgrade"),
         ({"zoo_format_version": "1"}, "must be an int >= 1"),
         ({"class_path": "os.system"}, "only zoo model classes"),
         ({"class_path": "zoo.models.NoSuchModel"}, "cannot build zoo.models.NoSuchModel"),
         ({"class_path": "zoo.tasks.LikelihoodTask"}, "not a zoo model"),
         ({"init_args": {"vocab_size": 17}}, "cannot build"),
         ({"dtype": "int64"}, "floating torch dtype"),
+        ({"compute_dtype": "float64"}, "'compute_dtype' needs zoo_format_version 2, the file says 1"),
+        ({"zoo_format_version": 2, "compute_dtype": "long"}, "'compute_dtype' must name a floating"),
     ]
     for changes, message in cases:
         (folder / "config.json").write_text(original)

@@ -96,9 +96,13 @@ def test_fit_test_export_load(trained, tmp_path):
 
 
 def test_fit_fine_tunes_from_an_exported_folder(trained, tmp_path):
+    """Exported with float16 storage (as the bundled VAEs are): loaded and fine-tuned in float32."""
     config, checkpoint, _, _ = trained
-    main(["export", str(checkpoint), str(tmp_path / "out")])
+    main(["export", str(checkpoint), str(tmp_path / "out"), "--storage-dtype", "float16"])
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (saved["dtype"], saved["compute_dtype"]) == ("float16", "float32")
     exported = zoo.from_pretrained(tmp_path / "out")
+    assert exported.encoder.wte.weight.dtype == torch.float32
     args = ["fit", "--config", str(config), "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",
             "--trainer.default_root_dir", str(tmp_path / "runs"), "--trainer.logger", "false"]  # fmt: skip
     assert main([*args, "--model.init_args.init_from", str(tmp_path / "out")]) == 0  # no GPT-2 fetched
