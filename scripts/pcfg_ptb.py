@@ -8,10 +8,12 @@ at most ``--max-length`` words) for ``--minutes`` of wall clock, then scored on 
 exp(-sum log Z / (sum words + number of sentences)), and training sentences per second.
 
 Each run's outputs are stored in docs/data/pcfg_ptb_results.json (so that backends may run in
-separate processes); ``--write`` renders the docs/results.md section (``pcfg_ptb_results``) from it.
+separate processes); ``--write`` renders the docs/results.md section (``pcfg_ptb_results``) from it,
+beside the papers' perplexities.
 
     python scripts/pcfg_ptb.py --backends exact low-rank --threads 1 --write   # the issue's 30 minutes
     python scripts/pcfg_ptb.py --minutes 1 --min-epochs 0.01 --test-sentences 50   # a smoke run
+    python scripts/pcfg_ptb.py --report-only                                      # the section only
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import torch  # noqa: E402
 from zoo.data import PCFGDataModule  # noqa: E402
 from zoo.data.pcfg import collate_sentences  # noqa: E402
 from zoo.models import PCFG  # noqa: E402
+from zoo.paper_results import paper_results  # noqa: E402
 from zoo.tasks import ParsingTask  # noqa: E402
 
 from benchlib import fit_within_budget, largest_that_fits  # noqa: E402
@@ -185,6 +188,16 @@ def report() -> str:
             "| backend | size | probe sentences / s | epochs in the budget | |",
             "| --- | --- | --- | --- | --- |",
             *probe_rows,
+            "",
+            "Published PTB test perplexities (GPU, full training; `zoo/paper_results.py`):",
+            "",
+            "| model | size | test PPL | source |",
+            "| --- | --- | --- | --- |",
+            *(
+                f"| {r.model} | {r.setting} | {r.value:.1f} | {r.source} |"
+                for r in paper_results("PCFG", "ptb")
+                if r.metric == "test/ppl"
+            ),
         ]
     )
 
@@ -200,7 +213,11 @@ def main() -> None:
     parser.add_argument("--test-sentences", type=int, default=0, help="0: the whole test split")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--write", action="store_true", help=f"store in {DATA} and write {DOC}")
+    parser.add_argument("--report-only", action="store_true", help=f"only write {DOC} from {DATA}")
     args = parser.parse_args()
+    if args.report_only:
+        write_section(DOC, "pcfg_ptb_results", report(), title="# Results")
+        return
     torch.set_num_threads(args.threads)
     data = PCFGDataModule(batch_size=32, batch_tokens=None, max_length=args.max_length)
     for backend in args.backends:
