@@ -64,7 +64,8 @@ def chain_specs(
         transition = draw(tensors(shape))
         if forbid:
             mask = torch.tensor(
-                draw(st.lists(st.booleans(), min_size=math.prod(shape), max_size=math.prod(shape)))
+                draw(st.lists(st.booleans(), min_size=math.prod(shape), max_size=math.prod(shape))),
+                dtype=torch.bool,
             ).reshape(shape)
             eye = torch.eye(N, dtype=torch.bool).expand(shape)
             mask = mask & ~eye

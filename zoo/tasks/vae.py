@@ -55,10 +55,7 @@ class VAETask(LikelihoodTask):
         ones = torch.ones_like(events)
         generator = torch.Generator(device=events.device).manual_seed(batch_idx)
         log_p = self.model.log_likelihood(batch, generator=generator)
-        # the entropy is computed by autograd probes (zoo.inference.chain.engine): leave inference mode
-        with torch.inference_mode(False), torch.no_grad():
-            batch = {k: v.clone() if isinstance(v, Tensor) else v for k, v in batch.items()}
-            elbo = self.model.elbo(batch, generator=generator)["elbo"]
+        elbo = self.model.elbo(batch, generator=generator)["elbo"]
         updates = (
             ("nll", self.metrics[f"{stage}_nll"], log_p, events),
             ("ppl", self.metrics[f"{stage}_ppl"], log_p, events),

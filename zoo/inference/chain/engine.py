@@ -7,8 +7,9 @@ A backend (``ChainEngine`` subclass) supplies two primitives on its own factors:
 
 From these the base class derives every operation, once, for all backends: marginals (gradient of
 log Z w.r.t. a zero unary probe), pairwise marginals (the same on a per-position probe of the dense
-form), entropy (log Z - <marginals, potentials>), log_prob, Viterbi (on the dense form), exact
-forward-filtering backward-sampling with the Gumbel-max trick, and the Gumbel-softmax relaxed sample.
+form), entropy (an expectation-semiring forward on the dense form, ``entropy``), log_prob, Viterbi
+(on the dense form), exact forward-filtering backward-sampling with the Gumbel-max trick, and the
+Gumbel-softmax relaxed sample.
 A backend overrides an operation only where it has a better algorithm, and declares in
 ``capabilities`` how each operation is computed (the README's capability table is generated from it).
 """
@@ -19,6 +20,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain import exact
+from zoo.inference.chain.entropy import dense_entropy
 from zoo.inference.chain.factors import ChainFactors, DenseChain
 
 NATIVE, FALLBACK, ESTIMATE = "native", "exact fallback", "estimate"
@@ -71,11 +73,6 @@ def gumbel_backward(
             relaxed = torch.softmax(noisy / temperature, -1)
             soft[:, :, t] = torch.where(active.unsqueeze(-1), relaxed, 0.0)
     return hard, soft
-
-
-def _finite(x: Tensor) -> Tensor:
-    """x with -inf replaced by 0 (a forbidden entry contributes nothing to an expectation)."""
-    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
 
 
 def sequence_score(factors: ChainFactors, states: Tensor, lengths: Tensor) -> Tensor:
@@ -145,7 +142,7 @@ class ChainEngine:
         return grad
 
     def entropy(self, factors: ChainFactors, lengths: Tensor) -> Tensor:
-        """H = log Z - E[score], computed on the dense form; differentiable."""
+        """H = log Z - E[score] by an expectation-semiring forward on the dense form; differentiable."""
         return dense_entropy(factors.dense(), lengths)
 
     def log_prob(self, factors: ChainFactors, lengths: Tensor, states: Tensor) -> Tensor:
@@ -185,57 +182,6 @@ def _requires_grad(factors: ChainFactors) -> bool:
     )
 
 
-def dense_entropy(chain: DenseChain, lengths: Tensor, log_weights: Tensor | None = None) -> Tensor:
-    """Entropy of a dense chain, H = log Z - E[score], differentiable.
-
-    With ``log_weights`` (B x T x N, already folded into ``chain.unary``) it returns the randomized
-    entropy of Fu et al. 2022 (Alg. 3): unrolled, Alg. 3's recursion H_t(j) = sum_i p(i|j) [H(i) -
-    log p(i|j)] over the importance-weighted forward equals log Z_hat minus the expected score under
-    the weighted chain, with the weights excluded from the score.
-    """
-    unary = chain.unary if log_weights is None else chain.unary - log_weights
-    if chain.shared:
-        # the shared transition's gradient sums over the batch: score each sequence on its own
-        parts = [
-            _expected_score(
-                DenseChain(chain.unary[b : b + 1], chain.transition, chain.init[b : b + 1]),
-                lengths[b : b + 1],
-                unary[b : b + 1],
-            )
-            for b in range(chain.batch)
-        ]
-        log_z, expected = (torch.cat(x) for x in zip(*parts))
-    else:
-        log_z, expected = _expected_score(chain, lengths, unary)
-    entropy = log_z - expected
-    inputs = (chain.unary, chain.transition, chain.init, unary)
-    return entropy if torch.is_grad_enabled() and any(x.requires_grad for x in inputs) else entropy.detach()
-
-
-def _expected_score(chain: DenseChain, lengths: Tensor, unary: Tensor) -> tuple[Tensor, Tensor]:
-    """(log Z, E[init + unary + transitions]) with ``unary`` scored in place of chain.unary."""
-    differentiable = torch.is_grad_enabled() and any(
-        x.requires_grad for x in (chain.unary, chain.transition, chain.init)
-    )
-    with torch.enable_grad():
-        probes = [
-            torch.zeros_like(x, requires_grad=True)
-            for x in (chain.unary, chain.transition, chain.init)
-        ]
-        probed = DenseChain(
-            chain.unary + probes[0], chain.transition + probes[1], chain.init + probes[2]
-        )
-        log_z, _ = exact.log_forward(probed, lengths)
-        g_u, g_t, g_i = torch.autograd.grad(
-            log_z.sum(), probes, create_graph=differentiable, materialize_grads=True
-        )
-    trans = g_t * _finite(chain.transition)
-    # shared: called per sequence (batch of 1), so the N x N sum belongs to that sequence
-    trans = trans.sum().reshape(1) if chain.shared else trans.sum((1, 2, 3))
-    expected = (g_u * _finite(unary)).sum((1, 2)) + (g_i * _finite(chain.init)).sum(-1) + trans
-    return log_z, expected
-
-
 class ExactEngine(ChainEngine):
     """The classical forward on dense potentials; accepts every container by materializing it."""
 
@@ -246,7 +192,7 @@ class ExactEngine(ChainEngine):
                           "per position: log-einsum-exp"),
         "marginals": (NATIVE, "autograd of log Z"),
         "pairwise_marginals": (NATIVE, "autograd of log Z, B x (T-1) x N x N"),
-        "entropy": (NATIVE, "log Z - E[score], differentiable"),
+        "entropy": (NATIVE, "expectation-semiring forward, differentiable"),
         "log_prob": (NATIVE, "score - log Z"),
         "argmax": (NATIVE, "Viterbi"),
         "sample": (NATIVE, "forward filtering, backward sampling"),

@@ -28,9 +28,9 @@ from zoo.inference.chain.engine import (
     FALLBACK,
     ChainEngine,
     ExactEngine,
-    dense_entropy,
     gumbel_backward,
 )
+from zoo.inference.chain.entropy import dense_entropy
 from zoo.inference.chain.factors import ChainFactors, DenseChain
 from zoo.inference.checks import check_shape
 

@@ -60,7 +60,7 @@ def _pull_max(u: Tensor) -> tuple[Tensor, Tensor]:
     return (u - m).exp(), m.squeeze(-1)
 
 
-def _check_mass(s: Tensor, live: Tensor) -> None:
+def check_mass(s: Tensor, live: Tensor) -> None:
     if (s[live] <= 0).any():
         raise ValueError("the chain has zero probability (no path survives a -inf mask)")
 
@@ -81,7 +81,7 @@ class _ScaledForward(torch.autograd.Function):
                 inner[:, t - 1], a = chain.step(t - 1, alphas[:, t - 1])
                 a = a * e[:, t]
             s = a.sum(-1)
-            _check_mass(s, lengths > t)
+            check_mass(s, lengths > t)
             scales[:, t] = s.clamp_min(tiny)
             alphas[:, t] = a / scales[:, t].unsqueeze(-1)
         valid = torch.arange(T, device=u.device) < lengths.unsqueeze(-1)
@@ -153,7 +153,7 @@ def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
             a = chain.step(t - 1, a)[1] * e[:, t]
         s = a.sum(-1, keepdim=True)
         live = lengths > t
-        _check_mass(s.squeeze(-1), live)
+        check_mass(s.squeeze(-1), live)
         log_s = s.squeeze(-1).clamp_min(tiny).log() + m[:, t]
         a = a / s.clamp_min(tiny)
         running = running + log_s
