@@ -139,8 +139,11 @@ class PCFG(ZooModel):
         self.term_mlp = mlp()
         self.term_out = nn.Linear(D, vocab_size)
         if parsed is Backend.RANK_SPACE:
-            self.symbol_emb = embedding_table(S, D)  # shared by every role (Yang et al. 2022, App. A)
-            self.rank_emb = embedding_table(rank, D)
+            # shared by every role (Yang et al. 2022, App. A); N(0, 1) as in the authors' TN-PCFG code
+            # (REFERENCE §3: Xavier-normal except embeddings): with Xavier-normal tables (std ~0.1) U, V
+            # and W start almost uniform and NT 30 / PT 60, rank 32 stalled near unigram perplexity on PTB
+            self.symbol_emb = nn.Parameter(torch.randn(S, D))
+            self.rank_emb = nn.Parameter(torch.randn(rank, D))
             self.root_out = nn.Linear(D, NT)
             self.u_mlp, self.v_mlp, self.w_mlp = mlp(), mlp(), mlp()
         else:
