@@ -117,10 +117,11 @@ def test_perplexity(model: PCFG, data: PCFGDataModule, limit: int) -> float:
 
 def run_backend(backend: str, data: PCFGDataModule, args) -> dict:
     load = os.getloadavg()[0]
+    epoch = len(data.train_dataloader().dataset)  # the training sentences of <= max_length words
     arguments, probes = largest_that_fits(
         CANDIDATES[backend],
         rate=lambda arguments: training_rate(backend, arguments, data, args),
-        required=lambda: args.min_epochs * len(data.datasets["train"]) / (args.minutes * 60),
+        required=lambda: args.min_epochs * epoch / (args.minutes * 60),
     )
     task = build_task(backend, arguments, data, args.dim)
     speed = TrainingThroughput()
@@ -130,10 +131,10 @@ def run_backend(backend: str, data: PCFGDataModule, args) -> dict:
     return {
         "backend": backend, "arguments": arguments, "ppl": ppl, "train_minutes": minutes,
         "sentences_per_second": speed.sentences_per_second, "trained_sentences": speed.sentences,
-        "epochs": speed.sentences / len(data.datasets["train"]),
+        "epochs": speed.sentences / epoch, "epoch_sentences": epoch,
         "eval_seconds": time.perf_counter() - started, "test_sentences": args.test_sentences,
         "probes": [(describe(a), rate) for a, rate in probes], "min_epochs": args.min_epochs,
-        "epochs_per_probe_rate": args.minutes * 60 / len(data.datasets["train"]),
+        "epochs_per_probe_rate": args.minutes * 60 / epoch,
         "exact_eval": task.model.evaluation_is_exact(), "threads": torch.get_num_threads(), "load": load,
         "dim": args.dim, "max_length": args.max_length, "minutes_budget": args.minutes,
         "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
@@ -220,6 +221,8 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     data = PCFGDataModule(batch_size=32, batch_tokens=None, max_length=args.max_length)
+    data.prepare_data()
+    data.setup("fit")
     for backend in args.backends:
         result = run_backend(backend, data, args)
         print(result, flush=True)
