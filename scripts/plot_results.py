@@ -33,12 +33,13 @@ from zoo.bundled import bundled_folders, first_test_batch  # noqa: E402
 
 IMG = REPO / "docs" / "img"
 SENTENCE = "the company said its profit rose in the third quarter"
-METRIC = {"CategoricalHMM": "test/ppl", "PCFG": "test/ppl", "BernoulliHMM": "test/nll"}
+METRIC = {"CategoricalHMM": "test/ppl", "PCFG": "test/ppl", "StructuredVAE": "test/nll_sentence"}
 TITLES = {
     "CategoricalHMM": "HMM, PTB: test perplexity",
     "BernoulliHMM": "HMM, Bach chorales: test NLL (nats / frame)",
     "PCFG": "PCFG, PTB: test perplexity",
     "GaussianHSMM": "HSMM, smartwatch: test NLL (nats / frame)",
+    "StructuredVAE": "VAE, short PTB: test NLL (nats / sentence)",
 }
 
 
@@ -51,7 +52,9 @@ def metrics_figure() -> Path:
         results = json.loads((folder / "results.json").read_text())["metrics"]
         family = config["class_path"].rsplit(".", 1)[-1]
         name = METRIC.get(family, "test/nll")
-        label = f"{config['init_args']['backend']}\n{tag.split('.')[0].split('_', 2)[-1]}"
+        arch, _, label = tag.partition(".")
+        sizes = [part for part in arch.split("_")[1:] if any(c.isdigit() for c in part)][:2]
+        label = f"{label.split('_', 1)[1].replace('_', ' ')}\n{' '.join(sizes)}"  # variant, two sizes
         families.setdefault(family, []).append((label, results[name], results.get(f"{name}_std", 0.0)))
     fig, axes = plt.subplots(1, len(families), figsize=(4.2 * len(families), 3.6), squeeze=False)
     for ax, (family, rows) in zip(axes[0], families.items()):
