@@ -88,6 +88,7 @@ JOBS = [
     Job("hmm_bernoulli_n256_d64.chorales_exact", "hmm/chorales-exact-small", 1.5),
     Job("hmm_bernoulli_n256_d64.chorales_low_rank", "hmm/chorales-low-rank-small", 1.5),
     Job("hmm_bernoulli_n256_d64.chorales_rank_space", "hmm/chorales-rank-space-small", 1.5),
+    Job("hmm_bernoulli_n256_d64.chorales_randomized", "hmm/chorales-randomized-small", 1.5),
     Job("pcfg_nt10_pt20_d64.ptb_exact", "pcfg/ptb-exact-small", 3),
     Job("pcfg_nt10_pt20_d64.ptb_low_rank", "pcfg/ptb-low-rank-small", 3),
     Job("pcfg_nt10_pt20_d64.ptb_rank_space", "pcfg/ptb-rank-space-small", 3),

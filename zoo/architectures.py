@@ -111,9 +111,14 @@ _family(
         (
             "n256_d64",
             _hmm(256, 64, num_keys=88),
-            {"exact": {}, "low-rank": {"rank": 64}, "rank-space": {"rank": 64}},
+            {
+                "exact": {},
+                "low-rank": {"rank": 64},
+                "rank-space": {"rank": 64},
+                "randomized": {"k1": 16, "k2": 16},
+            },
             "exact",
-            ("hmm/chorales-exact-small", "hmm/chorales-low-rank-small", "hmm/chorales-rank-space-small"),
+            tuple(f"hmm/chorales-{b}-small" for b in ("exact", "low-rank", "rank-space", "randomized")),
             "small Bach-chorales HMM for a CPU",
         ),
     ],
