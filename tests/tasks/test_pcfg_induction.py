@@ -38,6 +38,9 @@ def test_induced_grammar_beats_random_trees(tmp_path):
     base = baselines(files)
     random_f1, right_f1 = base["random trees"][0], base["right-branching"][0]
     assert base["true grammar (MBR)"][0] > 0.85 > right_f1 > random_f1
-    result = induce(files, "low-rank", seed=0, epochs=25)
-    assert result["sentence_f1"] > random_f1 + 0.15, (result, base)
+    # a grammar inducer has local optima (one seed's trees can be worse than random): of 3 seeds, keep
+    # the model of the best likelihood, the unsupervised selection rule (it never sees the gold trees)
+    runs = [induce(files, "low-rank", seed=seed, epochs=25) for seed in range(3)]
+    result = min(runs, key=lambda run: run["ppl"])
+    assert result["sentence_f1"] > random_f1 + 0.15, (runs, base)
     assert 1 < true_perplexity(files) < result["ppl"] < 40
