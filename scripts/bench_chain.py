@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -51,7 +50,7 @@ from benchlib import (
     paragraphs,
     prepare_environment,
     ratio,
-    report_header,
+    run_header,
     run_in_child,
     snapshot_zoo,
     speedup,
@@ -552,12 +551,8 @@ def main() -> None:
         version = snapshot_zoo(Path(copy))
         sys.path.insert(0, copy)  # ahead of the editable install's finder, in every spawned configuration
         sections = [table1(plan), table2(plan), table3(plan)]
-    timing = (
-        f"{'quick' if args.quick else 'full'} run: one warm-up, then up to {plan.repeats} timed calls "
-        f"within {plan.budget_s:g} s; median"
-    )
     header = [
-        *report_header(started, load_before, shlex.join(["python", *sys.argv]), timing, version),
+        *run_header(started, load_before, args.quick, plan, version),
         f"- Configurations that need more than {SKIP_ABOVE / GB:.0f} GB by their shapes are skipped.",
         f"- {check}",
     ]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -44,7 +43,7 @@ from benchlib import (
     describe,
     paragraphs,
     prepare_environment,
-    report_header,
+    run_header,
     run_in_child,
     snapshot_zoo,
     table,
@@ -204,11 +203,7 @@ def main() -> None:
             for method, m in results.items():
                 ratios = cells(m, base, 1e-3, MB)
                 rows.append([label, str(N), f"{B} x {T}", method, *ratios])
-    timing = (
-        f"{'quick' if args.quick else 'full'} run: one warm-up, then up to {plan.repeats} timed calls "
-        f"within {plan.budget_s:g} s; median"
-    )
-    header = report_header(started, load_before, shlex.join(["python", *sys.argv]), timing, version)
+    header = run_header(started, load_before, args.quick, plan, version)
     report = paragraphs(
         "## Chain entropy",
         "\n".join([*header, f"- {checked}"]),

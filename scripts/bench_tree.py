@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ from benchlib import (
     num,
     paragraphs,
     prepare_environment,
-    report_header,
+    run_header,
     run_in_child,
     snapshot_zoo,
     speedup,
@@ -333,11 +332,7 @@ def main() -> None:
         version = snapshot_zoo(Path(copy))
         sys.path.insert(0, copy)
         sections = [table1(plan), table2(plan), table3(plan)]
-    timing = (
-        f"{'quick' if args.quick else 'full'} run: one warm-up, then up to {plan.repeats} timed calls "
-        f"within {plan.budget_s:g} s; median"
-    )
-    header = report_header(started, load_before, shlex.join(["python", *sys.argv]), timing, version)
+    header = run_header(started, load_before, args.quick, plan, version)
     report = paragraphs(
         "## Trees (PCFG inside)",
         "\n".join([*header, f"- {check}"]),

@@ -21,6 +21,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -218,6 +219,18 @@ def prepare_environment() -> None:
     # glibc keeps freed blocks under its (self-raising, up to 32 MB) mmap threshold in the heap, so
     # peak RSS would count allocator slack, not live tensors: map every block of 128 KiB or more
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(128 << 10))
+
+
+def run_header(started: float, load_before: float, quick: bool, plan, version: str) -> list[str]:
+    """``report_header`` of a median-timing benchmark run by this process's command line (``plan``:
+    its ``repeats`` and ``budget_s``)."""
+    import shlex
+
+    timing = (
+        f"{'quick' if quick else 'full'} run: one warm-up, then up to {plan.repeats} timed calls "
+        f"within {plan.budget_s:g} s; median"
+    )
+    return report_header(started, load_before, shlex.join(["python", *sys.argv]), timing, version)
 
 
 def report_header(started: float, load_before: float, command: str, timing: str, version: str) -> list[str]:
