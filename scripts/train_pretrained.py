@@ -58,7 +58,8 @@ HALF_TOLERANCE = 1e-3  # relative change of the quick-check NLL that float16 may
 SYNTHETIC_SEEDS, SYNTHETIC_EPOCHS = 3, 20
 SYNTHETIC_NOTE = (
     "synthetic/sentence_f1: the same backend trained on the synthetic grammar's 300 sentences "
-    f"(scripts/pcfg_induction.py: NT 6, PT 8, embeddings 32, {SYNTHETIC_EPOCHS} epochs), sentence F1 (%) "
+    f"(scripts/pcfg_induction.py: NT 6, PT 8, its recipe for the backend, {SYNTHETIC_EPOCHS} epochs), "
+    "sentence F1 (%) "
     f"of its MBR trees on 100 test sentences, mean and standard deviation over {SYNTHETIC_SEEDS} seeds"
 )
 

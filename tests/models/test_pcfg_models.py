@@ -72,6 +72,18 @@ def test_probabilities_of_all_sentences_sum_to_length_probability(backend):
     assert math.isclose(float(total), math.exp(bf.log_partition(spec, 0)), rel_tol=1e-8)
 
 
+@pytest.mark.parametrize("backend", ["exact", "randomized"])
+def test_n_pcfg_starts_xavier_uniform(backend):
+    """Kim et al. 2019: every weight matrix and embedding of the N-PCFG starts Xavier-uniform."""
+    torch.manual_seed(0)
+    model = PCFG(50, 4, 6, backend, embedding_dim=32, hidden_dim=16, **BACKENDS[backend])
+    for name, p in model.named_parameters():
+        p = p.detach().view(1, -1) if name == "root_emb" else p.detach()
+        if p.dim() == 2:
+            bound = math.sqrt(6 / sum(p.shape))
+            assert 0.8 * bound < float(p.abs().max()) <= bound, name
+
+
 def test_randomized_keeps_everything_when_k_is_nt():
     """k1 = NT: the randomized inside in training mode is the exact one."""
     model = tiny("randomized")

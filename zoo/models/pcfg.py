@@ -7,8 +7,9 @@ comes from symbol embeddings (size D) through residual MLPs h (``zoo.models.laye
 
 * ``exact``: the N-PCFG (Kim et al. 2019; Chiu et al. 2021 App. F; Yang et al. 2022 App. A).
   p(S -> A) = softmax_A(w_root . h_root(e_S)), p(A -> b c) = softmax_bc(W_rule e_A) over all S^2
-  child pairs, p(w | P) = softmax_w(W_term h_term(e_P)). Inference: the exact inside over a
-  ``DenseGrammar``, O(T^3 NT S^2).
+  child pairs, p(w | P) = softmax_w(W_term h_term(e_P)); every weight matrix and embedding starts
+  Xavier-uniform, as in Kim et al.'s code. Inference: the exact inside over a ``DenseGrammar``,
+  O(T^3 NT S^2).
 * ``low-rank``: the LPCFG (Chiu et al. 2021, Eq. 7). For two nonterminal children
   p(A -> B C) is proportional to phi(u_A) . phi(v_BC) with phi(x) = exp(W x - |x|^2 / 2)
   (R features, W R x D; orthogonal random features at init, trained; x scaled by D^(-1/4) as in
@@ -21,9 +22,10 @@ comes from symbol embeddings (size D) through residual MLPs h (``zoo.models.laye
   g_r) and W = softmax_c(h_W(E_c) . g_r) (columns sum to 1), so every p(A -> . .) sums to 1.
   Inference: ``RankSpaceGrammar`` with the rank-space inside, O(T^3 r + T^2 r^2); NT x S x S is
   never built (NT = 4500, PT = 9000 in the paper).
-* ``randomized``: the N-PCFG's dense rules trained with the randomized inside (Fu et al. 2022,
-  Alg. 2): each span keeps K1 top + K2 sampled nonterminals of the proposal. In eval mode the
-  exact inside runs whenever NT <= ``exact_max_nonterminals`` (see ``evaluation_is_exact``).
+* ``randomized``: the N-PCFG's dense rules (and initialization) trained with the randomized
+  inside (Fu et al. 2022, Alg. 2): each span keeps K1 top + K2 sampled nonterminals of the
+  proposal. In eval mode the exact inside runs whenever NT <= ``exact_max_nonterminals`` (see
+  ``evaluation_is_exact``).
 
 Sentences are the ``tokens`` of a text batch (docs/training-api.md) with ``<eos>`` last: the
 grammar generates the words without it (length n = lengths - 1 >= 2), while ``num_events`` counts
@@ -156,6 +158,16 @@ class PCFG(ZooModel):
             self.pair_in = nn.Linear(2 * D, D)
             self.pair_mlp = mlp()
             self.feature_weight = nn.Parameter(orthogonal_random_features(rank, D))
+        if parsed in (Backend.EXACT, Backend.RANDOMIZED):
+            self._xavier_init()
+
+    def _xavier_init(self) -> None:
+        """Kim et al. 2019's initialization of the N-PCFG: Xavier-uniform for every weight matrix and
+        embedding (the start symbol's as a 1 x D row); biases keep PyTorch's default."""
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        nn.init.xavier_uniform_(self.root_emb.data.view(1, -1))
 
     # --- parameters -------------------------------------------------------------------------
     def _symbol_embeddings(self) -> tuple[Tensor, Tensor]:
