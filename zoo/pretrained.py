@@ -102,9 +102,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _floating_dtype(model: nn.Module) -> str:
-    dtypes = {
-        str(t.dtype).removeprefix("torch.") for t in model.state_dict().values() if t.is_floating_point()
-    }
+    dtypes = {_dtype_name(t.dtype) for t in model.state_dict().values() if t.is_floating_point()}
     if len(dtypes) > 1:
         raise ValueError(f"the model mixes floating dtypes {sorted(dtypes)}; cast it to one before saving")
     return dtypes.pop() if dtypes else "float32"
@@ -151,12 +149,10 @@ def save_pretrained(
     )
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    weights = {}
-    for name, tensor in model.state_dict().items():
-        tensor = tensor.detach().cpu()
-        weights[name] = (
-            tensor.to(getattr(torch, stored)) if tensor.is_floating_point() else tensor
-        ).contiguous()
+    weights = {
+        name: (t.to(parse_dtype(stored)) if t.is_floating_point() else t).detach().cpu().contiguous()
+        for name, t in model.state_dict().items()
+    }
     weights_path = directory / WEIGHTS_NAME
     _write_atomic(weights_path, lambda p: save_file(weights, p, metadata={"format": "pt"}))
     vocab_sha256 = _write_vocab(directory, model.vocab)
