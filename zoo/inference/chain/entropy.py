@@ -1,17 +1,21 @@
-"""The entropy of a dense chain: an expectation-semiring forward in scaled probability space.
+"""The entropy of a dense chain: a forward that carries each state's conditional prefix entropy.
 
-Next to the scaled forward a_t = (a_{t-1} @ P) * e_t / s_t (``scaled``; P = exp(log Psi - c) with the
-column shifts c folded into the unary, e_t = exp(v_t - m_t), s_t the sum that normalizes a_t), it
-carries r_t(j) = E[1{z_t = j} (score of z_1..z_t - log K_t)] with K_t the prefix normalizer, so
-that at a sequence's last position sum_j r(j) = E[score] - log Z = -H:
+Next to the log forward variables alpha_t (kept shifted so each position's best state is 0, as in
+``scaled``), it carries H_t(j), the entropy of z_1..z_{t-1} given z_t = j:
 
-    r_t = (r_{t-1} @ P + a_{t-1} @ (P o log P)) * e_t / s_t + a_t * (w_t - m_t - log s_t),
+    w_t(i, j) = exp(alpha_{t-1}(i) + log Psi_t(i, j)) / sum_i' (same)      (p(z_{t-1} = i | z_t = j))
+    H_t(j)    = sum_i w_t(i, j) (H_{t-1}(i) - log w_t(i, j)),   H_1 = 0
+    H         = sum_j p(z_L = j) (H_L(j) - log p(z_L = j))
 
-w_t the scored unary (v_t with -inf entries as 0: forbidden states and transitions contribute
-0 log 0 = 0). Every term is of the size of a log-probability, so H is never the difference of two
-large numbers. A step is one B x 2 x N by N x N product and one B x N by N x N (per position: batched
-products with that position's block); H's gradient is ordinary autograd of this forward, with
-nothing B x N x N and nothing per sequence N x N.
+(Fu et al. 2022, Alg. 3). Every term is an entropy, non-negative and of the size of a
+log-probability, so H is never the difference of two large numbers. With v = exp(alpha_{t-1}),
+P = exp(log Psi - c) and h = v @ P, a step is
+
+    H_t = ((v o (H_{t-1} - alpha_{t-1})) @ P - v @ (P o log P)) / h + log h,
+
+one B x 2 x N by N x N product and one B x N by N x N; the columns that float underflow could have
+touched (h below ``logmatmul.threshold``) are recomputed exactly from the softmax weights. The
+entropy's gradient is ordinary autograd of this forward.
 """
 
 from __future__ import annotations
@@ -20,57 +24,62 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain.factors import DenseChain
-from zoo.inference.chain.scaled import check_mass
+from zoo.inference.chain.scaled import normalized
+from zoo.inference.logmatmul import Matrix, finite_or_zero, logsumexp, repair_index
 
 
-def finite(x: Tensor) -> Tensor:
-    """x with -inf replaced by 0 (a forbidden entry contributes nothing to an expectation)."""
-    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
-
-
-def _transition(log_psi: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(P, P o log P, c) for ... x N x N log-potentials: P = exp(log Psi - c), c (... x N) the
-    detached column max (0 for an all -inf column)."""
-    c = log_psi.detach().amax(-2, keepdim=True)
-    c = torch.where(torch.isfinite(c), c, torch.zeros_like(c))
-    log_p = log_psi - c
-    p = log_p.exp()
-    return p, p * finite(log_p), c.squeeze(-2)
-
-
-def _step(a: Tensor, r: Tensor, v: Tensor, w: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
-    """Multiply in exp(v) (B x N log-factors, scored as w), normalize; ``live``: inside a length."""
-    m = v.detach().amax(-1, keepdim=True).clamp_min(-1e30)
-    e = (v - m).exp()
-    a = a * e
-    s = a.sum(-1, keepdim=True)
-    check_mass(s.squeeze(-1), live)
-    s = s.clamp_min(torch.finfo(s.dtype).tiny)
-    a = a / s
-    return a, r * e / s + a * (w - m - s.log())
+def _step(x: Tensor, H: Tensor, mat: Matrix, live: Tensor) -> tuple[Tensor, Tensor]:
+    """(log h, H_t before the position's own factor) for one transition; x normalized (max 0)."""
+    P = mat.scaled
+    v = x.exp()
+    p_log_p = P * finite_or_zero(mat.log - mat.shift.unsqueeze(-2))
+    carried = v * (H - finite_or_zero(x))
+    pair = torch.stack([v, carried], -2) @ P  # B x 2 x N
+    cross = (v.unsqueeze(-2) @ p_log_p).squeeze(-2)
+    h = pair[:, 0]
+    safe = torch.where(h > 0, h, torch.ones_like(h))
+    H_next = (pair[:, 1] - cross) / safe + safe.log()
+    log_h = torch.where(h > 0, safe.log(), float("-inf")) + mat.shift
+    index = repair_index(h.detach(), mat.rows, live)
+    if index is None:
+        return log_h, H_next
+    lead, col = index[:-1], index[-1]
+    cols = mat.log[:, col].T if mat.log.dim() == 2 else mat.log[(*lead, slice(None), col)]
+    scores = x[lead] + cols  # n x N
+    exact = logsumexp(scores)
+    log_w = scores - finite_or_zero(exact).unsqueeze(-1)  # all -inf in a dead column: w = 0
+    value = (log_w.exp() * (H[lead] - finite_or_zero(log_w))).sum(-1)
+    return log_h.index_put(index, exact), H_next.index_put(index, value)
 
 
 def dense_entropy(chain: DenseChain, lengths: Tensor, log_weights: Tensor | None = None) -> Tensor:
     """Entropy of a dense chain (B,), differentiable w.r.t. unary, transition and init.
 
     With ``log_weights`` (B x T x N, already folded into ``chain.unary``) it returns the randomized
-    entropy of Fu et al. 2022 (Alg. 3): unrolled, Alg. 3's recursion H_t(j) = sum_i p(i|j) [H(i) -
-    log p(i|j)] over the importance-weighted forward equals log Z_hat minus the expected score under
-    the weighted chain, with the weights excluded from the score.
+    entropy of Fu et al. 2022 (Alg. 3) with the importance weights kept out of the score: the
+    weighted chain's entropy plus the expected sum of the log weights, i.e. log Z_hat minus the
+    expected score (without the weights) under the weighted chain.
     """
-    v = chain.folded_unary()
-    w = finite(v if log_weights is None else v - log_weights)
-    B, T, N = v.shape
-    if chain.shared:
-        shared = _transition(chain.transition)
-    else:
-        blocks = chain.transition.unbind(1)
-    a, r = _step(v.new_ones(B, N), v.new_zeros(B, N), v[:, 0], w[:, 0], lengths > 0)
-    entropy = -r.sum(-1)
+    u = chain.folded_unary().unbind(1)
+    B, T, N = chain.unary.shape
+    extra = log_weights.unbind(1) if log_weights is not None else None
+    shared = Matrix.from_log(chain.transition) if chain.shared else None
+    blocks = None if chain.shared else chain.transition.unbind(1)
+    x, _ = normalized(u[0], lengths > 0)
+    H = u[0].new_zeros(B, N) if extra is None else extra[0].expand(B, N)
+    entropy = _final(x, H)
     for t in range(1, T):
-        p, p_log_p, c = shared if chain.shared else _transition(blocks[t - 1])
-        pair = torch.stack([a, r], -2) @ p  # B x 2 x N: a @ P, r @ P
-        cross = (a.unsqueeze(-2) @ p_log_p).squeeze(-2)
-        a, r = _step(pair[:, 0], pair[:, 1] + cross, v[:, t] + c, w[:, t] + c, lengths > t)
-        entropy = torch.where(lengths - 1 == t, -r.sum(-1), entropy)
+        live = lengths > t
+        mat = shared if shared is not None else Matrix.from_log(blocks[t - 1])
+        log_h, H = _step(x, H, mat, live)
+        x, _ = normalized(log_h + u[t], live)
+        if extra is not None:
+            H = H + extra[t]
+        entropy = torch.where(lengths - 1 == t, _final(x, H), entropy)
     return entropy
+
+
+def _final(x: Tensor, H: Tensor) -> Tensor:
+    """sum_j p(j) (H(j) - log p(j)) with p = softmax(x): (B,)."""
+    log_p = x - x.logsumexp(-1, keepdim=True)
+    return (log_p.exp() * (H - finite_or_zero(log_p))).sum(-1)

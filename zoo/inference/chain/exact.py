@@ -1,10 +1,10 @@
 """Exact linear-chain dynamic programs on dense log-potentials.
 
-* ``shared_log_partition``: the HMM case, one N x N transition, in scaled probability space (each
-  step one BLAS product with exp(log Psi); see ``scaled``), with the hand-written backward.
-* ``log_forward``: log space with log-einsum-exp (subtract a detached max, exponentiate, matmul,
-  log, add the max back); handles per-position B x (T-1) x N x N potentials without allocating
-  more than one position's block at a time, and is twice differentiable (entropy uses that).
+* ``shared_log_partition``: the HMM case, one N x N transition: the scaled forward (each step one
+  guarded BLAS product; see ``scaled``), with the hand-written backward.
+* ``log_forward``: the same forward with plain autograd; handles per-position B x (T-1) x N x N
+  potentials without allocating more than one position's block at a time, and is twice
+  differentiable.
 * ``viterbi``: max-product with back-pointers, chunked so a step never holds more than
   ``VITERBI_CHUNK`` elements.
 
@@ -28,54 +28,25 @@ def _last(values: Tensor, lengths: Tensor) -> Tensor:
     return values.gather(1, idx).squeeze(1)
 
 
-def _column_scaled(transition: Tensor) -> tuple[Tensor, Tensor]:
-    """exp(log Psi - c_j) with c_j the detached column max (so no column underflows); returns (P, c)."""
-    c = transition.detach().amax(-2, keepdim=True).clamp_min(-1e30)
-    c = torch.where(torch.isfinite(c), c, torch.zeros_like(c))
-    return (transition - c).exp(), c.squeeze(-2)
-
-
-def shared_scaled(chain: DenseChain) -> scaled.ScaledChain:
-    """The shared-transition chain as a scaled forward: left = exp(log Psi - c), c folded into u."""
-    P, c = _column_scaled(chain.transition)
-    u = chain.folded_unary()
-    return scaled.ScaledChain(torch.cat([u[:, :1], u[:, 1:] + c], 1), P)
+def log_space(chain: DenseChain) -> scaled.ScaledChain:
+    """The dense chain as a scaled forward: left = log Psi (N x N, or B x (T-1) x N x N)."""
+    return scaled.ScaledChain(chain.folded_unary(), chain.transition, left_is_log=True)
 
 
 def shared_log_partition(chain: DenseChain, lengths: Tensor) -> Tensor:
-    """log Z (B,) for a shared-transition chain, scaled probability space, fast backward."""
-    return scaled.log_partition(shared_scaled(chain), lengths)
+    """log Z (B,) for a shared-transition chain, with the hand-written backward."""
+    return scaled.log_partition(log_space(chain), lengths)
 
 
 def log_forward(chain: DenseChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """Log-space forward with log-einsum-exp steps.
+    """The forward with plain autograd (twice differentiable; per-position transitions too).
 
     Returns:
         log Z (B,) and the log forward variables alpha (B x T x N), alpha_t(j) = log of the total
-        score of prefixes ending in state j at position t (positions past a length are junk).
+        score of prefixes ending in state j at position t, up to a constant per position (each
+        position is shifted so its best state is 0; junk past each length).
     """
-    u = chain.folded_unary()
-    B, T, N = u.shape
-    # unbind, not u[:, t]: one backward that stacks the steps' gradients, instead of a full-size
-    # zero gradient per step (B x (T-1) x N x N for per-position transitions)
-    unary = u.unbind(1)
-    alphas = [unary[0]]
-    if chain.shared:
-        P, c = _column_scaled(chain.transition)
-    else:
-        transitions = chain.transition.unbind(1)
-    for t in range(1, T):
-        prev = alphas[-1]
-        mx = prev.detach().amax(-1, keepdim=True).clamp_min(-1e30)
-        if chain.shared:
-            step = (prev - mx).exp() @ P
-            cc = c
-        else:
-            Pt, cc = _column_scaled(transitions[t - 1])
-            step = ((prev - mx).exp().unsqueeze(-2) @ Pt).squeeze(-2)
-        alphas.append(step.log() + mx + cc + unary[t])
-    alphas = torch.stack(alphas, 1)
-    return _last(alphas, lengths).logsumexp(-1), alphas
+    return scaled.forward(log_space(chain), lengths)
 
 
 def viterbi(chain: DenseChain, lengths: Tensor) -> tuple[Tensor, Tensor]:

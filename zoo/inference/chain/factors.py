@@ -29,6 +29,7 @@ from zoo.inference.checks import (
     check_nonnegative,
     check_shape,
 )
+from zoo.inference.logmatmul import Matrix, log_matmul, logsumexp, safe_log
 
 
 def _per_sequence(name: str, value: Tensor, batch: int, states: int) -> Tensor:
@@ -48,12 +49,6 @@ def _batched_init(init: Tensor | None, batch: int, states: int, like: Tensor) ->
     init = _per_sequence("init", init, batch, states)
     check_finite("init", init)
     return init
-
-
-def safe_log(x: Tensor) -> Tensor:
-    """log of a non-negative tensor, with log 0 = -inf and no NaN gradient at 0."""
-    tiny = torch.finfo(x.dtype).tiny
-    return torch.where(x > 0, x.clamp_min(tiny).log(), torch.full_like(x, float("-inf")))
 
 
 class ChainFactors:
@@ -329,40 +324,44 @@ class LowRankChain(ChainFactors):
         """diag(c) L: N x R."""
         return self.left * self.log_scale.exp().unsqueeze(-1)
 
-    def _rank_weights(self) -> Tensor:
-        """B x (T-1) x R weights w_t (ones when absent)."""
-        B, T, _ = self.unary.shape
-        if self.log_rank_weights is None:
-            return self.left.new_ones(1, 1, self.rank).expand(B, T - 1, self.rank)
-        return self.log_rank_weights.exp()
+    def _log_inner(self, rows: Tensor, cols: Tensor, log_weights: Tensor | None) -> Tensor:
+        """log sum_r left[i, r] w[r] right[j, r] for left rows ... x K x R and right rows ... x M x R:
+        ... x K x M, in log space where rank weights are given (their spread may be hundreds of nats)."""
+        if log_weights is None:
+            return safe_log(rows @ cols.transpose(-1, -2))
+        right = Matrix.from_prob(cols.transpose(-1, -2))
+        return log_matmul(safe_log(rows) + log_weights.unsqueeze(-2), right)
 
     def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
-        w = self._rank_weights()
-        inner = (self.left[prev] * w * self.right[nxt]).sum(-1)
-        return self.log_scale[prev] + safe_log(inner)
+        w = self.log_rank_weights
+        terms = safe_log(self.left[prev]) + safe_log(self.right[nxt])
+        if w is not None:
+            terms = terms + w
+        return self.log_scale[prev] + logsumexp(terms)
 
     def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
-        w = self._rank_weights()[:, step - 2]  # B x R
-        cols = self.right[nxt] * w  # S x B x R
-        return self.log_scale + safe_log(cols @ self.left.T)
+        w = self.log_rank_weights
+        rows = safe_log(self.right[nxt])  # S x B x R
+        if w is not None:
+            rows = rows + w[:, step - 2]
+        return self.log_scale + log_matmul(rows, Matrix.from_prob(self.left.T))
 
     def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
-        w = self._rank_weights().unsqueeze(-2)  # B x (T-1) x 1 x R
-        inner = (self.left[rows] * w) @ self.right[cols].transpose(-1, -2)
-        return self.log_scale[rows].unsqueeze(-1) + safe_log(inner)
+        w = self.log_rank_weights
+        inner = self._log_inner(self.left[rows], self.right[cols], w)
+        return self.log_scale[rows].unsqueeze(-1) + inner
 
     def state_prior(self) -> Tensor:
         mass = self.scaled_left() @ self.right.sum(0)
         return safe_log(mass).expand(self.batch, self.num_states)
 
     def dense(self) -> DenseChain:
-        if self.log_rank_weights is None:
-            trans = self.log_scale.unsqueeze(-1) + safe_log(self.left @ self.right.T)
-        else:
-            w = self.log_rank_weights.exp().unsqueeze(-2)  # B x (T-1) x 1 x R
-            inner = (self.left * w) @ self.right.T  # B x (T-1) x N x N
-            trans = self.log_scale.unsqueeze(-1) + safe_log(inner)
-        return DenseChain(self.unary, trans, self.init)
+        w = self.log_rank_weights
+        if w is None:
+            inner = safe_log(self.left @ self.right.T)
+        else:  # B x (T-1) x N x N
+            inner = log_matmul(safe_log(self.left) + w.unsqueeze(-2), Matrix.from_prob(self.right.T))
+        return DenseChain(self.unary, self.log_scale.unsqueeze(-1) + inner, self.init)
 
 
 class RankSpaceChain(ChainFactors):
@@ -419,7 +418,8 @@ class RankSpaceChain(ChainFactors):
     def init(self) -> Tensor:
         """B x N: log sum_{z0, r} s(z0) U[z0, r] W[x_1, r] V[z1, r] (recomputed on each use, so a
         use under no_grad never leaves a detached copy behind)."""
-        return safe_log((self.start @ self.U * self.emission[:, 0].exp()) @ self.V.T)
+        first = safe_log(self.start @ self.U) + self.emission[:, 0]  # B x R, log space: W may be tiny
+        return log_matmul(first, Matrix.from_prob(self.V.T))
 
     @property
     def rank(self) -> int:

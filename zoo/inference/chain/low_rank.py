@@ -5,22 +5,16 @@ alpha_t = ((alpha_{t-1} @ diag(c) L) * w_t) @ R^T * exp(unary_t): N x N is never
 
 from __future__ import annotations
 
-import torch
-
 from zoo.inference.chain import scaled
 from zoo.inference.chain.engine import FALLBACK, NATIVE, ChainEngine
 from zoo.inference.chain.factors import LowRankChain, RankSpaceChain
 
 
 def low_rank_scaled(chain: LowRankChain) -> scaled.ScaledChain:
-    """The low-rank chain as a scaled forward; each step's rank-weight max is folded into u."""
-    u = chain.folded_unary()
-    weights = None
-    if chain.log_rank_weights is not None:
-        m = chain.log_rank_weights.detach().amax(-1, keepdim=True).clamp_min(-1e30)
-        weights = (chain.log_rank_weights - m).exp()
-        u = u + torch.cat([torch.zeros_like(u[:, :1, :1]), m], 1)  # no weights into position 1
-    return scaled.ScaledChain(u, chain.scaled_left(), chain.right, weights)
+    """The low-rank chain as a scaled forward: left = diag(c) L, right = R, the rank log-weights between."""
+    return scaled.ScaledChain(
+        chain.folded_unary(), chain.scaled_left(), chain.right, chain.log_rank_weights
+    )
 
 
 class LowRankEngine(ChainEngine):

@@ -12,8 +12,9 @@ from torch import Tensor
 
 from zoo.inference.chain import scaled
 from zoo.inference.chain.engine import FALLBACK, NATIVE, ChainEngine
-from zoo.inference.chain.factors import RankSpaceChain, safe_log
+from zoo.inference.chain.factors import RankSpaceChain
 from zoo.inference.chain.low_rank import LowRankEngine
+from zoo.inference.logmatmul import safe_log
 
 
 def rank_transition(chain: RankSpaceChain) -> Tensor:

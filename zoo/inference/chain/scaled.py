@@ -1,23 +1,24 @@
-"""The scaled forward in probability space, shared by the exact (shared transition), low-rank and
-rank-space DPs.
+"""The scaled forward shared by the exact (shared transition), low-rank and rank-space chain DPs.
 
 A ``ScaledChain`` describes a chain whose forward step is
 
-    a_t = ((a_{t-1} @ left) * w_t) @ right^T * exp(u_t)        (right, w optional)
+    alpha_t = log( exp(log( exp(alpha_{t-1}) @ left ) + lw_t) @ right^T ) + u_t   (right, lw optional)
 
-* exact HMM: left = exp(log Psi) (N x N);
-* low-rank: left = diag(c) phi(U) (N x R), right = phi(V) (N x R), w_t the rank weights;
+* exact HMM: left = log Psi (N x N, given in log form);
+* low-rank: left = diag(c) phi(U) (N x R), right = phi(V) (N x R), lw_t the log rank weights;
 * rank-space: left = V^T U (R x R) over rank nodes, with end weights ``final`` = 1^T V.
 
-Each step's vector is divided by its sum and the log of the sum accumulated, so nothing under- or
-overflows and every step stays a plain matrix product (REFERENCE §4.1-4.3). Two implementations:
+Every product is a guarded one (``zoo.inference.logmatmul``): one BLAS call in probability space,
+with the entries that float underflow could have touched recomputed by a log-sum-exp. The forward
+variables are kept in log space, each position shifted so its best state is 0 (the shifts, summed
+at the end, give log Z), so a path that is hundreds of nats behind at one position is still exact
+when it is the only one left later, and every local quantity stays of the size of the potentials.
 
-* ``log_partition``: a hand-written backward (``torch.autograd.Function``). It runs the scaled
-  backward recursion and forms the gradients of ``left`` and ``right`` with one (T B) x K by
-  (T B) x M product each at the end, instead of T rank-B updates (what autograd would do), which
-  is memory-bound. Once differentiable.
-* ``forward``: plain autograd (twice differentiable), also returning the log forward variables
-  (used by sampling).
+* ``log_partition``: a hand-written backward (``torch.autograd.Function``): the gradient of log Z
+  w.r.t. the forward variables is a posterior marginal (in [0, 1]), propagated back through each
+  product; each matrix's gradient is one (T B) x K by (T B) x M product at the end, instead of
+  T rank-B updates (what autograd would do), which is memory-bound. Once differentiable.
+* ``forward``: plain autograd (twice differentiable), also returning the log forward variables.
 """
 
 from __future__ import annotations
@@ -27,139 +28,235 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from zoo.inference.logmatmul import (
+    Matrix,
+    detached_max,
+    exact_entries,
+    log_matmul,
+    repair_index,
+    safe_log,
+)
+
 
 @dataclass
 class ScaledChain:
     """The operands of a scaled forward; shapes B batch, T positions, K vector size, M inner size.
 
     Attributes:
-        u: B x T x K log-factors multiplied in at each position (emissions, with any per-position
-            constants folded in; -inf allowed).
-        left: K x M non-negative.
+        u: B x T x K log-factors added at each position (emissions, init folded in; -inf allowed).
+        left: K x M, log-potentials when ``left_is_log`` else non-negative.
         right: K x M non-negative, or None (then M = K and the step ends after ``left``).
-        weights: B x (T-1) x M non-negative, or None.
+        log_weights: B x (T-1) x M log-weights between the two products, or None.
         final: K non-negative end weights, or None (sum).
+        left_is_log: whether ``left`` holds log-potentials.
     """
 
     u: Tensor
     left: Tensor
     right: Tensor | None = None
-    weights: Tensor | None = None
+    log_weights: Tensor | None = None
     final: Tensor | None = None
+    left_is_log: bool = False
 
-    def step(self, t: int, a: Tensor) -> tuple[Tensor, Tensor]:
-        """(h, a') for the step into position t + 1 (0-based): h = a @ left, a' = (h * w_t) @ right^T."""
-        h = a @ self.left
-        g = h * self.weights[:, t] if self.weights is not None else h
-        return h, (g @ self.right.T if self.right is not None else g)
-
-
-def _pull_max(u: Tensor) -> tuple[Tensor, Tensor]:
-    """exp(u - max) and the detached max over the last dim."""
-    m = u.detach().amax(-1, keepdim=True).clamp_min(-1e30)
-    return (u - m).exp(), m.squeeze(-1)
+    def matrices(self) -> list[Matrix]:
+        """The step's products in order: left, then right^T."""
+        left = Matrix.from_log(self.left) if self.left_is_log else Matrix.from_prob(self.left)
+        return [left] if self.right is None else [left, Matrix.from_prob(self.right.T)]
 
 
-def check_mass(s: Tensor, live: Tensor) -> None:
-    if (s[live] <= 0).any():
+def check_alive(shift: Tensor, live: Tensor) -> None:
+    """Raise where a live sequence has no surviving path (its best forward value is -inf)."""
+    if bool((torch.isneginf(shift) & live).any()):
         raise ValueError("the chain has zero probability (no path survives a -inf mask)")
+
+
+def normalized(y: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
+    """(y - n, n) with n the detached max of each row (0 for a dead row past its length)."""
+    n = y.detach().amax(-1)
+    check_alive(n, live)
+    n = torch.where(torch.isfinite(n), n, torch.zeros_like(n))
+    return y - n.unsqueeze(-1), n
+
+
+def _log_end(chain: ScaledChain) -> Tensor | None:
+    return None if chain.final is None else safe_log(chain.final)
+
+
+def total(alphas: Tensor, shifts: Tensor, lengths: Tensor, log_final: Tensor | None) -> Tensor:
+    """log Z (B,) = the shifts inside each length + lse_j(alpha_L(j) + log final_j)."""
+    B, T, _ = alphas.shape
+    valid = torch.arange(T, device=alphas.device) < lengths.unsqueeze(-1)
+    last = alphas[torch.arange(B, device=alphas.device), lengths - 1]
+    if log_final is not None:
+        last = last + log_final
+    end = last.logsumexp(-1)
+    check_alive(end.detach(), torch.ones_like(end, dtype=torch.bool))
+    return torch.where(valid, shifts, 0).sum(-1) + end
+
+
+def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """log Z (B,) and the log forward variables (B x T x K, each position shifted so its max is 0;
+    junk past each length), plain autograd. ``left`` may also be per position: B x (T-1) x K x M."""
+    per_position = chain.left.dim() == 4
+    mats = None if per_position else chain.matrices()
+    # unbind, not [:, t]: one backward that stacks the steps' gradients, instead of a full-size
+    # zero gradient per step (B x (T-1) x K x M for per-position transitions)
+    u = chain.u.unbind(1)
+    blocks = chain.left.unbind(1) if per_position else None
+    weights = chain.log_weights.unbind(1) if chain.log_weights is not None else None
+    x, n = normalized(u[0], lengths > 0)
+    xs, ns = [x], [n]
+    for t in range(1, len(u)):
+        live = lengths > t
+        if per_position:
+            mats = [Matrix.from_log(blocks[t - 1]) if chain.left_is_log else Matrix.from_prob(blocks[t - 1])]
+        y = log_matmul(x, mats[0], live)
+        if weights is not None:
+            y = y + weights[t - 1]
+        if len(mats) > 1:
+            y = log_matmul(y, mats[1], live)
+        x, n = normalized(y + u[t], live)
+        xs.append(x)
+        ns.append(n)
+    alphas = torch.stack(xs, 1)
+    return total(alphas, torch.stack(ns, 1), lengths, _log_end(chain)), alphas
+
+
+@dataclass
+class _Saved:
+    """One product of one step, as the backward needs it: the input x (B x K), the product h
+    (B x M), the repaired entries' indices and exact values."""
+
+    x: Tensor
+    h: Tensor
+    index: tuple[Tensor, ...] | None
+    exact: Tensor | None
+
+
+def _product(x: Tensor, mat: Matrix, live: Tensor) -> tuple[Tensor, _Saved]:
+    """The guarded product without autograd, keeping what its backward needs."""
+    m = detached_max(x)
+    h = (x - m).exp() @ mat.scaled
+    out = safe_log(h) + m + mat.shift
+    index = repair_index(h, mat.rows, live)
+    exact = None
+    if index is not None:
+        exact = exact_entries(x, mat.log, index)
+        out = out.index_put(index, exact)
+    return out, _Saved(x, h, index, exact)
+
+
+def _product_backward(g_out: Tensor, s: _Saved, mat: Matrix, repairs: list) -> tuple[Tensor, Tensor]:
+    """(d/dx, d/dh) of one product given d/dout; each repaired entry's (column, x row, exact value,
+    d/dout) goes to ``repairs`` for the matrix gradient."""
+    g = g_out if s.index is None else g_out.index_put(s.index, g_out.new_zeros(()))
+    g_h = torch.where(s.h > 0, g / s.h, 0.0)
+    v = (s.x - detached_max(s.x)).exp()
+    g_x = (g_h @ mat.scaled.T) * v
+    if s.index is not None:
+        lead, col = s.index[:-1], s.index[-1]
+        rows, g_sel = s.x[lead], g_out[s.index]
+        w = _repair_weights(rows + mat.log[:, col].T, s.exact, g_sel)  # softmax over the K inputs
+        g_x = g_x.index_put(lead, w, accumulate=True)
+        repairs.append((col, rows, s.exact, g_sel))
+    return g_x, g_h
+
+
+def _repair_weights(scores: Tensor, exact: Tensor, g: Tensor) -> Tensor:
+    """g * exp(scores - exact), n x K, with 0 for an entry whose exact value is -inf."""
+    w = (scores - exact.unsqueeze(-1)).exp()
+    return torch.where(torch.isneginf(exact).unsqueeze(-1), 0.0, w) * g.unsqueeze(-1)
+
+
+def _matrix_grad(raw: Tensor, mat: Matrix, is_log: bool, xs: list, ghs: list, repairs: list) -> Tensor:
+    """The gradient w.r.t. the caller's K x M matrix (log-potentials or non-negative) from all steps:
+    one (T B) x K by (T B) x M product, plus the repaired entries' exact gradients."""
+    x = torch.stack(xs)
+    V = (x - detached_max(x)).exp().flatten(0, -2)
+    grad = V.T @ torch.stack(ghs).flatten(0, -2)  # d/d scaled
+    if is_log:  # scaled = exp(log M - c)
+        grad = grad * mat.scaled
+        for col, rows, exact, g in repairs:
+            grad = grad.index_add(1, col, _repair_weights(rows + raw[:, col].T, exact, g).T)
+        return grad
+    top = raw.amax(-2, keepdim=True)  # scaled = M / top
+    grad = grad / torch.where(top > 0, top, torch.ones_like(top))
+    for col, rows, exact, g in repairs:  # d exact / d M[i, j] = exp(x_i - exact)
+        grad = grad.index_add(1, col, _repair_weights(rows, exact, g).T)
+    return grad
 
 
 class _ScaledForward(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, u, left, right, weights, final, lengths):
-        chain = ScaledChain(u, left, right, weights, final)
-        e, m = _pull_max(u)
-        B, T, K = u.shape
-        tiny = torch.finfo(u.dtype).tiny
-        alphas = u.new_empty(B, T, K)
-        scales = u.new_empty(B, T)
-        inner = u.new_empty(B, max(T - 1, 0), left.shape[1])  # h_t, kept for the w / right grads
-        a = e[:, 0]
-        for t in range(T):
-            if t > 0:
-                inner[:, t - 1], a = chain.step(t - 1, alphas[:, t - 1])
-                a = a * e[:, t]
-            s = a.sum(-1)
-            check_mass(s, lengths > t)
-            scales[:, t] = s.clamp_min(tiny)
-            alphas[:, t] = a / scales[:, t].unsqueeze(-1)
-        valid = torch.arange(T, device=u.device) < lengths.unsqueeze(-1)
-        log_z = ((scales.log() + m) * valid).sum(-1)
-        if final is not None:
-            last = alphas[torch.arange(B), lengths - 1]
-            log_z = log_z + (last @ final).clamp_min(tiny).log()
-        ctx.save_for_backward(alphas, scales, e, inner, valid, lengths, left, right, weights, final)
+    def forward(ctx, u, left, right, log_weights, final, lengths, left_is_log):
+        chain = ScaledChain(u, left, right, log_weights, final, left_is_log)
+        mats = chain.matrices()
+        T = u.shape[1]
+        x, n = normalized(u[:, 0], lengths > 0)
+        xs, ns, saved = [x], [n], []
+        for t in range(1, T):
+            live = lengths > t
+            y, first = _product(x, mats[0], live)
+            step = [first]
+            if log_weights is not None:
+                y = y + log_weights[:, t - 1]
+            if len(mats) > 1:
+                y, second = _product(y, mats[1], live)
+                step.append(second)
+            x, n = normalized(y + u[:, t], live)
+            xs.append(x)
+            ns.append(n)
+            saved.append(step)
+        alphas = torch.stack(xs, 1)
+        log_end = _log_end(chain)
+        log_z = total(alphas, torch.stack(ns, 1), lengths, log_end)
+        ctx.chain, ctx.mats, ctx.saved, ctx.log_end = chain, mats, saved, log_end
+        ctx.save_for_backward(alphas, lengths)
         return log_z
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        alphas, scales, e, inner, valid, lengths, left, right, weights, final = ctx.saved_tensors
+        alphas, lengths = ctx.saved_tensors
+        chain, mats, saved = ctx.chain, ctx.mats, ctx.saved
         B, T, K = alphas.shape
         rows = torch.arange(B, device=alphas.device)
-        end = alphas.new_ones(B, K) if final is None else final.expand(B, K)
-        if final is not None:
-            norm = alphas[rows, lengths - 1] @ final
-            end = end / norm.unsqueeze(-1)
-        end = end * grad.unsqueeze(-1)  # everything below is linear in the end vector
-        betas = torch.empty_like(alphas)
-        betas[:, T - 1] = end
-        ys = alphas.new_zeros(B, max(T - 1, 0), K)  # b_t * e_t / s_t (masked), t = 2..T
-        zs = alphas.new_zeros(B, max(T - 1, 0), left.shape[1])  # y_t @ right, then * w_t
+        last = alphas[rows, lengths - 1] + (0 if ctx.log_end is None else ctx.log_end)
+        end = (last - last.logsumexp(-1, keepdim=True)).exp() * grad.unsqueeze(-1)  # B x K
+        grad_u = torch.zeros_like(alphas)
+        g = alphas.new_zeros(B, K)
+        per_matrix = [([], [], []) for _ in mats]  # inputs, d/dh, repairs
+        grad_lw = torch.zeros_like(chain.log_weights) if chain.log_weights is not None else None
         for t in range(T - 1, 0, -1):
-            y = betas[:, t] * e[:, t] / scales[:, t].unsqueeze(-1) * valid[:, t].unsqueeze(-1)
-            z = y @ right if right is not None else y
-            ys[:, t - 1] = y
-            zs[:, t - 1] = z
-            zw = z * weights[:, t - 1] if weights is not None else z
-            betas[:, t - 1] = torch.where((lengths - 1 == t - 1).unsqueeze(-1), end, zw @ left.T)
-        grad_u = alphas * betas * valid.unsqueeze(-1)
-        grad_left = grad_right = grad_w = grad_final = None
-        if T > 1:
-            zw = zs * weights if weights is not None else zs
-            prev = alphas[:, :-1].reshape(-1, K)
-            if ctx.needs_input_grad[1]:
-                grad_left = prev.T @ zw.reshape(-1, zw.shape[-1])
-            if right is not None and ctx.needs_input_grad[2]:
-                h = inner * weights if weights is not None else inner
-                grad_right = ys.reshape(-1, K).T @ h.reshape(-1, h.shape[-1])
-            if weights is not None and ctx.needs_input_grad[3]:
-                grad_w = inner * zs
-        if final is not None and ctx.needs_input_grad[4]:
-            last = alphas[rows, lengths - 1]
-            grad_final = (last * (grad / norm).unsqueeze(-1)).sum(0)
-        return grad_u, grad_left, grad_right, grad_w, grad_final, None
+            g = torch.where((lengths - 1 == t).unsqueeze(-1), end, g)
+            grad_u[:, t] = g
+            for p in range(len(mats) - 1, -1, -1):
+                if p == 0 and grad_lw is not None:  # the weights are added to the first product's output
+                    grad_lw[:, t - 1] = g
+                s = saved[t - 1][p]
+                xs, ghs, repairs = per_matrix[p]
+                g, g_h = _product_backward(g, s, mats[p], repairs)
+                xs.append(s.x)
+                ghs.append(g_h)
+        grad_u[:, 0] = torch.where((lengths == 1).unsqueeze(-1), end, g)
+        raws = [chain.left, chain.right.T if chain.right is not None else None]
+        grads = [None, None]
+        for p, (xs, ghs, repairs) in enumerate(per_matrix):
+            if ctx.needs_input_grad[1 + p]:
+                grads[p] = (
+                    _matrix_grad(raws[p], mats[p], p == 0 and chain.left_is_log, xs, ghs, repairs)
+                    if xs else torch.zeros_like(raws[p])
+                )
+        grad_right = grads[1].T if grads[1] is not None else None
+        grad_final = None
+        if chain.final is not None and ctx.needs_input_grad[4]:  # d/df_j lse(x + log f) = exp(x_j - lse)
+            x_end = alphas[rows, lengths - 1]
+            grad_final = (_repair_weights(x_end, (x_end + ctx.log_end).logsumexp(-1), grad)).sum(0)
+        return grad_u, grads[0], grad_right, grad_lw, grad_final, None, None
 
 
 def log_partition(chain: ScaledChain, lengths: Tensor) -> Tensor:
     """log Z (B,) with the hand-written backward (once differentiable)."""
     return _ScaledForward.apply(
-        chain.u, chain.left, chain.right, chain.weights, chain.final, lengths
+        chain.u, chain.left, chain.right, chain.log_weights, chain.final, lengths, chain.left_is_log
     )
-
-
-def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """log Z (B,) and log forward variables (B x T x K, junk past each length), plain autograd."""
-    e, m = _pull_max(chain.u)
-    B, T, _ = e.shape
-    tiny = torch.finfo(e.dtype).tiny
-    log_z = e.new_zeros(B)
-    running = e.new_zeros(B)
-    alphas = []
-    a = e[:, 0]
-    for t in range(T):
-        if t > 0:
-            a = chain.step(t - 1, a)[1] * e[:, t]
-        s = a.sum(-1, keepdim=True)
-        live = lengths > t
-        check_mass(s.squeeze(-1), live)
-        log_s = s.squeeze(-1).clamp_min(tiny).log() + m[:, t]
-        a = a / s.clamp_min(tiny)
-        running = running + log_s
-        alphas.append(torch.where(a > 0, a.clamp_min(tiny).log(), float("-inf")) + running.unsqueeze(-1))
-        log_z = log_z + torch.where(live, log_s, 0)
-        if chain.final is not None:
-            end = (a @ chain.final).clamp_min(tiny).log()
-            log_z = log_z + torch.where(lengths - 1 == t, end, 0)
-    return log_z, torch.stack(alphas, 1)

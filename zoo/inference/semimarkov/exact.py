@@ -51,10 +51,13 @@ def probed_entropy(f: FactorizedSemiMarkov, lengths: Tensor, build) -> Tensor:
 
     ``build(unary, transition, duration, init)`` -> the log Z (B,) of the model with these potentials
     (transition B x N x N, a per-sequence copy, so its gradient is per sequence). Differentiable.
+    Each frame's unary is shifted by its best state's (every segmentation covers each frame once, so
+    H does not change): log Z and E[score] then stay small, and their difference keeps its digits.
     """
     dense = f if isinstance(f, DenseSemiMarkov) else f.dense()
     B, N = dense.batch, dense.num_states
-    thetas = (dense.unary, dense.transition.expand(B, N, N), dense.duration, dense.init)
+    unary = dense.unary - _finite(dense.unary.detach().amax(-1, keepdim=True))
+    thetas = (unary, dense.transition.expand(B, N, N), dense.duration, dense.init)
     differentiable = torch.is_grad_enabled() and requires_grad(f)
     with torch.enable_grad():
         probes = [torch.zeros_like(x, requires_grad=True) for x in thetas]

@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.chain.factors import safe_log
 from zoo.inference.checks import as_tensor, check_finite, check_nonnegative, check_shape
+from zoo.inference.logmatmul import Matrix, log_matmul, logsumexp, safe_log
 
 
 def _per_sequence(name: str, value: Tensor | None, batch: int, states: int, like: Tensor) -> Tensor:
@@ -66,8 +66,14 @@ def _check_duration(duration: Tensor, batch: int, states: int, label: str = "N")
 
 
 def cumulative(unary: Tensor) -> Tensor:
-    """C: B x (T+1) x K, C[:, t] = sum of unary over frames 0..t-1 (C[:, 0] = 0)."""
-    return torch.cat([unary.new_zeros(unary.shape[0], 1, unary.shape[2]), unary.cumsum(1)], 1)
+    """C: B x (T+1) x K, C[:, t] = sum of unary over frames 0..t-1 (C[:, 0] = 0), in float64.
+
+    A segment's emission is a difference C[s + d] - C[s]; over hundreds of frames of Gaussian
+    log-likelihoods C reaches 1e5 to 1e6 nats, where float32's spacing alone is 0.01 to 0.1 nats,
+    so the sums are kept in float64 and each difference is cast back to the working dtype.
+    """
+    C = unary.to(torch.float64).cumsum(1)
+    return torch.cat([C.new_zeros(C.shape[0], 1, C.shape[2]), C], 1)
 
 
 class SemiMarkovFactors:
@@ -152,7 +158,7 @@ class FactorizedSemiMarkov(SemiMarkovFactors):
 
     def segment_scores(self, b, s, d, prev, z):
         C = self.cumulative()
-        emit = C[b, s + d, z] - C[b, s, z]
+        emit = (C[b, s + d, z] - C[b, s, z]).to(self.unary.dtype)
         dur = self.duration[b, z, d - 1]
         first = self.init[b, z]
         trans = self.transition_entries(prev.clamp_min(0), z)
@@ -199,20 +205,22 @@ class DenseSemiMarkov(FactorizedSemiMarkov):
     def edge_form(self) -> EdgeSemiMarkov:
         """The per-segment form (B x (T-1) x D x N x N): tests and tiny sizes only."""
         N, D = self.num_states, self.max_duration
-        seg = segment_emissions(self.cumulative(), D) + self.duration.transpose(1, 2).unsqueeze(1)
+        seg = segment_emissions(self.cumulative(), D, self.unary.dtype)
+        seg = seg + self.duration.transpose(1, 2).unsqueeze(1)
         first = seg[:, 0] + self.init.unsqueeze(1)  # B x D x N
         edge = seg[:, 1:].unsqueeze(-2) + self.transition.view(1, 1, 1, N, N)
         return EdgeSemiMarkov(first, edge)
 
 
-def segment_emissions(C: Tensor, D: int) -> Tensor:
-    """E: B x T x D x K, E[b, s, d-1] = C[s + d] - C[s], -inf where s + d > T (small sizes only)."""
+def segment_emissions(C: Tensor, D: int, dtype: torch.dtype) -> Tensor:
+    """E: B x T x D x K in ``dtype``, E[b, s, d-1] = C[s + d] - C[s], -inf where s + d > T (small
+    sizes only)."""
     B, T1, K = C.shape
     T = T1 - 1
     s = torch.arange(T, device=C.device).view(T, 1)
     e = s + torch.arange(1, D + 1, device=C.device).view(1, D)
     valid = e <= T
-    out = C[:, e.clamp_max(T)] - C[:, s]  # B x T x D x K
+    out = (C[:, e.clamp_max(T)] - C[:, s]).to(dtype)  # B x T x D x K
     return torch.where(valid.view(1, T, D, 1), out, float("-inf"))
 
 
@@ -373,29 +381,25 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
 
     def log_rank_weights(self) -> Tensor:
         """log w_r(s, d): B x T x D x R (-inf where the segment ends past T); small sizes only."""
-        emissions = segment_emissions(self.cumulative(), self.max_duration)
+        emissions = segment_emissions(self.cumulative(), self.max_duration, self.emission.dtype)
         return emissions + self.duration.transpose(1, 2).unsqueeze(1)
 
     def segment_scores(self, b, s, d, prev, z):
         C = self.cumulative()
         dur = self.duration[b]  # ... x R x D
         index = (d - 1).view(*d.shape, 1, 1).expand(*d.shape, self.rank, 1)
-        logw = C[b, s + d] - C[b, s] + dur.gather(-1, index).squeeze(-1)  # ... x R
-        m = logw.detach().amax(-1, keepdim=True).clamp_min(-1e30)
+        logw = (C[b, s + d] - C[b, s]).to(self.emission.dtype) + dur.gather(-1, index).squeeze(-1)  # ... x R
         first_rank = self.start[b] @ self.U  # ... x R
         prev_rank = torch.where((prev < 0).unsqueeze(-1), first_rank, self.U[prev.clamp_min(0)])
-        inner = (prev_rank * self.V[z] * (logw - m).exp()).sum(-1)
-        return safe_log(inner) + m.squeeze(-1)
+        return logsumexp(safe_log(prev_rank) + safe_log(self.V[z]) + logw)
 
     def dense(self) -> EdgeSemiMarkov:
-        """The per-segment form: B x (T-1) x D x N x N (tiny sizes only)."""
+        """The per-segment form: B x (T-1) x D x N x N (tiny sizes only), in log space: the rank
+        weights may spread over hundreds of nats."""
         w = self.log_rank_weights()  # B x T x D x R
-        m = w.detach().amax(-1, keepdim=True).clamp_min(-1e30)
-        pw = (w - m).exp()
-        first = safe_log(((self.start @ self.U).unsqueeze(1).unsqueeze(1) * pw[:, :1]) @ self.V.T)[:, 0]
-        first = first + m[:, 0]
-        inner = torch.einsum("ir,btdr,jr->btdij", self.U, pw[:, 1:], self.V)
-        edge = safe_log(inner) + m[:, 1:].unsqueeze(-1)
+        right = Matrix.from_prob(self.V.T)
+        first = log_matmul(safe_log(self.start @ self.U).unsqueeze(1) + w[:, 0], right)  # B x D x N
+        edge = log_matmul(safe_log(self.U) + w[:, 1:].unsqueeze(-2), right)  # B x (T-1) x D x N x N
         return EdgeSemiMarkov(first, edge)
 
 

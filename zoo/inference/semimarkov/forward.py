@@ -28,9 +28,8 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain.engine import gumbel_noise
-from zoo.inference.chain.factors import safe_log
+from zoo.inference.logmatmul import NEG, Matrix, log_matmul, safe_log
 
-NEG = -1e30
 MAX_CHUNK = 2**24  # elements of one block in the max-product transition
 
 
@@ -40,15 +39,9 @@ def lse(x: Tensor, dim: int) -> Tensor:
     return safe_log((x - m).exp().sum(dim)) + m.squeeze(dim)
 
 
-def _column_scaled(log_matrix: Tensor) -> tuple[Tensor, Tensor]:
-    """exp(M - c) with c the detached column max (finite), and c: (..., K)."""
-    c = log_matrix.detach().amax(-2, keepdim=True).clamp_min(NEG)
-    c = torch.where(torch.isfinite(c), c, torch.zeros_like(c))
-    return (log_matrix - c).exp(), c.squeeze(-2)
-
-
 class MatrixStep:
-    """alpha = lse_i beta[i] + log M[i, j] as log-einsum-exp; M is K x K or B x K x K.
+    """alpha = lse_i beta[i] + log M[i, j], a guarded product (``zoo.inference.logmatmul``); M is
+    K x K or B x K x K.
 
     Args:
         log_matrix: log M (for the exact DP: the transition log-potentials), or None with ``prob``.
@@ -56,22 +49,14 @@ class MatrixStep:
     """
 
     def __init__(self, log_matrix: Tensor | None = None, prob: Tensor | None = None):
-        self.log_matrix = log_matrix
-        if prob is None:
-            self.P, self.c = _column_scaled(log_matrix)
-        else:
-            self.P, self.c = prob, None
+        self.matrix = Matrix.from_log(log_matrix) if prob is None else Matrix.from_prob(prob)
 
-    def __call__(self, t: int, beta: Tensor) -> Tensor:
-        m = beta.detach().amax(-1, keepdim=True).clamp_min(NEG)
-        v = (beta - m).exp()
-        out = v @ self.P if self.P.dim() == 2 else (v.unsqueeze(-2) @ self.P).squeeze(-2)
-        out = safe_log(out) + m
-        return out if self.c is None else out + self.c
+    def __call__(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
+        return log_matmul(beta, self.matrix, live)
 
-    def max(self, t: int, beta: Tensor) -> Tensor:
+    def max(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
         """max_i beta[i] + log M[i, j], in chunks of columns."""
-        M = self.log_matrix if self.log_matrix is not None else safe_log(self.P)
+        M = self.matrix.log
         B, K = beta.shape
         chunk = max(1, MAX_CHUNK // max(1, B * K))
         out = []
@@ -88,7 +73,8 @@ class Problem:
         cum: B x (T+1) x K cumulative frame log-potentials (C[:, 0] = 0).
         duration: B x K x D duration log-potentials.
         init: B x K log-potentials of the first segment's node.
-        step: ``step(t, beta)`` -> B x K, the mass entering segments that start at frame t (log).
+        step: ``step(t, beta, live)`` -> B x K, the mass entering segments that start at frame t (log);
+            ``live`` (B,) marks the sequences longer than t (the others are junk).
         max_step: the max-product ``step`` (Viterbi), or None where the backend has none.
         final: K or B x K log end weights, or None.
     """
@@ -105,7 +91,7 @@ class Problem:
         return self.cum.shape[1] - 1
 
 
-def segment_windows(cum: Tensor, D: int, probe: Tensor | None = None) -> Tensor:
+def segment_windows(cum: Tensor, D: int, dtype: torch.dtype, probe: Tensor | None = None) -> Tensor:
     """The emission (plus probe) of every segment by its end: B x T x D x K, [:, t-1, i] for the segment
     of duration d = D - i ending at frame t (starting at t - d; rows with t - d < 0 are never read).
 
@@ -117,7 +103,7 @@ def segment_windows(cum: Tensor, D: int, probe: Tensor | None = None) -> Tensor:
     ends = torch.arange(1, T + 1, device=cum.device).view(T, 1)
     durations = torch.arange(D, 0, -1, device=cum.device).view(1, D)
     starts = (ends - durations).clamp_min(0)  # T x D
-    out = cum[:, 1:].unsqueeze(2) - cum[:, starts]
+    out = (cum[:, 1:].unsqueeze(2) - cum[:, starts]).to(dtype)
     if probe is not None:  # probe B x T x D x K: segment (start, duration, node)
         out = out + probe[:, starts, (durations - 1).expand(T, D)]
     return out
@@ -142,9 +128,10 @@ def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semi
     reduce = lse if semiring == "log" else (lambda x, dim: x.amax(dim))
     step = problem.step if semiring == "log" else problem.max_step
     dur_rev = dur.transpose(1, 2).flip(1)  # B x D x K, row i holds duration D - i
-    segments = segment_windows(cum, D, probe).unbind(1)  # per end frame: B x D x K (one backward for all)
+    # per end frame: B x D x K (one backward for all)
+    segments = segment_windows(cum, D, dur.dtype, probe).unbind(1)
     alphas = [init]
-    betas = [cum.new_full((B, K), float("-inf"))]
+    betas = [dur.new_full((B, K), float("-inf"))]
     for t in range(1, T + 1):
         n = min(D, t)
         window = torch.stack(alphas[t - n : t], 1) if n > 1 else alphas[t - 1].unsqueeze(1)
@@ -153,7 +140,7 @@ def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semi
         beta = reduce(x, 1)
         betas.append(beta)
         if t < T:
-            alphas.append(step(t, beta))
+            alphas.append(step(t, beta, lengths > t))
     ends = torch.stack(betas, 1)
     last = ends[torch.arange(B, device=cum.device), lengths]
     if problem.final is not None:
@@ -177,7 +164,8 @@ def factorized_choice(problem: Problem, ends: Tensor, columns: Callable[[Tensor]
         s = t.unsqueeze(-1) - dd  # S x B x D
         valid, sc = s >= 0, s.clamp_min(0)
         jj = j.unsqueeze(-1).expand(S, B, D)
-        seg = cum[b, t.unsqueeze(-1).expand(S, B, D), jj] - cum[b, sc, jj] + dur[b, jj, dd - 1]
+        emit = cum[b, t.unsqueeze(-1).expand(S, B, D), jj] - cum[b, sc, jj]
+        seg = emit.to(dur.dtype) + dur[b, jj, dd - 1]
         prev = ends[b, sc] + columns(j).unsqueeze(-2)  # S x B x D x K
         first = init[b, jj]  # S x B x D
         slot0 = torch.arange(K, device=cum.device) == 0

@@ -1,7 +1,7 @@
 """The low-rank HSMM forward (LHSMM, Chiu et al. 2021, Eq. 6): each transition is two skinny products.
 
-alpha_t = ((beta_t @ diag(c) L) @ R^T [- beta_t * c * diag(L R^T) without self-transitions]), so a
-frame costs O(D N + N R) and N x N is never built.
+alpha_t = ((beta_t @ diag(c) L) @ R^T [- beta_t * c * diag(L R^T) without self-transitions]), in log
+space with guarded products, so a frame costs O(D N + N R) and N x N is never built.
 """
 
 from __future__ import annotations
@@ -9,27 +9,40 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.chain.factors import safe_log
+from zoo.inference.logmatmul import Matrix, log_matmul, logsumexp, safe_log
 from zoo.inference.semimarkov.engine import FALLBACK, NATIVE, SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine, factorized_sample
 from zoo.inference.semimarkov.factors import LowRankSemiMarkov, cumulative
-from zoo.inference.semimarkov.forward import NEG, Problem, forward
+from zoo.inference.semimarkov.forward import Problem, forward
+
+CANCELLATION = 1 - 2**-4  # the self-transition's share of a column above which the difference is redone
 
 
 class LowRankStep:
-    """log( exp(beta) diag(c) L R^T ), minus the diagonal when self-transitions are excluded."""
+    """log( exp(beta) diag(c) L R^T ), minus the diagonal when self-transitions are excluded: two
+    guarded products (``zoo.inference.logmatmul``); where the excluded self-transition carried almost
+    all of a column's mass (the subtraction would cancel), that column is recomputed over i != j."""
 
     def __init__(self, f: LowRankSemiMarkov):
-        self.left, self.right = f.scaled_left(), f.right
-        self.diag = None if f.self_transitions else f.log_scale.exp() * f.diagonal()
+        self.f = f
+        self.left, self.right = Matrix.from_prob(f.scaled_left()), Matrix.from_prob(f.right.T)
+        self.log_diag = None if f.self_transitions else safe_log(f.log_scale.exp() * f.diagonal())
 
-    def __call__(self, t: int, beta: Tensor) -> Tensor:
-        m = beta.detach().amax(-1, keepdim=True).clamp_min(NEG)
-        v = (beta - m).exp()
-        out = (v @ self.left) @ self.right.T
-        if self.diag is not None:
-            out = (out - v * self.diag).clamp_min(0)
-        return safe_log(out) + m
+    def __call__(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
+        full = log_matmul(log_matmul(beta, self.left, live), self.right, live)
+        if self.log_diag is None:
+            return full
+        ratio = (beta + self.log_diag - full).exp().clamp_max(1)  # the self-transition's share
+        bad = ratio > CANCELLATION
+        if live is not None:
+            bad = bad & live.unsqueeze(-1)
+        out = full + torch.log1p(-torch.where(bad, 0.0, ratio))
+        if not bool(bad.any()):
+            return out
+        b, j = bad.nonzero(as_tuple=True)
+        cols = safe_log(self.f.scaled_left() @ self.f.right[j].T).T  # n x N: log trans(:, j) with i = j
+        cols = cols.scatter(-1, j.unsqueeze(-1), float("-inf"))
+        return out.index_put((b, j), logsumexp(beta[b] + cols))
 
 
 def low_rank_problem(f: LowRankSemiMarkov) -> Problem:

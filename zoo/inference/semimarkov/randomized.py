@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from zoo.inference.chain.factors import safe_log
 from zoo.inference.chain.randomized import KeptStates, RDPOptions, proposal_weights, select_states
+from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.semimarkov.engine import ESTIMATE, FALLBACK, SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine, dense_problem, probed_entropy
 from zoo.inference.semimarkov.factors import DenseSemiMarkov, LowRankSemiMarkov, cumulative
-from zoo.inference.semimarkov.forward import NEG, Problem, _column_scaled, forward
+from zoo.inference.semimarkov.forward import Problem, forward
 
 
 @dataclass
@@ -38,18 +38,16 @@ class _ProposalView:
 
 
 class RandomizedStep:
-    """alpha = log sum_{k kept} w_k exp(beta[i_k]) trans(i_k, :), from K gathered rows."""
+    """alpha = log sum_{k kept} w_k exp(beta[i_k]) trans(i_k, :), from K gathered rows (a guarded
+    product with one K x N matrix per sequence)."""
 
     def __init__(self, rows, kept: KeptStates):
         self.rows, self.kept = rows, kept
 
-    def __call__(self, t: int, beta: Tensor) -> Tensor:
+    def __call__(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
         idx = self.kept.index[:, t - 1]
         vals = beta.gather(-1, idx) + self.kept.log_weights[:, t - 1]
-        m = vals.detach().amax(-1, keepdim=True).clamp_min(NEG)
-        P, c = _column_scaled(self.rows(idx))  # B x K x N, B x N
-        out = ((vals - m).exp().unsqueeze(-2) @ P).squeeze(-2)
-        return safe_log(out) + m + c
+        return log_matmul(vals, Matrix.from_log(self.rows(idx)), live)  # B x K by B x K x N
 
 
 def _rows_of(transition: Tensor):

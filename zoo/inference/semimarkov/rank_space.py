@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from zoo.inference.chain.engine import gumbel_noise
-from zoo.inference.chain.factors import safe_log
+from zoo.inference.logmatmul import safe_log
 from zoo.inference.semimarkov.engine import FALLBACK, NATIVE, SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine
 from zoo.inference.semimarkov.factors import RankSpaceSemiMarkov

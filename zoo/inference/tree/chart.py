@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.chain.factors import safe_log
+from zoo.inference.logmatmul import safe_log
 
 
 def finite_max(x: Tensor, dim, keepdim: bool = False) -> Tensor:

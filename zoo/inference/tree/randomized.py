@@ -27,9 +27,9 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from zoo.inference.chain.engine import ESTIMATE, FALLBACK
-from zoo.inference.chain.factors import safe_log
 from zoo.inference.chain.randomized import KeptStates, RDPOptions, select_states
 from zoo.inference.checks import check_shape
+from zoo.inference.logmatmul import safe_log
 from zoo.inference.tree.chart import (
     combine,
     finite_max,

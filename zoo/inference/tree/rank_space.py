@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain.engine import FALLBACK, NATIVE
-from zoo.inference.chain.factors import safe_log
+from zoo.inference.logmatmul import safe_log
 from zoo.inference.tree.chart import finite_max, span_diagonal, to_scaled
 from zoo.inference.tree.engine import UNSUPPORTED, TreeEngine
 from zoo.inference.tree.exact import grammar_matmul

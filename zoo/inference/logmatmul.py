@@ -1,0 +1,127 @@
+"""Guarded log-space matrix products: log(exp(x) @ M) as fast as a plain product, as exact as a
+log-sum-exp. Structure-neutral: the chain and semi-Markov forwards run every transition through it.
+
+A product in probability space, exp(x - max x) @ (M scaled so each column's max is 1), is one BLAS
+call, but float32 flushes every term below 2^-126 (about 87 nats under the row's best state or the
+column's best entry) to zero. A term flushed at one step can be the only surviving path later (a
+forbidden transition, a left-to-right topology, an emission hundreds of nats lower), so the plain
+product is silently wrong exactly where real models live. Here each output entry of the product is
+checked: the flushed terms add at most K x tiny to it, so an entry h >= ``threshold(K, dtype)`` =
+K x tiny / eps is right to float precision, and only the entries below it are recomputed exactly
+by a log-sum-exp over their K inputs (their row of x and their column of log M). On inputs where
+nothing underflows the repair never runs; where it does, it costs K per repaired entry.
+
+Shapes: x ... x K; the matrix K x M (shared), ... x K x M with x's leading dims (one per row), or
+... x K x M with the leading dims of x minus its last (a batched matmul); the result ... x M.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+NEG = -1e30  # a finite stand-in for -inf where a max must stay finite
+
+
+def threshold(k: int, dtype: torch.dtype) -> float:
+    """The smallest product entry that flushed terms cannot have moved by more than eps: K tiny / eps."""
+    info = torch.finfo(dtype)
+    return k * info.tiny / info.eps
+
+
+def detached_max(x: Tensor, dim: int = -1) -> Tensor:
+    """The detached max over ``dim`` (kept), finite (an all -inf slice gives NEG, not -inf)."""
+    return x.detach().amax(dim, keepdim=True).clamp_min(NEG)
+
+
+def finite_or_zero(x: Tensor) -> Tensor:
+    """x with -inf replaced by 0 (used for shifts: an all -inf column keeps a shift of 0)."""
+    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+
+
+def safe_log(x: Tensor) -> Tensor:
+    """log of a non-negative tensor, with log 0 = -inf and no NaN gradient at 0."""
+    tiny = torch.finfo(x.dtype).tiny
+    return torch.where(x > 0, x.clamp_min(tiny).log(), torch.full_like(x, float("-inf")))
+
+
+@dataclass
+class Matrix:
+    """A non-negative matrix prepared for guarded products: K x M, or ... x K x M per row.
+
+    Attributes:
+        scaled: exp(log M - c), each column's max 1 (0 for an all-zero column); detached from the
+            caller's graph only where ``log`` carries the gradient (see ``from_log``).
+        shift: ... x M, c = the column's log max (0 for an all-zero column), detached.
+        log: log M (-inf for zeros), used by the repair.
+    """
+
+    scaled: Tensor
+    shift: Tensor
+    log: Tensor
+
+    @classmethod
+    def from_log(cls, log_m: Tensor) -> Matrix:
+        """From log-potentials (entries -inf allowed); gradients flow through ``scaled`` and ``log``."""
+        c = finite_or_zero(log_m.detach().amax(-2, keepdim=True))
+        return cls((log_m - c).exp(), c.squeeze(-2), log_m)
+
+    @classmethod
+    def from_prob(cls, m: Tensor) -> Matrix:
+        """From a non-negative matrix (features, probabilities)."""
+        top = m.detach().amax(-2, keepdim=True)
+        scale = torch.where(top > 0, top, torch.ones_like(top))
+        return cls(m / scale, safe_log(top).squeeze(-2).clamp_min(NEG), safe_log(m))
+
+    @property
+    def rows(self) -> int:
+        return self.scaled.shape[-2]
+
+
+def repair_index(h: Tensor, k: int, live: Tensor | None = None) -> tuple[Tensor, ...] | None:
+    """The indices of ``h``'s entries below the threshold (None when there are none); ``live``
+    (``h``'s leading shape, bool) limits them to the rows that matter (e.g. inside a length)."""
+    bad = h < threshold(k, h.dtype)
+    if live is not None:
+        bad = bad & live.unsqueeze(-1)
+    if not bool(bad.any()):
+        return None
+    return bad.nonzero(as_tuple=True)
+
+
+def exact_entries(x: Tensor, log_m: Tensor, index: tuple[Tensor, ...]) -> Tensor:
+    """log sum_i exp(x[..., i] + log M[..., i, j]) at the entries ``index`` of the ... x M result: (n,).
+
+    ``log_m`` is K x M, or batched as in the module docstring.
+    """
+    lead, col = index[:-1], index[-1]
+    if log_m.dim() == 2:
+        cols = log_m[:, col].T
+    else:  # per row: the row's own matrix; batched matmul: the matrix of the row's batch
+        batch = lead if log_m.dim() == x.dim() + 1 else lead[:-1]
+        cols = log_m[(*batch, slice(None), col)]
+    return logsumexp(x[lead] + cols)
+
+
+def logsumexp(scores: Tensor) -> Tensor:
+    """torch.logsumexp over the last dim, with a zero (not NaN) gradient where every entry is -inf."""
+    dead = torch.isneginf(scores.detach().amax(-1, keepdim=True))
+    out = torch.where(dead, 0.0, scores).logsumexp(-1)
+    return torch.where(dead.squeeze(-1), float("-inf"), out)
+
+
+def log_matmul(x: Tensor, matrix: Matrix, live: Tensor | None = None) -> Tensor:
+    """log(exp(x) @ M): ... x K -> ... x M, fast product with exact repair (differentiable);
+    ``live`` (x's leading shape, bool): repair only those rows (the others are junk, e.g. padding)."""
+    m = detached_max(x)
+    v = (x - m).exp()
+    P = matrix.scaled
+    h = (v.unsqueeze(-2) @ P).squeeze(-2) if P.dim() == x.dim() + 1 else v @ P
+    shift = matrix.shift.unsqueeze(-2) if 2 < P.dim() == x.dim() else matrix.shift
+    out = safe_log(h) + m + shift
+    index = repair_index(h.detach(), matrix.rows, live)
+    if index is None:
+        return out
+    return out.index_put(index, exact_entries(x, matrix.log, index))
