@@ -19,6 +19,20 @@ def as_tensor(name: str, value) -> Tensor:
     return value
 
 
+def as_dp_tensor(name: str, value) -> Tensor:
+    """``as_tensor`` for the chain and semi-Markov DPs: float32 and float64 as given, bfloat16
+    computed in float32 (its 8-bit mantissa cannot carry a log Z summed over hundreds of positions;
+    gradients flow back in bfloat16), float16 refused (a log Z of a few hundred frames exceeds its
+    range, 65504)."""
+    value = as_tensor(name, value)
+    if value.dtype == torch.float16:
+        raise TypeError(
+            f"{name} has dtype float16, whose range (largest 65504, smallest normal 6.1e-05) is too small "
+            f"for these dynamic programs; pass float32 ({name}.float()) or bfloat16 (computed in float32)"
+        )
+    return value.float() if value.dtype == torch.bfloat16 else value
+
+
 def check_shape(name: str, value: Tensor, expected: tuple, names: str) -> None:
     """Check ``value.shape`` against ``expected`` (ints or None for "any"); ``names`` like "B x T x N"."""
     ok = value.dim() == len(expected) and all(

@@ -272,7 +272,7 @@ class PCFG(ZooModel):
         ``log_partition`` (B,) is log p(words); ``mbr()``, ``argmax``, ``span_marginals`` parse.
         ``generator`` seeds the randomized backend's draws."""
         words, n = self.sentences(batch)
-        terms = terminal_scores(self.emission(), words)  # B x T x PT
+        terms = terminal_scores(self.emission(), words, n)  # B x T x PT
         grammar = self.grammar()
         if self.backend != Backend.RANDOMIZED.value:
             return TreeDistribution(grammar, terms, n, self.backend)

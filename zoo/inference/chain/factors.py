@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.checks import (
-    as_tensor,
+    as_dp_tensor,
     check_finite,
     check_nonnegative,
     check_shape,
@@ -34,7 +34,7 @@ from zoo.inference.logmatmul import Matrix, log_matmul, logsumexp, safe_log
 
 def _per_sequence(name: str, value: Tensor, batch: int, states: int) -> Tensor:
     """An N or B x N tensor as B x N (a broadcast view), with its shape checked."""
-    value = as_tensor(name, value)
+    value = as_dp_tensor(name, value)
     if value.dim() == 1:
         check_shape(name, value, (states,), "N")
         return value.expand(batch, states)
@@ -75,7 +75,7 @@ class ChainFactors:
         return self.unary.shape[2]
 
     def _check_unary(self, unary: Tensor) -> Tensor:
-        unary = as_tensor("unary", unary)
+        unary = as_dp_tensor("unary", unary)
         if unary.dim() != 3:
             raise ValueError(f"unary must have shape B x T x N, got {tuple(unary.shape)}")
         if 0 in unary.shape:
@@ -146,7 +146,7 @@ class DenseChain(ChainFactors):
     def __init__(self, unary: Tensor, transition: Tensor, init: Tensor | None = None):
         self.unary = self._check_unary(unary)
         B, T, N = self.unary.shape
-        transition = as_tensor("transition", transition)
+        transition = as_dp_tensor("transition", transition)
         if transition.dim() == 2:
             check_shape("transition", transition, (N, N), "N x N")
         elif transition.dim() == 4:
@@ -226,7 +226,7 @@ class EmbeddingChain(ChainFactors):
     def __init__(self, unary: Tensor, states: Tensor, init: Tensor | None = None):
         self.unary = self._check_unary(unary)
         B, T, N = self.unary.shape
-        states = as_tensor("states", states)
+        states = as_dp_tensor("states", states)
         check_shape("states", states, (N, None), "N x D")
         check_finite("states", states, allow_neg_inf=False)
         self.states = states
@@ -280,7 +280,7 @@ class LowRankChain(ChainFactors):
     ):
         self.unary = self._check_unary(unary)
         B, T, N = self.unary.shape
-        left, right = as_tensor("left", left), as_tensor("right", right)
+        left, right = as_dp_tensor("left", left), as_dp_tensor("right", right)
         check_shape("left", left, (N, None), "N x R")
         check_shape("right", right, (N, left.shape[1]), "N x R")
         check_nonnegative("left", left)
@@ -288,7 +288,7 @@ class LowRankChain(ChainFactors):
         self.left, self.right = left, right
         self.init = _batched_init(init, B, N, self.unary)
         if log_rank_weights is not None:
-            log_rank_weights = as_tensor("log_rank_weights", log_rank_weights)
+            log_rank_weights = as_dp_tensor("log_rank_weights", log_rank_weights)
             check_shape(
                 "log_rank_weights", log_rank_weights, (B, T - 1, left.shape[1]), "B x (T-1) x R"
             )
@@ -381,12 +381,12 @@ class RankSpaceChain(ChainFactors):
     """
 
     def __init__(self, start: Tensor, U: Tensor, V: Tensor, emission: Tensor):
-        emission = as_tensor("emission", emission)
+        emission = as_dp_tensor("emission", emission)
         if emission.dim() != 3 or 0 in emission.shape:
             raise ValueError(f"emission must have shape B x T x R, got {tuple(emission.shape)}")
         check_finite("emission", emission)
         B, T, R = emission.shape
-        U, V = as_tensor("U", U), as_tensor("V", V)
+        U, V = as_dp_tensor("U", U), as_dp_tensor("V", V)
         check_shape("U", U, (None, R), "N x R")
         N = U.shape[0]
         check_shape("V", V, (N, R), "N x R")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.checks import as_tensor, check_finite, check_nonnegative, check_shape
+from zoo.inference.checks import as_dp_tensor, check_finite, check_nonnegative, check_shape
 from zoo.inference.logmatmul import Matrix, log_matmul, logsumexp, safe_log
 
 
@@ -29,7 +29,7 @@ def _per_sequence(name: str, value: Tensor | None, batch: int, states: int, like
     """An N or B x N log-vector as B x N (zeros when None)."""
     if value is None:
         return like.new_zeros(batch, states)
-    value = as_tensor(name, value)
+    value = as_dp_tensor(name, value)
     if value.dim() == 1:
         check_shape(name, value, (states,), "N")
         value = value.expand(batch, states)
@@ -39,7 +39,7 @@ def _per_sequence(name: str, value: Tensor | None, batch: int, states: int, like
 
 
 def _check_frames(name: str, value: Tensor, what: str) -> Tensor:
-    value = as_tensor(name, value)
+    value = as_dp_tensor(name, value)
     if value.dim() != 3 or 0 in value.shape:
         raise ValueError(
             f"{name} must have shape B x T x {what} with every size >= 1, got {tuple(value.shape)}"
@@ -50,7 +50,7 @@ def _check_frames(name: str, value: Tensor, what: str) -> Tensor:
 
 def _check_duration(duration: Tensor, batch: int, states: int, label: str = "N") -> Tensor:
     """N x D or B x N x D log-probabilities of each duration, returned as B x N x D (a view)."""
-    duration = as_tensor("duration", duration)
+    duration = as_dp_tensor("duration", duration)
     if duration.dim() not in (2, 3) or duration.shape[-1] < 1:
         raise ValueError(
             f"duration must have shape {label} x D or B x {label} x D with D >= 1 (the longest segment), "
@@ -179,7 +179,7 @@ class DenseSemiMarkov(FactorizedSemiMarkov):
     def __init__(self, unary: Tensor, transition: Tensor, duration: Tensor, init: Tensor | None = None):
         self._setup(unary, duration, init)
         N = self.num_states
-        transition = as_tensor("transition", transition)
+        transition = as_dp_tensor("transition", transition)
         check_shape("transition", transition, (N, N), "N x N")
         check_finite("transition", transition)
         self.transition = transition
@@ -248,7 +248,7 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
     ):
         self._setup(unary, duration, init)
         N = self.num_states
-        left, right = as_tensor("left", left), as_tensor("right", right)
+        left, right = as_dp_tensor("left", left), as_dp_tensor("right", right)
         check_shape("left", left, (N, None), "N x R")
         check_shape("right", right, (N, left.shape[1]), "N x R")
         check_nonnegative("left", left)
@@ -336,13 +336,13 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
     def __init__(self, start: Tensor, U: Tensor, V: Tensor, duration: Tensor, emission: Tensor):
         self.emission = _check_frames("emission", emission, "R")
         B, T, R = self.emission.shape
-        U, V = as_tensor("U", U), as_tensor("V", V)
+        U, V = as_dp_tensor("U", U), as_dp_tensor("V", V)
         check_shape("U", U, (None, R), "N x R (R from emission)")
         N = U.shape[0]
         check_shape("V", V, (N, R), "N x R")
         check_nonnegative("U", U)
         check_nonnegative("V", V)
-        start = as_tensor("start", start)
+        start = as_dp_tensor("start", start)
         if start.dim() == 1:
             check_shape("start", start, (N,), "N")
             start = start.expand(B, N)
@@ -413,7 +413,7 @@ class EdgeSemiMarkov(SemiMarkovFactors):
     """
 
     def __init__(self, first: Tensor, edge: Tensor):
-        first, edge = as_tensor("first", first), as_tensor("edge", edge)
+        first, edge = as_dp_tensor("first", first), as_dp_tensor("edge", edge)
         if first.dim() != 3 or 0 in first.shape:
             raise ValueError(f"first must have shape B x D x N with D, N >= 1, got {tuple(first.shape)}")
         B, D, N = first.shape

@@ -32,7 +32,6 @@ ENGINES: dict[Backend, type[TreeEngine]] = {
 
 
 
-
 class TreeDistribution:
     """A distribution over the binary trees of a batch of sentences under a CNF grammar.
 
@@ -106,8 +105,18 @@ class TreeDistribution:
 
     @cached_property
     def log_partition(self) -> Tensor:
-        """log Z: (B,). For the randomized backend, log of the unbiased estimate Z_hat."""
-        return self.engine.log_partition(*self._args, label_scores=self.node_scores)
+        """log Z: (B,). For the randomized backend, log of the unbiased estimate Z_hat (which may be
+        -inf when every kept state dies); the other backends raise where no tree has a non-zero score."""
+        log_z = self.engine.log_partition(*self._args, label_scores=self.node_scores)
+        dead = torch.isneginf(log_z.detach())
+        if self.backend != Backend.RANDOMIZED and bool(dead.any()):
+            idx = dead.nonzero().flatten().tolist()
+            raise ValueError(
+                f"no tree of batch elements {idx} (lengths {self.lengths[dead].tolist()}) has a non-zero "
+                "score under this grammar: log Z = -inf; check the rules, roots and terminal scores "
+                "(e.g. a preterminal that can emit no word of the sentence)"
+            )
+        return log_z
 
     @cached_property
     def span_marginals(self) -> Tensor:

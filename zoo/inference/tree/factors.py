@@ -248,12 +248,14 @@ class RankSpaceGrammar(GrammarFactors):
         return safe_log(torch.einsum("gar,gbr,gcr->gabc", self.U, self.V, self.W))
 
 
-def terminal_scores(emission: Tensor, words: Tensor) -> Tensor:
+def terminal_scores(emission: Tensor, words: Tensor, lengths: Tensor | None = None) -> Tensor:
     """terms[b, t, P] = emission[(b,) P, words[b, t]]: the B x T x PT terminal log-scores.
 
     Args:
         emission: (B x) PT x V log-probabilities of each preterminal emitting each word.
-        words: B x T long word ids in 0..V-1 (entries past a sentence's length may be -1).
+        words: B x T long word ids in 0..V-1; -1 marks padding, only after a sentence's last word
+            (its rows of ``terms`` are 0).
+        lengths: optional (B,) sentence lengths: then every word inside a length must be a word id.
     """
     emission = as_tensor("emission", emission)
     if not isinstance(words, Tensor) or words.is_floating_point() or words.dim() != 2:
@@ -271,11 +273,23 @@ def terminal_scores(emission: Tensor, words: Tensor) -> Tensor:
         raise ValueError(
             f"word ids must lie in 0..V-1 = 0..{V - 1} (or -1 as padding), got {words[bad][:5].tolist()}"
         )
+    pad = words < 0
+    inside = (~pad).flip(-1).int().cummax(-1).values.flip(-1).bool()  # at or before a row's last word
+    if lengths is not None:
+        inside = inside | (torch.arange(T, device=words.device) < torch.as_tensor(lengths).view(B, 1))
+    if bool((pad & inside).any()):
+        b, t = (pad & inside).nonzero()[0].tolist()
+        raise ValueError(
+            f"word id -1 (padding) at position {t} of sentence {b}, inside the sentence; -1 may only pad "
+            "the end of a sentence"
+        )
     ids = words.clamp_min(0)
     if emission.dim() == 2:
-        return emission.t()[ids]
-    table = emission.expand(B, -1, -1).transpose(1, 2)  # B x V x PT
-    return table.gather(1, ids.unsqueeze(-1).expand(B, T, table.shape[-1]))
+        terms = emission.t()[ids]
+    else:
+        table = emission.expand(B, -1, -1).transpose(1, 2)  # B x V x PT
+        terms = table.gather(1, ids.unsqueeze(-1).expand(B, T, table.shape[-1]))
+    return torch.where(pad.unsqueeze(-1), 0.0, terms)
 
 
 def _describe(x) -> str:
