@@ -18,6 +18,7 @@ Shapes: x ... x K; the matrix K x M (shared), ... x K x M with x's leading dims 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -52,28 +53,32 @@ class Matrix:
     """A non-negative matrix prepared for guarded products: K x M, or ... x K x M per row.
 
     Attributes:
-        scaled: exp(log M - c), each column's max 1 (0 for an all-zero column); detached from the
-            caller's graph only where ``log`` carries the gradient (see ``from_log``).
+        scaled: exp(log M - c), each column's max 1 (0 for an all-zero column).
         shift: ... x M, c = the column's log max (0 for an all-zero column), detached.
-        log: log M (-inf for zeros), used by the repair.
+        log: log M (-inf for zeros), used by the repair (computed on first use when built from M).
     """
 
     scaled: Tensor
     shift: Tensor
-    log: Tensor
+    given_log: Tensor | None = None
+    given_prob: Tensor | None = None
 
     @classmethod
     def from_log(cls, log_m: Tensor) -> Matrix:
         """From log-potentials (entries -inf allowed); gradients flow through ``scaled`` and ``log``."""
         c = finite_or_zero(log_m.detach().amax(-2, keepdim=True))
-        return cls((log_m - c).exp(), c.squeeze(-2), log_m)
+        return cls((log_m - c).exp(), c.squeeze(-2), given_log=log_m)
 
     @classmethod
     def from_prob(cls, m: Tensor) -> Matrix:
         """From a non-negative matrix (features, probabilities)."""
         top = m.detach().amax(-2, keepdim=True)
         scale = torch.where(top > 0, top, torch.ones_like(top))
-        return cls(m / scale, safe_log(top).squeeze(-2).clamp_min(NEG), safe_log(m))
+        return cls(m / scale, safe_log(top).squeeze(-2).clamp_min(NEG), given_prob=m)
+
+    @cached_property
+    def log(self) -> Tensor:
+        return self.given_log if self.given_log is not None else safe_log(self.given_prob)
 
     @property
     def rows(self) -> int:
@@ -84,10 +89,12 @@ def repair_index(h: Tensor, k: int, live: Tensor | None = None) -> tuple[Tensor,
     """The indices of ``h``'s entries below the threshold (None when there are none); ``live``
     (``h``'s leading shape, bool) limits them to the rows that matter (e.g. inside a length)."""
     bad = h < threshold(k, h.dtype)
-    if live is not None:
-        bad = bad & live.unsqueeze(-1)
     if not bool(bad.any()):
         return None
+    if live is not None:
+        bad = bad & live.unsqueeze(-1)
+        if not bool(bad.any()):
+            return None
     return bad.nonzero(as_tuple=True)
 
 
@@ -120,7 +127,7 @@ def log_matmul(x: Tensor, matrix: Matrix, live: Tensor | None = None) -> Tensor:
     P = matrix.scaled
     h = (v.unsqueeze(-2) @ P).squeeze(-2) if P.dim() == x.dim() + 1 else v @ P
     shift = matrix.shift.unsqueeze(-2) if 2 < P.dim() == x.dim() else matrix.shift
-    out = safe_log(h) + m + shift
+    out = h.clamp_min(torch.finfo(h.dtype).tiny).log() + (m + shift)  # h below tiny is always repaired
     index = repair_index(h.detach(), matrix.rows, live)
     if index is None:
         return out

@@ -188,8 +188,8 @@ class ExactEngine(ChainEngine):
     name = "exact"
     factor_types = (ChainFactors,)
     capabilities = {
-        "log_partition": (NATIVE, "shared N x N: scaled probability space, one matmul a step; "
-                          "per position: log-einsum-exp"),
+        "log_partition": (NATIVE, "one guarded matmul a step (log space, exact repair where float "
+                          "underflow could bite); shared N x N: hand-written backward"),
         "marginals": (NATIVE, "autograd of log Z"),
         "pairwise_marginals": (NATIVE, "autograd of log Z, B x (T-1) x N x N"),
         "entropy": (NATIVE, "expectation-semiring forward, differentiable"),

@@ -28,11 +28,16 @@ from zoo.inference.chain.scaled import normalized
 from zoo.inference.logmatmul import Matrix, finite_or_zero, logsumexp, repair_index
 
 
-def _step(x: Tensor, H: Tensor, mat: Matrix, live: Tensor) -> tuple[Tensor, Tensor]:
+def _with_p_log_p(mat: Matrix) -> tuple[Matrix, Tensor]:
+    """The matrix and P o log P (0 where P = 0)."""
+    return mat, mat.scaled * finite_or_zero(mat.log - mat.shift.unsqueeze(-2))
+
+
+def _step(x: Tensor, H: Tensor, transition: tuple[Matrix, Tensor], live: Tensor) -> tuple[Tensor, Tensor]:
     """(log h, H_t before the position's own factor) for one transition; x normalized (max 0)."""
+    mat, p_log_p = transition
     P = mat.scaled
     v = x.exp()
-    p_log_p = P * finite_or_zero(mat.log - mat.shift.unsqueeze(-2))
     carried = v * (H - finite_or_zero(x))
     pair = torch.stack([v, carried], -2) @ P  # B x 2 x N
     cross = (v.unsqueeze(-2) @ p_log_p).squeeze(-2)
@@ -63,15 +68,15 @@ def dense_entropy(chain: DenseChain, lengths: Tensor, log_weights: Tensor | None
     u = chain.folded_unary().unbind(1)
     B, T, N = chain.unary.shape
     extra = log_weights.unbind(1) if log_weights is not None else None
-    shared = Matrix.from_log(chain.transition) if chain.shared else None
+    shared = _with_p_log_p(Matrix.from_log(chain.transition)) if chain.shared else None
     blocks = None if chain.shared else chain.transition.unbind(1)
     x, _ = normalized(u[0], lengths > 0)
     H = u[0].new_zeros(B, N) if extra is None else extra[0].expand(B, N)
     entropy = _final(x, H)
     for t in range(1, T):
         live = lengths > t
-        mat = shared if shared is not None else Matrix.from_log(blocks[t - 1])
-        log_h, H = _step(x, H, mat, live)
+        transition = shared if shared is not None else _with_p_log_p(Matrix.from_log(blocks[t - 1]))
+        log_h, H = _step(x, H, transition, live)
         x, _ = normalized(log_h + u[t], live)
         if extra is not None:
             H = H + extra[t]

@@ -31,8 +31,8 @@ from torch import Tensor
 from zoo.inference.logmatmul import (
     Matrix,
     detached_max,
-    exact_entries,
     log_matmul,
+    logsumexp,
     repair_index,
     safe_log,
 )
@@ -73,8 +73,9 @@ def check_alive(shift: Tensor, live: Tensor) -> None:
 def normalized(y: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
     """(y - n, n) with n the detached max of each row (0 for a dead row past its length)."""
     n = y.detach().amax(-1)
-    check_alive(n, live)
-    n = torch.where(torch.isfinite(n), n, torch.zeros_like(n))
+    if not bool(torch.isfinite(n).all()):
+        check_alive(n, live)
+        n = torch.where(torch.isfinite(n), n, torch.zeros_like(n))
     return y - n.unsqueeze(-1), n
 
 
@@ -124,41 +125,54 @@ def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
 
 @dataclass
 class _Saved:
-    """One product of one step, as the backward needs it: the input x (B x K), the product h
-    (B x M), the repaired entries' indices and exact values."""
+    """One product of one step, as the backward needs it: exp(x - max x) (B x K), the product h
+    (B x M), and the repaired entries: indices, their rows of x (n x K) and exact values (n,)."""
 
-    x: Tensor
+    v: Tensor
     h: Tensor
-    index: tuple[Tensor, ...] | None
-    exact: Tensor | None
+    index: tuple[Tensor, ...] | None = None
+    rows: Tensor | None = None
+    exact: Tensor | None = None
 
 
-def _product(x: Tensor, mat: Matrix, live: Tensor) -> tuple[Tensor, _Saved]:
-    """The guarded product without autograd, keeping what its backward needs."""
-    m = detached_max(x)
-    h = (x - m).exp() @ mat.scaled
-    out = safe_log(h) + m + mat.shift
+def _product(x: Tensor, mat: Matrix, live: Tensor, shifted: bool, folded: bool) -> tuple[Tensor, _Saved]:
+    """The guarded product without autograd, keeping what its backward needs. ``shifted``: x's max
+    is already 0 (a normalized forward vector); ``folded``: the caller adds the matrix's column
+    shifts itself (folded into the next log-factors), so the repaired entries leave them out."""
+    tiny = torch.finfo(x.dtype).tiny
+    if shifted:
+        v = x.exp()
+        h = v @ mat.scaled
+        out = h.clamp_min(tiny).log()  # h below tiny is always repaired
+    else:
+        m = detached_max(x)
+        v = (x - m).exp()
+        h = v @ mat.scaled
+        out = h.clamp_min(tiny).log() + m
+    if not folded:
+        out = out + mat.shift
+    saved = _Saved(v, h)
     index = repair_index(h, mat.rows, live)
-    exact = None
     if index is not None:
-        exact = exact_entries(x, mat.log, index)
-        out = out.index_put(index, exact)
-    return out, _Saved(x, h, index, exact)
+        col = index[-1]
+        saved.index, saved.rows = index, x[index[:-1]]
+        saved.exact = logsumexp(saved.rows + mat.log[:, col].T)
+        out = out.index_put(index, saved.exact - mat.shift[col] if folded else saved.exact)
+    return out, saved
 
 
 def _product_backward(g_out: Tensor, s: _Saved, mat: Matrix, repairs: list) -> tuple[Tensor, Tensor]:
     """(d/dx, d/dh) of one product given d/dout; each repaired entry's (column, x row, exact value,
     d/dout) goes to ``repairs`` for the matrix gradient."""
     g = g_out if s.index is None else g_out.index_put(s.index, g_out.new_zeros(()))
-    g_h = torch.where(s.h > 0, g / s.h, 0.0)
-    v = (s.x - detached_max(s.x)).exp()
-    g_x = (g_h @ mat.scaled.T) * v
+    g_h = g / s.h.clamp_min(torch.finfo(s.h.dtype).tiny)  # 0 where repaired or junk
+    g_x = (g_h @ mat.scaled.T) * s.v
     if s.index is not None:
         lead, col = s.index[:-1], s.index[-1]
-        rows, g_sel = s.x[lead], g_out[s.index]
-        w = _repair_weights(rows + mat.log[:, col].T, s.exact, g_sel)  # softmax over the K inputs
+        g_sel = g_out[s.index]
+        w = _repair_weights(s.rows + mat.log[:, col].T, s.exact, g_sel)  # softmax over the K inputs
         g_x = g_x.index_put(lead, w, accumulate=True)
-        repairs.append((col, rows, s.exact, g_sel))
+        repairs.append((col, s.rows, s.exact, g_sel))
     return g_x, g_h
 
 
@@ -168,12 +182,10 @@ def _repair_weights(scores: Tensor, exact: Tensor, g: Tensor) -> Tensor:
     return torch.where(torch.isneginf(exact).unsqueeze(-1), 0.0, w) * g.unsqueeze(-1)
 
 
-def _matrix_grad(raw: Tensor, mat: Matrix, is_log: bool, xs: list, ghs: list, repairs: list) -> Tensor:
+def _matrix_grad(raw: Tensor, mat: Matrix, is_log: bool, vs: list, ghs: list, repairs: list) -> Tensor:
     """The gradient w.r.t. the caller's K x M matrix (log-potentials or non-negative) from all steps:
     one (T B) x K by (T B) x M product, plus the repaired entries' exact gradients."""
-    x = torch.stack(xs)
-    V = (x - detached_max(x)).exp().flatten(0, -2)
-    grad = V.T @ torch.stack(ghs).flatten(0, -2)  # d/d scaled
+    grad = torch.cat(vs).T @ torch.cat(ghs)  # d/d scaled
     if is_log:  # scaled = exp(log M - c)
         grad = grad * mat.scaled
         for col, rows, exact, g in repairs:
@@ -192,18 +204,19 @@ class _ScaledForward(torch.autograd.Function):
         chain = ScaledChain(u, left, right, log_weights, final, left_is_log)
         mats = chain.matrices()
         T = u.shape[1]
+        later = u[:, 1:] + mats[-1].shift  # the last product's column shifts, added once
         x, n = normalized(u[:, 0], lengths > 0)
         xs, ns, saved = [x], [n], []
         for t in range(1, T):
             live = lengths > t
-            y, first = _product(x, mats[0], live)
+            y, first = _product(x, mats[0], live, shifted=True, folded=len(mats) == 1)
             step = [first]
             if log_weights is not None:
                 y = y + log_weights[:, t - 1]
             if len(mats) > 1:
-                y, second = _product(y, mats[1], live)
+                y, second = _product(y, mats[1], live, shifted=False, folded=True)
                 step.append(second)
-            x, n = normalized(y + u[:, t], live)
+            x, n = normalized(y + later[:, t - 1], live)
             xs.append(x)
             ns.append(n)
             saved.append(step)
@@ -225,7 +238,7 @@ class _ScaledForward(torch.autograd.Function):
         end = (last - last.logsumexp(-1, keepdim=True)).exp() * grad.unsqueeze(-1)  # B x K
         grad_u = torch.zeros_like(alphas)
         g = alphas.new_zeros(B, K)
-        per_matrix = [([], [], []) for _ in mats]  # inputs, d/dh, repairs
+        per_matrix = [([], [], []) for _ in mats]  # exp(inputs), d/dh, repairs
         grad_lw = torch.zeros_like(chain.log_weights) if chain.log_weights is not None else None
         for t in range(T - 1, 0, -1):
             g = torch.where((lengths - 1 == t).unsqueeze(-1), end, g)
@@ -234,18 +247,18 @@ class _ScaledForward(torch.autograd.Function):
                 if p == 0 and grad_lw is not None:  # the weights are added to the first product's output
                     grad_lw[:, t - 1] = g
                 s = saved[t - 1][p]
-                xs, ghs, repairs = per_matrix[p]
+                vs, ghs, repairs = per_matrix[p]
                 g, g_h = _product_backward(g, s, mats[p], repairs)
-                xs.append(s.x)
+                vs.append(s.v)
                 ghs.append(g_h)
         grad_u[:, 0] = torch.where((lengths == 1).unsqueeze(-1), end, g)
         raws = [chain.left, chain.right.T if chain.right is not None else None]
         grads = [None, None]
-        for p, (xs, ghs, repairs) in enumerate(per_matrix):
+        for p, (vs, ghs, repairs) in enumerate(per_matrix):
             if ctx.needs_input_grad[1 + p]:
                 grads[p] = (
-                    _matrix_grad(raws[p], mats[p], p == 0 and chain.left_is_log, xs, ghs, repairs)
-                    if xs else torch.zeros_like(raws[p])
+                    _matrix_grad(raws[p], mats[p], p == 0 and chain.left_is_log, vs, ghs, repairs)
+                    if vs else torch.zeros_like(raws[p])
                 )
         grad_right = grads[1].T if grads[1] is not None else None
         grad_final = None

@@ -159,8 +159,8 @@ class ExactEngine(SemiMarkovEngine):
     name = "exact"
     factor_types = (SemiMarkovFactors,)
     capabilities = {
-        "log_partition": (NATIVE, "O(T (D N + N^2)): log-sum-exp over the D-window, log-einsum-exp "
-                          "transition; rank-space materialized per segment: O(T D N^2)"),
+        "log_partition": (NATIVE, "O(T (D N + N^2)): log-sum-exp over the D-window, guarded "
+                          "transition product; rank-space materialized per segment: O(T D N^2)"),
         "segment_marginals": (NATIVE, "autograd of log Z w.r.t. a segment probe"),
         "marginals": (NATIVE, "segment marginals spread over their frames (one cumsum)"),
         "entropy": (NATIVE, "log Z - E[score], differentiable"),

@@ -10,10 +10,11 @@ duration log-potentials dur (B x K x D), first-segment log-potentials init (B x 
     log Z       = lse_j beta[L, j] + final[j]
 
 The duration window is a log-sum-exp over D entries of a B x D x K block (O(D K) a frame; the segment
-emissions, differences of cumulative sums, are gathered for all frames at once, B x T x D x K, so that
-the backward scatters them back once instead of once a frame); the transition ``step`` is the only
-place K x K (or its low-rank / randomized replacement) enters, and it runs as log-einsum-exp: subtract
-a detached max, exponentiate, one matrix product, log, add the max back. So the exact DP costs
+emissions, differences of float64 cumulative sums cast back to the working dtype, are gathered for all
+frames at once, B x T x D x K, so that the backward scatters them back once instead of once a frame);
+the transition ``step`` is the only place K x K (or its low-rank / randomized replacement) enters, and
+it runs as a guarded product (``zoo.inference.logmatmul``: one matrix product in probability space,
+the entries float underflow could have touched recomputed by a log-sum-exp). So the exact DP costs
 O(T (D N + N^2)), the low-rank one O(T (D N + N R)), the rank-space one O(T (D R + R^2)); no
 B x T x D x N x N tensor is ever formed.
 The ``max`` semiring gives the Viterbi forward; ``backtrack`` samples (Gumbel-max) or decodes from it.
