@@ -7,7 +7,7 @@ A backend (``ChainEngine`` subclass) supplies two primitives on its own factors:
 
 From these the base class derives every operation, once, for all backends: marginals (gradient of
 log Z w.r.t. a zero unary probe), pairwise marginals (the same on a per-position probe of the dense
-form), entropy (an expectation-semiring forward on the dense form, ``entropy``), log_prob, Viterbi
+form), entropy (a forward of conditional prefix entropies on the dense form, ``entropy``), log_prob, Viterbi
 (on the dense form), exact forward-filtering backward-sampling with the Gumbel-max trick, and the
 Gumbel-softmax relaxed sample.
 A backend overrides an operation only where it has a better algorithm, and declares in
@@ -142,7 +142,7 @@ class ChainEngine:
         return grad
 
     def entropy(self, factors: ChainFactors, lengths: Tensor) -> Tensor:
-        """H = log Z - E[score] by an expectation-semiring forward on the dense form; differentiable."""
+        """H by a forward of conditional prefix entropies on the dense form (``entropy``); differentiable."""
         return dense_entropy(factors.dense(), lengths)
 
     def log_prob(self, factors: ChainFactors, lengths: Tensor, states: Tensor) -> Tensor:
@@ -192,7 +192,7 @@ class ExactEngine(ChainEngine):
                           "underflow could bite); shared N x N: hand-written backward"),
         "marginals": (NATIVE, "autograd of log Z"),
         "pairwise_marginals": (NATIVE, "autograd of log Z, B x (T-1) x N x N"),
-        "entropy": (NATIVE, "expectation-semiring forward, differentiable"),
+        "entropy": (NATIVE, "forward of conditional prefix entropies (Alg. 3 recursion), differentiable"),
         "log_prob": (NATIVE, "score - log Z"),
         "argmax": (NATIVE, "Viterbi"),
         "sample": (NATIVE, "forward filtering, backward sampling"),

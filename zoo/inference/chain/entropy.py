@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain.factors import DenseChain
-from zoo.inference.chain.scaled import normalized
+from zoo.inference.chain.scaled import check_alive, normalized
 from zoo.inference.logmatmul import Matrix, finite_or_zero, logsumexp, repair_index
 
 
@@ -70,14 +70,16 @@ def dense_entropy(chain: DenseChain, lengths: Tensor, log_weights: Tensor | None
     extra = log_weights.unbind(1) if log_weights is not None else None
     shared = _with_p_log_p(Matrix.from_log(chain.transition)) if chain.shared else None
     blocks = None if chain.shared else chain.transition.unbind(1)
-    x, _ = normalized(u[0], lengths > 0)
+    x, n = normalized(u[0])
+    check_alive(n, lengths > 0)
     H = u[0].new_zeros(B, N) if extra is None else extra[0].expand(B, N)
     entropy = _final(x, H)
     for t in range(1, T):
         live = lengths > t
         transition = shared if shared is not None else _with_p_log_p(Matrix.from_log(blocks[t - 1]))
         log_h, H = _step(x, H, transition, live)
-        x, _ = normalized(log_h + u[t], live)
+        x, n = normalized(log_h + u[t])
+        check_alive(n, live)
         if extra is not None:
             H = H + extra[t]
         entropy = torch.where(lengths - 1 == t, _final(x, H), entropy)

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.logmatmul import (
+    NEG,
     Matrix,
     detached_max,
     log_matmul,
@@ -65,17 +66,15 @@ class ScaledChain:
 
 
 def check_alive(shift: Tensor, live: Tensor) -> None:
-    """Raise where a live sequence has no surviving path (its best forward value is -inf)."""
-    if bool((torch.isneginf(shift) & live).any()):
+    """Raise where a live sequence has no surviving path (its shift, or log Z, is -inf or NEG)."""
+    if bool(((shift <= NEG / 2) & live).any()):
         raise ValueError("the chain has zero probability (no path survives a -inf mask)")
 
 
-def normalized(y: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
-    """(y - n, n) with n the detached max of each row (0 for a dead row past its length)."""
-    n = y.detach().amax(-1)
-    if not bool(torch.isfinite(n).all()):
-        check_alive(n, live)
-        n = torch.where(torch.isfinite(n), n, torch.zeros_like(n))
+def normalized(y: Tensor) -> tuple[Tensor, Tensor]:
+    """(y - n, n) with n the detached max of each row, NEG for a dead row (which stays -inf, not
+    NaN; ``total`` raises if that row is inside its length)."""
+    n = y.detach().amax(-1).clamp_min(NEG)
     return y - n.unsqueeze(-1), n
 
 
@@ -91,7 +90,7 @@ def total(alphas: Tensor, shifts: Tensor, lengths: Tensor, log_final: Tensor | N
     if log_final is not None:
         last = last + log_final
     end = last.logsumexp(-1)
-    check_alive(end.detach(), torch.ones_like(end, dtype=torch.bool))
+    check_alive(torch.where(valid, shifts, 0).amin(-1).minimum(end.detach()), torch.ones_like(valid[:, 0]))
     return torch.where(valid, shifts, 0).sum(-1) + end
 
 
@@ -105,7 +104,7 @@ def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
     u = chain.u.unbind(1)
     blocks = chain.left.unbind(1) if per_position else None
     weights = chain.log_weights.unbind(1) if chain.log_weights is not None else None
-    x, n = normalized(u[0], lengths > 0)
+    x, n = normalized(u[0])
     xs, ns = [x], [n]
     for t in range(1, len(u)):
         live = lengths > t
@@ -116,7 +115,7 @@ def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
             y = y + weights[t - 1]
         if len(mats) > 1:
             y = log_matmul(y, mats[1], live)
-        x, n = normalized(y + u[t], live)
+        x, n = normalized(y + u[t])
         xs.append(x)
         ns.append(n)
     alphas = torch.stack(xs, 1)
@@ -205,7 +204,7 @@ class _ScaledForward(torch.autograd.Function):
         mats = chain.matrices()
         T = u.shape[1]
         later = u[:, 1:] + mats[-1].shift  # the last product's column shifts, added once
-        x, n = normalized(u[:, 0], lengths > 0)
+        x, n = normalized(u[:, 0])
         xs, ns, saved = [x], [n], []
         for t in range(1, T):
             live = lengths > t
@@ -216,7 +215,7 @@ class _ScaledForward(torch.autograd.Function):
             if len(mats) > 1:
                 y, second = _product(y, mats[1], live, shifted=False, folded=True)
                 step.append(second)
-            x, n = normalized(y + later[:, t - 1], live)
+            x, n = normalized(y + later[:, t - 1])
             xs.append(x)
             ns.append(n)
             saved.append(step)
