@@ -98,18 +98,21 @@ def repair_index(h: Tensor, k: int, live: Tensor | None = None) -> tuple[Tensor,
     return bad.nonzero(as_tuple=True)
 
 
-def exact_entries(x: Tensor, log_m: Tensor, index: tuple[Tensor, ...]) -> Tensor:
-    """log sum_i exp(x[..., i] + log M[..., i, j]) at the entries ``index`` of the ... x M result: (n,).
+def columns(log_m: Tensor, index: tuple[Tensor, ...], x_dim: int) -> Tensor:
+    """log M[..., :, j] for each entry ``index`` of a product with an x of ``x_dim`` dims: n x K.
 
     ``log_m`` is K x M, or batched as in the module docstring.
     """
     lead, col = index[:-1], index[-1]
     if log_m.dim() == 2:
-        cols = log_m[:, col].T
-    else:  # per row: the row's own matrix; batched matmul: the matrix of the row's batch
-        batch = lead if log_m.dim() == x.dim() + 1 else lead[:-1]
-        cols = log_m[(*batch, slice(None), col)]
-    return logsumexp(x[lead] + cols)
+        return log_m[:, col].T
+    batch = lead if log_m.dim() == x_dim + 1 else lead[:-1]  # per row, or a batched matmul
+    return log_m[(*batch, slice(None), col)]
+
+
+def exact_entries(x: Tensor, log_m: Tensor, index: tuple[Tensor, ...]) -> Tensor:
+    """log sum_i exp(x[..., i] + log M[..., i, j]) at the entries ``index`` of the ... x M result: (n,)."""
+    return logsumexp(x[index[:-1]] + columns(log_m, index, x.dim()))
 
 
 def logsumexp(scores: Tensor) -> Tensor:

@@ -189,7 +189,7 @@ class ExactEngine(ChainEngine):
     factor_types = (ChainFactors,)
     capabilities = {
         "log_partition": (NATIVE, "one guarded matmul a step (log space, exact repair where float "
-                          "underflow could bite); shared N x N: hand-written backward"),
+                          "underflow could bite), hand-written backward"),
         "marginals": (NATIVE, "autograd of log Z"),
         "pairwise_marginals": (NATIVE, "autograd of log Z, B x (T-1) x N x N"),
         "entropy": (NATIVE, "forward of conditional prefix entropies (Alg. 3 recursion), differentiable"),
@@ -203,9 +203,9 @@ class ExactEngine(ChainEngine):
         return super().prepare(factors).dense()
 
     def log_partition(self, factors, lengths, twice_differentiable=False):
-        if factors.shared and not twice_differentiable:
-            return exact.shared_log_partition(factors, lengths)
-        return exact.log_forward(factors, lengths)[0]
+        if twice_differentiable:
+            return exact.log_forward(factors, lengths)[0]
+        return exact.fast_log_partition(factors, lengths)
 
     def log_alphas(self, factors, lengths):
         return exact.log_forward(factors, lengths)[1]

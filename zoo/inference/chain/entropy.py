@@ -25,7 +25,7 @@ from torch import Tensor
 
 from zoo.inference.chain.factors import DenseChain
 from zoo.inference.chain.scaled import check_alive, normalized
-from zoo.inference.logmatmul import Matrix, finite_or_zero, logsumexp, repair_index
+from zoo.inference.logmatmul import Matrix, columns, finite_or_zero, logsumexp, repair_index
 
 
 def _with_p_log_p(mat: Matrix) -> tuple[Matrix, Tensor]:
@@ -48,9 +48,8 @@ def _step(x: Tensor, H: Tensor, transition: tuple[Matrix, Tensor], live: Tensor)
     index = repair_index(h.detach(), mat.rows, live)
     if index is None:
         return log_h, H_next
-    lead, col = index[:-1], index[-1]
-    cols = mat.log[:, col].T if mat.log.dim() == 2 else mat.log[(*lead, slice(None), col)]
-    scores = x[lead] + cols  # n x N
+    lead = index[:-1]
+    scores = x[lead] + columns(mat.log, index, x.dim())  # n x N
     exact = logsumexp(scores)
     log_w = scores - finite_or_zero(exact).unsqueeze(-1)  # all -inf in a dead column: w = 0
     value = (log_w.exp() * (H[lead] - finite_or_zero(log_w))).sum(-1)

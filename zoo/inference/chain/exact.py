@@ -1,7 +1,7 @@
 """Exact linear-chain dynamic programs on dense log-potentials.
 
-* ``shared_log_partition``: the HMM case, one N x N transition: the scaled forward (each step one
-  guarded BLAS product; see ``scaled``), with the hand-written backward.
+* ``fast_log_partition``: the scaled forward (each step one guarded BLAS product; see ``scaled``)
+  with the hand-written backward, for a shared N x N transition (HMM) or per-position ones (CRF).
 * ``log_forward``: the same forward with plain autograd; handles per-position B x (T-1) x N x N
   potentials without allocating more than one position's block at a time, and is twice
   differentiable.
@@ -33,8 +33,8 @@ def log_space(chain: DenseChain) -> scaled.ScaledChain:
     return scaled.ScaledChain(chain.folded_unary(), chain.transition, left_is_log=True)
 
 
-def shared_log_partition(chain: DenseChain, lengths: Tensor) -> Tensor:
-    """log Z (B,) for a shared-transition chain, with the hand-written backward."""
+def fast_log_partition(chain: DenseChain, lengths: Tensor) -> Tensor:
+    """log Z (B,) with the hand-written backward (once differentiable; shared or per position)."""
     return scaled.log_partition(log_space(chain), lengths)
 
 

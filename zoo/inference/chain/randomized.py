@@ -181,7 +181,10 @@ class RandomizedEngine(ChainEngine):
         return factors
 
     def log_partition(self, factors, lengths, twice_differentiable=False):
-        return exact.log_forward(reduced_chain(factors, self.kept_states(factors)), lengths)[0]
+        small = reduced_chain(factors, self.kept_states(factors))
+        if twice_differentiable:
+            return exact.log_forward(small, lengths)[0]
+        return exact.fast_log_partition(small, lengths)
 
     def log_alphas(self, factors, lengths):
         return exact.log_forward(reduced_chain(factors, self.kept_states(factors)), lengths)[1]

@@ -31,6 +31,7 @@ from torch import Tensor
 from zoo.inference.logmatmul import (
     NEG,
     Matrix,
+    columns,
     detached_max,
     log_matmul,
     logsumexp,
@@ -125,10 +126,12 @@ def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
 @dataclass
 class _Saved:
     """One product of one step, as the backward needs it: exp(x - max x) (B x K), the product h
-    (B x M), and the repaired entries: indices, their rows of x (n x K) and exact values (n,)."""
+    (B x M, clamped at tiny), and the repaired entries: indices, their rows of x (n x K) and exact
+    values (n,)."""
 
     v: Tensor
     h: Tensor
+    matrix: Matrix | None = None  # a per-position step's own matrix
     index: tuple[Tensor, ...] | None = None
     rows: Tensor | None = None
     exact: Tensor | None = None
@@ -139,39 +142,37 @@ def _product(x: Tensor, mat: Matrix, live: Tensor, shifted: bool, folded: bool) 
     is already 0 (a normalized forward vector); ``folded``: the caller adds the matrix's column
     shifts itself (folded into the next log-factors), so the repaired entries leave them out."""
     tiny = torch.finfo(x.dtype).tiny
-    if shifted:
-        v = x.exp()
-        h = v @ mat.scaled
-        out = h.clamp_min(tiny).log()  # h below tiny is always repaired
-    else:
-        m = detached_max(x)
-        v = (x - m).exp()
-        h = v @ mat.scaled
-        out = h.clamp_min(tiny).log() + m
+    m = None if shifted else detached_max(x)
+    v = x.exp() if shifted else (x - m).exp()
+    h = (_times(v, mat.scaled)).clamp_min(tiny)  # h below tiny is always repaired (or junk)
+    out = h.log() if shifted else h.log() + m
     if not folded:
         out = out + mat.shift
     saved = _Saved(v, h)
     index = repair_index(h, mat.rows, live)
     if index is not None:
-        col = index[-1]
         saved.index, saved.rows = index, x[index[:-1]]
-        saved.exact = logsumexp(saved.rows + mat.log[:, col].T)
-        out = out.index_put(index, saved.exact - mat.shift[col] if folded else saved.exact)
+        saved.exact = logsumexp(saved.rows + columns(mat.log, index, x.dim()))
+        out = out.index_put(index, saved.exact - mat.shift[index[-1]] if folded else saved.exact)
     return out, saved
+
+
+def _times(v: Tensor, P: Tensor) -> Tensor:
+    """v @ P for B x K by K x M (shared) or B x K x M (one matrix per row): B x M."""
+    return v @ P if P.dim() == 2 else (v.unsqueeze(-2) @ P).squeeze(-2)
 
 
 def _product_backward(g_out: Tensor, s: _Saved, mat: Matrix, repairs: list) -> tuple[Tensor, Tensor]:
     """(d/dx, d/dh) of one product given d/dout; each repaired entry's (column, x row, exact value,
     d/dout) goes to ``repairs`` for the matrix gradient."""
     g = g_out if s.index is None else g_out.index_put(s.index, g_out.new_zeros(()))
-    g_h = g / s.h.clamp_min(torch.finfo(s.h.dtype).tiny)  # 0 where repaired or junk
-    g_x = (g_h @ mat.scaled.T) * s.v
+    g_h = g / s.h  # 0 where repaired or junk
+    g_x = _times(g_h, mat.scaled.transpose(-1, -2)) * s.v
     if s.index is not None:
-        lead, col = s.index[:-1], s.index[-1]
         g_sel = g_out[s.index]
-        w = _repair_weights(s.rows + mat.log[:, col].T, s.exact, g_sel)  # softmax over the K inputs
-        g_x = g_x.index_put(lead, w, accumulate=True)
-        repairs.append((col, s.rows, s.exact, g_sel))
+        w = _repair_weights(s.rows + columns(mat.log, s.index, 2), s.exact, g_sel)  # softmax weights
+        g_x = g_x.index_put(s.index[:-1], w, accumulate=True)
+        repairs.append((s.index, s.rows, s.exact, g_sel))
     return g_x, g_h
 
 
@@ -187,13 +188,25 @@ def _matrix_grad(raw: Tensor, mat: Matrix, is_log: bool, vs: list, ghs: list, re
     grad = torch.cat(vs).T @ torch.cat(ghs)  # d/d scaled
     if is_log:  # scaled = exp(log M - c)
         grad = grad * mat.scaled
-        for col, rows, exact, g in repairs:
-            grad = grad.index_add(1, col, _repair_weights(rows + raw[:, col].T, exact, g).T)
+        for index, rows, exact, g in repairs:
+            grad = grad.index_add(1, index[-1], _repair_weights(rows + columns(raw, index, 2), exact, g).T)
         return grad
     top = raw.amax(-2, keepdim=True)  # scaled = M / top
     grad = grad / torch.where(top > 0, top, torch.ones_like(top))
-    for col, rows, exact, g in repairs:  # d exact / d M[i, j] = exp(x_i - exact)
-        grad = grad.index_add(1, col, _repair_weights(rows, exact, g).T)
+    for index, rows, exact, g in repairs:  # d exact / d M[i, j] = softmax weight / M[i, j] (0 at M = 0)
+        m = columns(raw, index, 2)
+        w = _repair_weights(rows + columns(mat.log, index, 2), exact, g)
+        grad = grad.index_add(1, index[-1], torch.where(m > 0, w / m, 0.0).T)
+    return grad
+
+
+def _per_position_grad(s: _Saved, mat: Matrix, g_h: Tensor, repairs: list) -> Tensor:
+    """d/d log Psi_t (B x K x M) of one per-position step: P_t o (v (x) d/dh), plus the repaired
+    entries' softmax weights in their columns."""
+    grad = s.v.unsqueeze(-1) * g_h.unsqueeze(-2) * mat.scaled
+    for index, rows, exact, g in repairs:
+        w = _repair_weights(rows + columns(mat.log, index, 2), exact, g)
+        grad[index[0], :, index[-1]] += w  # (b, j) pairs are distinct
     return grad
 
 
@@ -201,14 +214,19 @@ class _ScaledForward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, left, right, log_weights, final, lengths, left_is_log):
         chain = ScaledChain(u, left, right, log_weights, final, left_is_log)
-        mats = chain.matrices()
+        per_position = left.dim() == 4
+        mats = None if per_position else chain.matrices()
         T = u.shape[1]
-        later = u[:, 1:] + mats[-1].shift  # the last product's column shifts, added once
+        later = u[:, 1:] if per_position else u[:, 1:] + mats[-1].shift  # shared column shifts, once
+        inside = torch.arange(T, device=u.device) < lengths.unsqueeze(-1)  # B x T
         x, n = normalized(u[:, 0])
         xs, ns, saved = [x], [n], []
         for t in range(1, T):
-            live = lengths > t
-            y, first = _product(x, mats[0], live, shifted=True, folded=len(mats) == 1)
+            live = inside[:, t]
+            if per_position:
+                mats = [Matrix.from_log(left[:, t - 1])]
+            y, first = _product(x, mats[0], live, shifted=True, folded=not per_position and len(mats) == 1)
+            first.matrix = mats[0] if per_position else None
             step = [first]
             if log_weights is not None:
                 y = y + log_weights[:, t - 1]
@@ -237,33 +255,47 @@ class _ScaledForward(torch.autograd.Function):
         end = (last - last.logsumexp(-1, keepdim=True)).exp() * grad.unsqueeze(-1)  # B x K
         grad_u = torch.zeros_like(alphas)
         g = alphas.new_zeros(B, K)
-        per_matrix = [([], [], []) for _ in mats]  # exp(inputs), d/dh, repairs
+        per_position = chain.left.dim() == 4
+        per_matrix = [([], [], []) for _ in saved[0]] if saved else []  # exp(inputs), d/dh, repairs
+        grad_left = torch.zeros_like(chain.left) if per_position and ctx.needs_input_grad[1] else None
         grad_lw = torch.zeros_like(chain.log_weights) if chain.log_weights is not None else None
+        last_positions = set((lengths - 1).tolist())
         for t in range(T - 1, 0, -1):
-            g = torch.where((lengths - 1 == t).unsqueeze(-1), end, g)
+            if t in last_positions:
+                g = torch.where((lengths - 1 == t).unsqueeze(-1), end, g)
             grad_u[:, t] = g
-            for p in range(len(mats) - 1, -1, -1):
+            for p in range(len(per_matrix) - 1, -1, -1):
                 if p == 0 and grad_lw is not None:  # the weights are added to the first product's output
                     grad_lw[:, t - 1] = g
                 s = saved[t - 1][p]
                 vs, ghs, repairs = per_matrix[p]
+                if s.matrix is not None:  # per position: this step's gradient now
+                    step_repairs = []
+                    g, g_h = _product_backward(g, s, s.matrix, step_repairs)
+                    if grad_left is not None:
+                        grad_left[:, t - 1] = _per_position_grad(s, s.matrix, g_h, step_repairs)
+                    continue
                 g, g_h = _product_backward(g, s, mats[p], repairs)
                 vs.append(s.v)
                 ghs.append(g_h)
         grad_u[:, 0] = torch.where((lengths == 1).unsqueeze(-1), end, g)
         raws = [chain.left, chain.right.T if chain.right is not None else None]
-        grads = [None, None]
+        grads = [grad_left, None]
         for p, (vs, ghs, repairs) in enumerate(per_matrix):
-            if ctx.needs_input_grad[1 + p]:
+            if ctx.needs_input_grad[1 + p] and not per_position:
                 grads[p] = (
                     _matrix_grad(raws[p], mats[p], p == 0 and chain.left_is_log, vs, ghs, repairs)
                     if vs else torch.zeros_like(raws[p])
                 )
+        for p in (0, 1):  # T = 1: no step
+            if ctx.needs_input_grad[1 + p] and grads[p] is None and raws[p] is not None:
+                grads[p] = torch.zeros_like(raws[p])
         grad_right = grads[1].T if grads[1] is not None else None
         grad_final = None
-        if chain.final is not None and ctx.needs_input_grad[4]:  # d/df_j lse(x + log f) = exp(x_j - lse)
-            x_end = alphas[rows, lengths - 1]
-            grad_final = (_repair_weights(x_end, (x_end + ctx.log_end).logsumexp(-1), grad)).sum(0)
+        if chain.final is not None and ctx.needs_input_grad[4]:  # d/df_j lse(x + log f): softmax / f_j
+            scores = alphas[rows, lengths - 1] + ctx.log_end
+            w = _repair_weights(scores, scores.logsumexp(-1), grad)
+            grad_final = torch.where(chain.final > 0, w / chain.final, 0.0).sum(0)
         return grad_u, grads[0], grad_right, grad_lw, grad_final, None, None
 
 
