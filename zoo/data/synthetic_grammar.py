@@ -103,7 +103,10 @@ def possible_lengths(grammar: DenseGrammar, emission: Tensor, min_length: int, m
     terms = torch.logsumexp(emission, -1).expand(1, max_length, -1)
     out = []
     for n in range(min_length, max_length + 1):
-        log_z = TreeDistribution(grammar, terms[:, :n], torch.tensor([n])).log_partition
+        try:
+            log_z = TreeDistribution(grammar, terms[:, :n], torch.tensor([n])).log_partition
+        except ValueError:  # no tree of n words has a non-zero probability
+            continue
         if torch.isfinite(log_z).all():
             out.append(n)
     return out

@@ -80,6 +80,11 @@ class Matrix:
     def log(self) -> Tensor:
         return self.given_log if self.given_log is not None else safe_log(self.given_prob)
 
+    @cached_property
+    def p_log_p(self) -> Tensor:
+        """scaled o log(scaled), 0 where scaled = 0 (the entropy step's cross term)."""
+        return self.scaled * finite_or_zero(self.log - self.shift.unsqueeze(-2))
+
     @property
     def rows(self) -> int:
         return self.scaled.shape[-2]
@@ -135,3 +140,36 @@ def log_matmul(x: Tensor, matrix: Matrix, live: Tensor | None = None) -> Tensor:
     if index is None:
         return out
     return out.index_put(index, exact_entries(x, matrix.log, index))
+
+
+def entropy_step(x: Tensor, H: Tensor, matrix: Matrix, live: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """A guarded product that also carries conditional entropies (Fu et al. 2022, Alg. 3).
+
+    y = log(exp(x) @ M) and, with w_ij = exp(x_i + log M_ij - y_j) = p(i | j),
+    H'_j = sum_i w_ij (H_i - log w_ij). With v = exp(x - max x), P = M / c and h = v @ P:
+
+        H' = ((v o (H - x + max x)) @ P - v @ (P o log P)) / h + log h
+
+    (one ... x 2 x K by K x M product and one ... x K by K x M); the entries below the threshold are
+    recomputed exactly from the softmax weights. x, H: ... x K; returns y and H', ... x M each.
+    """
+    m = detached_max(x)
+    z = x - m
+    v = z.exp()
+    carried = v * (H - finite_or_zero(z))
+    P = matrix.scaled
+    pair = torch.stack([v, carried], -2) @ P  # ... x 2 x M
+    cross = (v.unsqueeze(-2) @ matrix.p_log_p).squeeze(-2)
+    h = pair[..., 0, :]
+    safe = torch.where(h > 0, h, torch.ones_like(h))
+    H_next = (pair[..., 1, :] - cross) / safe + safe.log()
+    log_h = torch.where(h > 0, safe.log(), float("-inf")) + matrix.shift + m
+    index = repair_index(h.detach(), matrix.rows, live)
+    if index is None:
+        return log_h, H_next
+    lead = index[:-1]
+    scores = x[lead] + columns(matrix.log, index, x.dim())  # n x K
+    exact = logsumexp(scores)
+    log_w = scores - finite_or_zero(exact).unsqueeze(-1)  # all -inf in a dead column: w = 0
+    value = (log_w.exp() * (H[lead] - finite_or_zero(log_w))).sum(-1)
+    return log_h.index_put(index, exact), H_next.index_put(index, value)

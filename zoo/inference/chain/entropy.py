@@ -13,9 +13,9 @@ P = exp(log Psi - c) and h = v @ P, a step is
 
     H_t = ((v o (H_{t-1} - alpha_{t-1})) @ P - v @ (P o log P)) / h + log h,
 
-one B x 2 x N by N x N product and one B x N by N x N; the columns that float underflow could have
-touched (h below ``logmatmul.threshold``) are recomputed exactly from the softmax weights. The
-entropy's gradient is ordinary autograd of this forward.
+one B x 2 x N by N x N product and one B x N by N x N (``logmatmul.entropy_step``); the columns that
+float underflow could have touched are recomputed exactly from the softmax weights. The entropy's
+gradient is ordinary autograd of this forward.
 """
 
 from __future__ import annotations
@@ -25,35 +25,7 @@ from torch import Tensor
 
 from zoo.inference.chain.factors import DenseChain
 from zoo.inference.chain.scaled import check_alive, normalized
-from zoo.inference.logmatmul import Matrix, columns, finite_or_zero, logsumexp, repair_index
-
-
-def _with_p_log_p(mat: Matrix) -> tuple[Matrix, Tensor]:
-    """The matrix and P o log P (0 where P = 0)."""
-    return mat, mat.scaled * finite_or_zero(mat.log - mat.shift.unsqueeze(-2))
-
-
-def _step(x: Tensor, H: Tensor, transition: tuple[Matrix, Tensor], live: Tensor) -> tuple[Tensor, Tensor]:
-    """(log h, H_t before the position's own factor) for one transition; x normalized (max 0)."""
-    mat, p_log_p = transition
-    P = mat.scaled
-    v = x.exp()
-    carried = v * (H - finite_or_zero(x))
-    pair = torch.stack([v, carried], -2) @ P  # B x 2 x N
-    cross = (v.unsqueeze(-2) @ p_log_p).squeeze(-2)
-    h = pair[:, 0]
-    safe = torch.where(h > 0, h, torch.ones_like(h))
-    H_next = (pair[:, 1] - cross) / safe + safe.log()
-    log_h = torch.where(h > 0, safe.log(), float("-inf")) + mat.shift
-    index = repair_index(h.detach(), mat.rows, live)
-    if index is None:
-        return log_h, H_next
-    lead = index[:-1]
-    scores = x[lead] + columns(mat.log, index, x.dim())  # n x N
-    exact = logsumexp(scores)
-    log_w = scores - finite_or_zero(exact).unsqueeze(-1)  # all -inf in a dead column: w = 0
-    value = (log_w.exp() * (H[lead] - finite_or_zero(log_w))).sum(-1)
-    return log_h.index_put(index, exact), H_next.index_put(index, value)
+from zoo.inference.logmatmul import Matrix, entropy_step, finite_or_zero
 
 
 def dense_entropy(chain: DenseChain, lengths: Tensor, log_weights: Tensor | None = None) -> Tensor:
@@ -67,7 +39,7 @@ def dense_entropy(chain: DenseChain, lengths: Tensor, log_weights: Tensor | None
     u = chain.folded_unary().unbind(1)
     B, T, N = chain.unary.shape
     extra = log_weights.unbind(1) if log_weights is not None else None
-    shared = _with_p_log_p(Matrix.from_log(chain.transition)) if chain.shared else None
+    shared = Matrix.from_log(chain.transition) if chain.shared else None
     blocks = None if chain.shared else chain.transition.unbind(1)
     x, n = normalized(u[0])
     check_alive(n, lengths > 0)
@@ -75,8 +47,8 @@ def dense_entropy(chain: DenseChain, lengths: Tensor, log_weights: Tensor | None
     entropy = _final(x, H)
     for t in range(1, T):
         live = lengths > t
-        transition = shared if shared is not None else _with_p_log_p(Matrix.from_log(blocks[t - 1]))
-        log_h, H = _step(x, H, transition, live)
+        transition = shared if shared is not None else Matrix.from_log(blocks[t - 1])
+        log_h, H = entropy_step(x, H, transition, live)
         x, n = normalized(log_h + u[t])
         check_alive(n, live)
         if extra is not None:

@@ -16,7 +16,6 @@ from zoo.inference.semimarkov.engine import NATIVE, SemiMarkovEngine, requires_g
 from zoo.inference.semimarkov.factors import (
     DenseSemiMarkov,
     EdgeSemiMarkov,
-    FactorizedSemiMarkov,
     SemiMarkovFactors,
     cumulative,
 )
@@ -24,6 +23,7 @@ from zoo.inference.semimarkov.forward import (
     MatrixStep,
     Problem,
     backtrack,
+    entropy,
     factorized_choice,
     forward,
     lse,
@@ -44,27 +44,6 @@ def dense_problem(f: DenseSemiMarkov, unary=None, transition=None, duration=None
         step,
         step.max,
     )
-
-
-def probed_entropy(f: FactorizedSemiMarkov, lengths: Tensor, build) -> Tensor:
-    """H = log Z - E[score] for a factorized model, E[score] = <grad log Z, potentials>.
-
-    ``build(unary, transition, duration, init)`` -> the log Z (B,) of the model with these potentials
-    (transition B x N x N, a per-sequence copy, so its gradient is per sequence). Differentiable.
-    Each frame's unary is shifted by its best state's (every segmentation covers each frame once, so
-    H does not change): log Z and E[score] then stay small, and their difference keeps its digits.
-    """
-    dense = f if isinstance(f, DenseSemiMarkov) else f.dense()
-    B, N = dense.batch, dense.num_states
-    unary = dense.unary - _finite(dense.unary.detach().amax(-1, keepdim=True))
-    thetas = (unary, dense.transition.expand(B, N, N), dense.duration, dense.init)
-    differentiable = torch.is_grad_enabled() and requires_grad(f)
-    with torch.enable_grad():
-        probes = [torch.zeros_like(x, requires_grad=True) for x in thetas]
-        log_z = build(*(x + p for x, p in zip(thetas, probes)))
-        grads = torch.autograd.grad(log_z.sum(), probes, create_graph=differentiable, materialize_grads=True)
-    expected = sum((g * _finite(x)).flatten(1).sum(-1) for g, x in zip(grads, thetas))
-    return log_z - expected
 
 
 def dense_log_partition(f: DenseSemiMarkov, lengths: Tensor, probe: Tensor | None = None) -> Tensor:
@@ -163,7 +142,8 @@ class ExactEngine(SemiMarkovEngine):
                           "transition product; rank-space materialized per segment: O(T D N^2)"),
         "segment_marginals": (NATIVE, "autograd of log Z w.r.t. a segment probe"),
         "marginals": (NATIVE, "segment marginals spread over their frames (one cumsum)"),
-        "entropy": (NATIVE, "log Z - E[score], differentiable"),
+        "entropy": (NATIVE, "forward of conditional entropies (Alg. 3 over segments), differentiable; "
+                    "per-segment form: log Z - E[score]"),
         "log_prob": (NATIVE, "score - log Z"),
         "argmax": (NATIVE, "semi-Markov Viterbi"),
         "sample": (NATIVE, "forward filtering, backward sampling of (duration, previous state)"),
@@ -181,11 +161,7 @@ class ExactEngine(SemiMarkovEngine):
     def entropy(self, factors, lengths):
         if isinstance(factors, EdgeSemiMarkov):
             return edge_entropy(factors, lengths)
-
-        def build(unary, transition, duration, init):
-            return forward(dense_problem(factors, unary, transition, duration, init), lengths)[0]
-
-        return probed_entropy(factors, lengths, build)
+        return entropy(dense_problem(factors), lengths)
 
     def argmax(self, factors, lengths):
         if isinstance(factors, EdgeSemiMarkov):

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain.engine import gumbel_noise
-from zoo.inference.logmatmul import NEG, Matrix, log_matmul, safe_log
+from zoo.inference.logmatmul import NEG, Matrix, entropy_step, finite_or_zero, log_matmul, safe_log
 
 MAX_CHUNK = 2**24  # elements of one block in the max-product transition
 
@@ -54,6 +54,10 @@ class MatrixStep:
 
     def __call__(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
         return log_matmul(beta, self.matrix, live)
+
+    def entropy(self, t: int, beta: Tensor, H: Tensor, live: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The step and the conditional entropies it carries (``logmatmul.entropy_step``)."""
+        return entropy_step(beta, H, self.matrix, live)
 
     def max(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
         """max_i beta[i] + log M[i, j], in chunks of columns."""
@@ -147,6 +151,42 @@ def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semi
     if problem.final is not None:
         last = last + problem.final
     return reduce(last, -1), ends
+
+
+def entropy(problem: Problem, lengths: Tensor) -> Tensor:
+    """The entropy (B,) of the distribution over segmentations, by the forward of ``forward`` carrying
+    each node's conditional entropy of the past (Fu et al. 2022, Alg. 3, over segments):
+
+        Hb[t, j] = sum_d p(d | segment ends at t in j) (Ha[t - d, j] - log p(d | ...))   (D-window)
+        Ha[t]    = the transition ``step.entropy`` of Hb[t]                           (guarded product)
+        H        = sum_j p(last node j) (Hb[L, j] - log p(last node j))
+
+    Every term is an entropy (non-negative, of the size of a log-probability), so H is never the
+    difference of two large numbers. Differentiable (autograd); ``problem.step`` needs ``entropy``.
+    """
+    cum, dur, init = problem.cum, problem.duration, problem.init
+    B, T1, K = cum.shape
+    T, D = T1 - 1, dur.shape[-1]
+    dur_rev = dur.transpose(1, 2).flip(1)
+    segments = segment_windows(cum, D, dur.dtype).unbind(1)
+    alphas, entropies = [init], [torch.zeros_like(init)]
+    out = init.new_zeros(B)
+    for t in range(1, T + 1):
+        n = min(D, t)
+        x = torch.stack(alphas[t - n : t], 1) + dur_rev[:, D - n :] + segments[t - 1][:, D - n :]
+        beta = lse(x, 1)
+        log_w = x - finite_or_zero(beta).unsqueeze(1)  # log p(duration | end), B x n x K
+        H_end = (log_w.exp() * (torch.stack(entropies[t - n : t], 1) - finite_or_zero(log_w))).sum(1)
+        if bool((lengths == t).any()):
+            last = beta if problem.final is None else beta + problem.final
+            log_p = last - last.logsumexp(-1, keepdim=True)
+            ending = (log_p.exp() * (H_end - finite_or_zero(log_p))).sum(-1)
+            out = torch.where(lengths == t, ending, out)
+        if t < T:
+            alpha, H = problem.step.entropy(t, beta, H_end, lengths > t)
+            alphas.append(alpha)
+            entropies.append(H)
+    return out
 
 
 def factorized_choice(problem: Problem, ends: Tensor, columns: Callable[[Tensor], Tensor]):

@@ -32,7 +32,8 @@ class LowRankStep:
         full = log_matmul(log_matmul(beta, self.left, live), self.right, live)
         if self.log_diag is None:
             return full
-        ratio = (beta + self.log_diag - full).exp().clamp_max(1)  # the self-transition's share
+        # the self-transition's share of each column (0 for a dead column: no NaN from -inf - -inf)
+        ratio = (beta + self.log_diag - torch.where(torch.isneginf(full), 0.0, full)).exp().clamp_max(1)
         bad = ratio > CANCELLATION
         if live is not None:
             bad = bad & live.unsqueeze(-1)

@@ -18,11 +18,11 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain.randomized import KeptStates, RDPOptions, proposal_weights, select_states
-from zoo.inference.logmatmul import Matrix, log_matmul
+from zoo.inference.logmatmul import Matrix, entropy_step, log_matmul
 from zoo.inference.semimarkov.engine import ESTIMATE, FALLBACK, SemiMarkovEngine
-from zoo.inference.semimarkov.exact import ExactEngine, dense_problem, probed_entropy
+from zoo.inference.semimarkov.exact import ExactEngine, dense_problem
 from zoo.inference.semimarkov.factors import DenseSemiMarkov, LowRankSemiMarkov, cumulative
-from zoo.inference.semimarkov.forward import Problem, forward
+from zoo.inference.semimarkov.forward import Problem, entropy, forward
 
 
 @dataclass
@@ -49,6 +49,14 @@ class RandomizedStep:
         vals = beta.gather(-1, idx) + self.kept.log_weights[:, t - 1]
         return log_matmul(vals, Matrix.from_log(self.rows(idx)), live)  # B x K by B x K x N
 
+    def entropy(self, t: int, beta: Tensor, H: Tensor, live: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The step with conditional entropies; each kept state's log weight is added to its entropy
+        (the weights stay out of the score: Alg. 3's estimate is log Z_hat - E_hat[score])."""
+        idx = self.kept.index[:, t - 1]
+        log_w = self.kept.log_weights[:, t - 1]
+        vals = beta.gather(-1, idx) + log_w
+        return entropy_step(vals, H.gather(-1, idx) + log_w, Matrix.from_log(self.rows(idx)), live)
+
 
 def _rows_of(transition: Tensor):
     """rows(idx B x K) -> B x K x N log-rows of an N x N or B x N x N transition."""
@@ -66,7 +74,7 @@ class RandomizedEngine(SemiMarkovEngine):
         "log_partition": (ESTIMATE, "O(T (D N + K N)); exp is unbiased"),
         "segment_marginals": (ESTIMATE, "autograd of the estimate"),
         "marginals": (ESTIMATE, "from the estimated segment marginals"),
-        "entropy": (ESTIMATE, "log Z_hat - E_hat[score] on the same draw (low-rank: materializes N x N)"),
+        "entropy": (ESTIMATE, "Alg. 3 over segments on the same draw (low-rank: materializes N x N)"),
         "log_prob": (FALLBACK, "exact log Z"),
         "argmax": (FALLBACK, "exact Viterbi on the dense form"),
         "sample": (FALLBACK, "exact FFBS on the dense form"),
@@ -107,15 +115,10 @@ class RandomizedEngine(SemiMarkovEngine):
         return forward(problem, lengths, probe)[0]
 
     def entropy(self, factors, lengths):
-        kept = self.kept_states(factors)
-
-        def build(unary, transition, duration, init):
-            problem = dense_problem(factors.dense(), unary, transition, duration, init)
-            problem.step = RandomizedStep(_rows_of(transition), kept)
-            log_z = forward(problem, lengths)[0]
-            return log_z
-
-        return probed_entropy(factors, lengths, build)
+        dense = factors.dense()
+        problem = dense_problem(dense)
+        problem.step = RandomizedStep(_rows_of(dense.transition), self.kept_states(factors))
+        return entropy(problem, lengths)
 
     def log_prob(self, factors, lengths, seg):
         return ExactEngine().log_prob(factors.dense(), lengths, seg)
