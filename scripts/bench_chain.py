@@ -13,15 +13,24 @@ before a call, after freed heap memory went back to the OS (malloc_trim); the ma
 calls is reported. Blocks of 128 KiB or more are mmapped (MALLOC_MMAP_THRESHOLD_), so freed tensors leave
 RSS at once and the peak measures live memory, not allocator slack. Linux only.
 
+Tables 4 and 5 time peer libraries (the ``bench`` extra, plus supar, see README "Set-up") on one thread:
+pytorch-crf's and supar's linear-chain CRFs (log Z + backward) and pomegranate's ``DenseHMM`` forward
+(log Z under ``torch.no_grad()``). Their calls take milliseconds, so each shape's methods share one
+process and take turns (``benchlib.measure_interleaved``), on the same potentials. A peer that is not
+installed is reported as such, not run.
+
 Usage (from the repository root):
-    python scripts/bench_chain.py            # the full run (about 15 minutes on 2 cores)
+    python scripts/bench_chain.py            # the full run (about 17 minutes on 2 cores)
     python scripts/bench_chain.py --quick    # a small smoke test (under 2 minutes)
-    python scripts/bench_chain.py --write    # also write docs/benchmarks.md
+    python scripts/bench_chain.py --only 4 5 # some tables alone (here the peer baselines: a few minutes)
+    python scripts/bench_chain.py --write    # also write docs/benchmarks.md (every table: no --only)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import math
 import os
 import sys
@@ -50,6 +59,7 @@ from benchlib import (
     paragraphs,
     prepare_environment,
     ratio,
+    run_group_in_child,
     run_header,
     run_in_child,
     snapshot_zoo,
@@ -86,6 +96,9 @@ class Job:
     backend: str | None = None  # "zoo" case: None = the container's own backend
     from_raw: bool = False  # build the container from raw parameters inside the timed call
     precompute_only: bool = False  # time only raw parameters -> container -> once-per-batch product
+    threads: int | None = None  # torch threads of the measured call, pinned to as many CPUs (None: THREADS)
+    grad: bool = True  # False: log Z alone, under torch.no_grad(), from potentials that need no grad
+    cases: tuple[str, ...] = ()  # a group: these cases measured in one process, taking turns (not ``case``)
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,13 @@ class Plan:
     memory_N: int  # table 3
     repeats: int
     budget_s: float
+    crf_sizes: tuple[int, ...]  # table 4: N, at B x T = crf_batch
+    crf_batch: tuple[int, int]
+    hmm_sizes: tuple[int, ...]  # table 5: N, each at B = hmm_batches and T = hmm_length
+    hmm_batches: tuple[int, ...]
+    hmm_length: int
+    peer_repeats: int  # tables 4 and 5: rounds in which every method runs once, within peer_budget_s
+    peer_budget_s: float
 
 
 FULL = Plan(
@@ -107,6 +127,13 @@ FULL = Plan(
     memory_N=10000,
     repeats=3,
     budget_s=40.0,
+    crf_sizes=(16, 32, 128),
+    crf_batch=(32, 50),
+    hmm_sizes=(64, 256, 1024),
+    hmm_batches=(16, 8, 4),
+    hmm_length=100,
+    peer_repeats=30,
+    peer_budget_s=15.0,
 )
 QUICK = Plan(
     sizes=(256, 1024),
@@ -116,6 +143,13 @@ QUICK = Plan(
     memory_N=2000,
     repeats=1,
     budget_s=5.0,
+    crf_sizes=(16,),
+    crf_batch=(32, 50),
+    hmm_sizes=(64, 256),
+    hmm_batches=(16,),
+    hmm_length=100,
+    peer_repeats=5,
+    peer_budget_s=1.0,
 )
 
 
@@ -186,19 +220,30 @@ def embedding_potentials(p: dict, c: dict) -> tuple:
     return p["unary"], p["states"], p["init"].log_softmax(-1)
 
 
+def crf_raw(s: Shape) -> tuple[dict, dict]:
+    return {"unary": torch.randn(s.B, s.T, s.N), "trans": torch.randn(s.N, s.N), "init": torch.randn(s.N)}, {}
+
+
+def crf_potentials(p: dict, c: dict) -> tuple:
+    """A tagging CRF: unnormalized Gaussian scores throughout."""
+    return p["unary"], p["trans"], p["init"]
+
+
 MODELS = {
     "hmm": Model(hmm_raw, hmm_potentials, DenseChain, column_scaled),
     "low-rank": Model(low_rank_raw, low_rank_potentials, LowRankChain, LowRankChain.scaled_left),
     "rank-space": Model(rank_space_raw, rank_space_potentials, RankSpaceChain, rank_transition),
     "embedding": Model(embedding_raw, embedding_potentials, EmbeddingChain, None),
+    "crf": Model(crf_raw, crf_potentials, DenseChain, column_scaled),
 }
 
 
-def leaf_potentials(model: Model, shape: Shape) -> list[Tensor]:
-    """The container's arguments as leaf tensors requiring grad (parameter transforms done up front)."""
+def leaf_potentials(model: Model, shape: Shape, grad: bool = True) -> list[Tensor]:
+    """The container's arguments as leaf tensors requiring grad unless ``grad`` is False (parameter
+    transforms done up front)."""
     params, consts = model.raw(shape)
     with torch.no_grad():
-        return [x.detach().requires_grad_() for x in model.potentials(params, consts)]
+        return [x.detach().requires_grad_(grad) for x in model.potentials(params, consts)]
 
 
 def clear_grads(leaves: list[Tensor]) -> None:
@@ -216,7 +261,7 @@ def zoo_step(job: Job) -> Callable[[], None]:
         def build():
             return model.container(*model.potentials(params, consts))
     else:
-        leaves = leaf_potentials(model, s)
+        leaves = leaf_potentials(model, s, grad=job.grad)
 
         def build():
             return model.container(*leaves)
@@ -230,12 +275,18 @@ def zoo_step(job: Job) -> Callable[[], None]:
         LinearChain(build(), backend=job.backend, options=options).log_partition.sum().backward()
         clear_grads(leaves)
 
+    def no_grad_step():
+        with torch.no_grad():
+            _ = LinearChain(build(), backend=job.backend, options=options).log_partition
+
     def precompute():
         factors = build()
         outputs = [v for v in vars(factors).values() if isinstance(v, Tensor) and v.requires_grad]
         sum(x.sum() for x in [*outputs, model.once_per_batch(factors)]).backward()
         clear_grads(leaves)
 
+    if not job.grad:
+        return no_grad_step
     return precompute if job.precompute_only else step
 
 
@@ -303,17 +354,150 @@ def matmul_step(job: Job) -> Callable[[], None]:
     return step
 
 
+# --- peer libraries (tables 4 and 5): our potentials in each one's own layout ----------------------------
+PEERS = {  # case: (distribution name, import name)
+    "pytorch-crf": ("pytorch-crf", "torchcrf"),
+    "supar": ("supar", "supar"),
+    "pomegranate": ("pomegranate", "pomegranate"),
+}
+
+
+def peer_installed(case: str) -> bool:
+    return importlib.util.find_spec(PEERS[case][1]) is not None
+
+
+def peer_label(case: str) -> str:
+    name = PEERS[case][0]
+    return f"{name} {importlib.metadata.version(name)}" if peer_installed(case) else name
+
+
+def pytorch_crf_inputs(unary: Tensor, transition: Tensor, init: Tensor) -> tuple:
+    """pytorch-crf's ``CRF`` holding our transition and init (its start transitions; end transitions 0), and
+    its normalizer's inputs: time-major emissions (its default ``batch_first=False``) and an all-true mask."""
+    from torchcrf import CRF
+
+    B, T, N = unary.shape
+    crf = CRF(N).to(unary.dtype)
+    with torch.no_grad():
+        crf.start_transitions.copy_(init)
+        crf.transitions.copy_(transition)  # [i, j]: i -> j, as ours
+        crf.end_transitions.zero_()
+    emissions = unary.detach().transpose(0, 1).contiguous().requires_grad_(unary.requires_grad)
+    return crf, emissions, torch.ones(T, B, dtype=torch.bool)
+
+
+def pytorch_crf_log_partition(crf, emissions: Tensor, mask: Tensor) -> Tensor:
+    """log Z alone: the private normalizer that ``CRF.forward`` subtracts from the gold score (the public
+    call needs tags and also scores them)."""
+    return crf._compute_normalizer(emissions, mask)
+
+
+def supar_inputs(unary: Tensor, transition: Tensor, init: Tensor) -> tuple[Tensor, Tensor]:
+    """supar's layout: scores B x T x N and one (N+1) x (N+1) transition whose last row is the start
+    scores and last column the end scores (0 here)."""
+    N, grad = unary.shape[-1], unary.requires_grad
+    with torch.no_grad():
+        trans = unary.new_zeros(N + 1, N + 1)
+        trans[:-1, :-1] = transition
+        trans[-1, :-1] = init
+    return unary.detach().clone().requires_grad_(grad), trans.requires_grad_(grad)
+
+
+def supar_log_partition(scores: Tensor, trans: Tensor) -> Tensor:
+    from supar.structs import LinearChainCRF
+
+    return LinearChainCRF(scores, trans).log_partition
+
+
+def pomegranate_model(transition: Tensor, init: Tensor):
+    """A ``DenseHMM`` with our log transition and log init as its edges and starts, ends log 1 = 0. Its
+    constructor validates probabilities (rows in [0, 1], starts summing to 1 within 1e-6), so it is built
+    in float64 and our log-potentials are then copied in, in their own dtype. Its N distributions are
+    uninitialized placeholders: the forward reads precomputed emission log-likelihoods."""
+    from pomegranate.distributions import Categorical
+    from pomegranate.hmm import DenseHMM
+
+    N, f64 = transition.shape[0], torch.float64
+    hmm = DenseHMM(
+        [Categorical() for _ in range(N)],
+        edges=transition.detach().to(f64).exp(),
+        starts=init.detach().to(f64).exp(),
+        ends=torch.ones(N, dtype=f64),
+    ).to(transition.dtype)
+    with torch.no_grad():
+        hmm.edges.copy_(transition)
+        hmm.starts.copy_(init)
+        hmm.ends.zero_()
+    return hmm
+
+
+def pomegranate_log_partition(hmm, unary: Tensor) -> Tensor:
+    """What ``DenseHMM.log_probability`` computes from observations, here from per-state emission
+    log-likelihoods: the forward table, then log-sum-exp of its last column plus the end scores."""
+    forward = hmm.forward(emissions=unary)
+    return torch.logsumexp(forward[:, -1] + hmm.ends, dim=1)
+
+
+def pytorch_crf_step(job: Job) -> Callable[[], None]:
+    crf, emissions, mask = pytorch_crf_inputs(*leaf_potentials(MODELS["crf"], job.shape))
+
+    def step():
+        pytorch_crf_log_partition(crf, emissions, mask).sum().backward()
+        crf.zero_grad(set_to_none=True)
+        emissions.grad = None
+
+    return step
+
+
+def supar_step(job: Job) -> Callable[[], None]:
+    import supar.structs  # noqa: F401  (imported here, not in the warm-up call)
+
+    scores, trans = supar_inputs(*leaf_potentials(MODELS["crf"], job.shape))
+
+    def step():
+        supar_log_partition(scores, trans).sum().backward()
+        clear_grads([scores, trans])
+
+    return step
+
+
+def pomegranate_step(job: Job) -> Callable[[], None]:
+    unary, transition, init = leaf_potentials(MODELS["hmm"], job.shape, grad=False)
+    hmm = pomegranate_model(transition, init)
+
+    def step():
+        with torch.no_grad():
+            pomegranate_log_partition(hmm, unary)
+
+    return step
+
+
 CASES: dict[str, Callable[[Job], Callable[[], None]]] = {
     "zoo": zoo_step,
     "torch-struct": torch_struct_step,
     "lse": lse_step,
     "matmul": matmul_step,
+    "pytorch-crf": pytorch_crf_step,
+    "supar": supar_step,
+    "pomegranate": pomegranate_step,
 }
 
 
-def build_step(job: Job) -> Callable[[], None]:
-    """The measured call of a configuration (run in its own process by ``benchlib.run_in_child``)."""
-    return CASES[job.case](job)
+def build_step(job: Job) -> Callable[[], None] | dict[str, Callable[[], None]]:
+    """The measured call of a configuration, or a group's calls by case, each built from the same seed,
+    hence the same potentials (run in its own process by ``benchlib.run_group_in_child``)."""
+    if job.threads is not None:
+        torch.set_num_threads(job.threads)
+        cpus = sorted(os.sched_getaffinity(0))
+        if job.threads < len(cpus):  # pinned: see INTERLEAVED_NOTE
+            os.sched_setaffinity(0, cpus[-job.threads :])
+    if not job.cases:
+        return CASES[job.case](job)
+    steps = {}
+    for case in job.cases:
+        torch.manual_seed(0)
+        steps[case] = CASES[case](replace(job, case=case, cases=()))
+    return steps
 
 
 def footprint(job: Job) -> float | None:
@@ -342,9 +526,30 @@ def run(job: Job, plan: Plan) -> Measurement:
         result = Measurement(status=f"OOM (skipped: needs ~{need / GB:,.0f} GB)")
     else:
         result = run_in_child(build_step, job, plan.repeats, plan.budget_s)
-    label = f"{job.case} {job.model} {job.backend or ''}{' precompute' if job.precompute_only else ''}"
-    print(f"  {label:40} {job.shape} -> {describe(result)}", file=sys.stderr, flush=True)
+    log(job, result)
     return result
+
+
+def log(job: Job, result: Measurement) -> None:
+    label = f"{job.case} {job.model} {job.backend or ''}{' precompute' if job.precompute_only else ''}"
+    label += f"{'' if job.grad else ' no-grad'}{f' {job.threads} thread(s)' if job.threads else ''}"
+    print(f"  {label:40} {job.shape} -> {describe(result)}", file=sys.stderr, flush=True)
+
+
+def run_group(job: Job, plan: Plan) -> dict[str, Measurement]:
+    """Measure the cases of ``job.cases`` in one fresh process, taking turns (the peer tables: calls of
+    milliseconds); a peer that is not installed is not run."""
+    missing = {case for case in job.cases if case in PEERS and not peer_installed(case)}
+    cases = tuple(case for case in job.cases if case not in missing)
+    result = run_group_in_child(build_step, replace(job, cases=cases), plan.peer_repeats, plan.peer_budget_s)
+    results = {
+        case: Measurement(status="not installed") if case in missing
+        else result if isinstance(result, Measurement) else result[case]
+        for case in job.cases
+    }  # fmt: skip
+    for case, m in results.items():
+        log(replace(job, case=case, cases=()), m)
+    return results
 
 
 def extrapolate(points: dict[int, Measurement], T: int) -> Measurement:
@@ -376,6 +581,58 @@ def check_log_partition(N: int = 8) -> str:
             raise SystemExit(f"log Z check failed at N={N}: {name} differs from exact by {error:.3g}")
     found = ", ".join(f"max |{name} - exact| = {error:.2g}" for name, error in errors.items())
     return f"log Z check at N = {N}, B = 8, T = 32 (|log Z| up to {scale:.1f}): {found}."
+
+
+PEER_CHECK_SHAPE = Shape(4, 16, 8)  # float64
+PEER_TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5}  # relative to the largest |log Z|
+
+
+def peer_shapes(plan: Plan, model: str) -> list[Shape]:
+    if model == "crf":
+        return [Shape(*plan.crf_batch, N) for N in plan.crf_sizes]
+    return [Shape(B, plan.hmm_length, N) for N in plan.hmm_sizes for B in plan.hmm_batches]
+
+
+def check_peers(plan: Plan, tables: set[int]) -> str:
+    """log Z of each installed peer against exact on the same potentials, in float64 on a small case and in
+    float32 at every shape its table times (log Z alone, without grad); exits if one disagrees."""
+    checks = []  # case, model, log Z from (unary, transition, init)
+    if 4 in tables:
+        checks += [
+            ("pytorch-crf", "crf", lambda u, t, i: pytorch_crf_log_partition(*pytorch_crf_inputs(u, t, i))),
+            ("supar", "crf", lambda u, t, i: supar_log_partition(*supar_inputs(u, t, i))),
+        ]
+    if 5 in tables:
+        checks += [
+            ("pomegranate", "hmm", lambda u, t, i: pomegranate_log_partition(pomegranate_model(t, i), u))
+        ]
+    found = []
+    for case, model, log_z in checks:
+        if not peer_installed(case):
+            found.append(f"{peer_label(case)}: not installed")
+            continue
+        torch.manual_seed(0)
+        errors = []
+        for dtype, shapes in ((torch.float64, [PEER_CHECK_SHAPE]), (torch.float32, peer_shapes(plan, model))):
+            error = scale = 0.0
+            for shape in shapes:
+                u, t, i = (x.to(dtype) for x in leaf_potentials(MODELS[model], shape, grad=False))
+                with torch.no_grad():
+                    ours = LinearChain(DenseChain(u, t, i)).log_partition
+                    theirs = log_z(u, t, i)
+                error = max(error, (theirs.detach() - ours).abs().max().item())
+                scale = max(scale, ours.abs().max().item())
+            if not error <= PEER_TOLERANCE[dtype] * scale:
+                raise SystemExit(f"log Z check failed: {case} differs from exact by {error:.3g} in {dtype}")
+            errors.append((error, scale))
+        (e64, s64), (e32, s32) = errors
+        s, table_number = PEER_CHECK_SHAPE, 4 if model == "crf" else 5
+        found.append(
+            f"{peer_label(case)}: max |log Z - exact| = {e64:.2g} in float64 (B = {s.B}, T = {s.T}, "
+            f"N = {s.N}; |log Z| up to {s64:.1f}), {e32:.2g} in float32 (every shape of table "
+            f"{table_number}; |log Z| up to {s32:.0f})"
+        )
+    return "Peer log Z check (the same potentials, log Z without grad): " + "; ".join(found) + "."
 
 
 # --- formatting ----------------------------------------------------------------------------------------
@@ -537,24 +794,132 @@ def table3(plan: Plan) -> Section:
     return Section(text, verdicts, [exact, randomized])
 
 
+INTERLEAVED_NOTE = (
+    "Each shape's methods run in one process on the same potentials, taking turns: one warm-up of each, "
+    "then up to {repeats} rounds in which each runs once, as many as fit in {budget:g} s. The process is "
+    "pinned to one CPU (`os.sched_setaffinity`): unpinned, pomegranate's forward (a few small ops a step) "
+    "ran 3-4x slower in some processes than in others on our 2-core VM."
+)
+TABLE4_NOTE = (
+    "One thread (`torch.set_num_threads(1)`). Median wall time of one log Z + backward (gradients of every "
+    "potential) and its peak RSS growth; ratios against `exact` at the same N. The same tagging CRF "
+    "(Gaussian unary, transition and start scores; end scores 0) in each library's own layout, built "
+    "before the timed call: exact runs `LinearChain(DenseChain(unary, transition, init))"
+    ".log_partition.sum().backward()`; pytorch-crf its `CRF._compute_normalizer(emissions, mask)`, the log "
+    "Z that `CRF.forward` subtracts from the gold score (private: the public call needs tags and also scores "
+    "them; time-major emissions, its default `batch_first=False`; start transitions = init, end transitions "
+    "0); supar `LinearChainCRF(scores, trans).log_partition` from `supar.structs` (start scores in the last "
+    "row of its (N+1) x (N+1) `trans`, end scores 0 in its last column). {interleaved}"
+)
+TABLE5_NOTE = (
+    "One thread, under `torch.no_grad()`, float32. Median wall time of one log Z and its peak RSS growth; "
+    "ratios against `exact` at the same N and B. The same HMM (log-softmaxed transition and start, Gaussian "
+    "emission log-likelihoods): exact runs `LinearChain(DenseChain(unary, transition, init)).log_partition` "
+    "on tensors that need no grad; pomegranate runs `DenseHMM.forward(emissions=unary)` (precomputed "
+    "per-state emission log-likelihoods, its documented argument; the forward table, B x T x N) and the "
+    "log-sum-exp of the table's last column plus the end scores (0), which is what "
+    "`DenseHMM.log_probability` does after computing the emissions from observations. {interleaved}"
+)
+
+
+def interleaved_note(plan: Plan) -> str:
+    return INTERLEAVED_NOTE.format(repeats=plan.peer_repeats, budget=plan.peer_budget_s)
+
+
+def faster_peer(peers: dict[str, Measurement], base: Measurement) -> tuple[float, str]:
+    """(fastest measured peer's time / base time, which peer)."""
+    ok = {name: m for name, m in peers.items() if m.ok}
+    if not ok or not base.ok:
+        return math.nan, ", ".join(f"{name}: {m.status}" for name, m in peers.items())
+    name = min(ok, key=lambda k: ok[k].time_s)
+    return speedup(ok[name], base), name
+
+
+def table4(plan: Plan) -> Section:
+    """Small tagging CRFs on one thread: exact against pytorch-crf and supar, log Z + backward."""
+    B, T = plan.crf_batch
+    methods = {"zoo": "exact", "pytorch-crf": peer_label("pytorch-crf"), "supar": peer_label("supar")}
+    results = {}
+    for N in plan.crf_sizes:
+        group = run_group(Job("", Shape(B, T, N), "crf", threads=1, cases=tuple(methods)), plan)
+        results[N] = {methods[case]: m for case, m in group.items()}
+    rows = [
+        [str(N), name, *cells(m, res["exact"], 1e-3, MB)]
+        for N, res in results.items()
+        for name, m in res.items()
+    ]
+    text = paragraphs(
+        f"### Table 4: small CRFs, one thread: log Z + backward, B = {B}, T = {T}, float32",
+        TABLE4_NOTE.format(interleaved=interleaved_note(plan)),
+        table(["N", "method", "time (ms)", "time / exact", "peak (MB)", "peak / exact"], rows),
+    )
+    N = 16 if 16 in results else min(results)
+    res = results[N]
+    value, which = faster_peer({k: m for k, m in res.items() if k != "exact"}, res["exact"])
+    name = f"exact >= 2x faster than the faster of pytorch-crf and supar at N = {N}, B = {B}, T = {T}"
+    verdicts = [verdict(name, value, 2, f"{which} time / exact time")]
+    return Section(text, verdicts, [m for res in results.values() for m in res.values()])
+
+
+def table5(plan: Plan) -> Section:
+    """No-grad log Z on one thread: exact against pomegranate's DenseHMM forward."""
+    T, label = plan.hmm_length, peer_label("pomegranate")
+    methods = {"zoo": "exact", "pomegranate": label}
+    results = {}
+    for N in plan.hmm_sizes:
+        for B in plan.hmm_batches:
+            job = Job("", Shape(B, T, N), "hmm", threads=1, grad=False, cases=tuple(methods))
+            results[N, B] = {methods[case]: m for case, m in run_group(job, plan).items()}
+    rows = [
+        [str(N), str(B), name, *cells(m, res["exact"], 1e-3, MB)]
+        for (N, B), res in results.items()
+        for name, m in res.items()
+    ]
+    text = paragraphs(
+        f"### Table 5: no-grad inference against pomegranate, one thread, T = {T}",
+        TABLE5_NOTE.format(interleaved=interleaved_note(plan)),
+        table(["N", "B", "method", "time (ms)", "time / exact", "peak (MB)", "peak / exact"], rows),
+    )
+    verdicts, batches = [], ", ".join(map(str, plan.hmm_batches))
+    for N in plan.hmm_sizes:
+        res = {B: results[N, B] for B in plan.hmm_batches}
+        measured = {B: speedup(r[label], r["exact"]) for B, r in res.items() if r[label].ok and r["exact"].ok}
+        worst = min(measured, key=measured.get, default=None)
+        detail = f"pomegranate time / exact time, the smallest over B = {batches}" + (
+            f" (at B = {worst})" if worst else "; " + ", ".join(r[label].status for r in res.values())
+        )
+        name = f"exact no-grad log Z >= 2x faster than pomegranate's forward at N = {N}, T = {T}"
+        verdicts.append(verdict(name, measured[worst] if worst else math.nan, 2, detail))
+    return Section(text, verdicts, [m for res in results.values() for m in res.values()])
+
+
 # --- report --------------------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small run, as a smoke test (under 2 minutes)")
     parser.add_argument("--write", action="store_true", help=f"also write the report to {DOCS}")
+    parser.add_argument(
+        "--only", nargs="+", type=int, choices=sorted(TABLES), metavar="TABLE",
+        help="run only these tables (4 5: the peer baselines); not with --write",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.only and args.write:
+        parser.error("--write rewrites the whole bench_chain block of the page: run every table")
     plan = QUICK if args.quick else FULL
+    tables = sorted(set(args.only or TABLES))
     prepare_environment()  # inherited by the spawned configurations
     started, load_before = time.time(), os.getloadavg()[0]
-    check = check_log_partition()
+    checks = [check_log_partition()]
+    if {4, 5} & set(tables):
+        checks.append(check_peers(plan, set(tables)))
     with tempfile.TemporaryDirectory(prefix="bench_chain_") as copy:
         version = snapshot_zoo(Path(copy))
         sys.path.insert(0, copy)  # ahead of the editable install's finder, in every spawned configuration
-        sections = [table1(plan), table2(plan), table3(plan)]
+        sections = [TABLES[k](plan) for k in tables]
     header = [
         *run_header(started, load_before, args.quick, plan, version),
         f"- Configurations that need more than {SKIP_ABOVE / GB:.0f} GB by their shapes are skipped.",
-        f"- {check}",
+        *(f"- {check}" for check in checks),
     ]
     report = paragraphs(
         "## Linear chains",
@@ -573,6 +938,9 @@ def main() -> None:
         write_section(DOCS, "bench_chain", report)
     if any(m.status.startswith("error") for section in sections for m in section.measurements):
         sys.exit(1)
+
+
+TABLES: dict[int, Callable[[Plan], Section]] = {1: table1, 2: table2, 3: table3, 4: table4, 5: table5}
 
 
 if __name__ == "__main__":

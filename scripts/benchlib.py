@@ -5,7 +5,9 @@ warm-up alone exceeds it: then the warm-up is the measurement); the median is re
 the growth of the process's peak RSS (VmHWM, reset through /proc/self/clear_refs) over its RSS just
 before a call, after freed heap memory went back to the OS (malloc_trim); the maximum over the timed
 calls is reported. Each configuration runs in a spawned process whose address space is capped at
-``MEMORY_CAP``, so an out-of-memory configuration fails cleanly ("OOM"). Linux only.
+``MEMORY_CAP``, so an out-of-memory configuration fails cleanly ("OOM"). A configuration may also be a
+group of calls measured in one process, taking turns (``measure_interleaved``): for calls of
+milliseconds whose ratios should not depend on when each one ran on a shared machine. Linux only.
 """
 
 from __future__ import annotations
@@ -86,31 +88,80 @@ def measure(call: Callable[[], None], repeats: int, budget_s: float) -> Measurem
     )
 
 
+def measure_interleaved(
+    calls: dict[str, Callable[[], None]], repeats: int, budget_s: float
+) -> dict[str, Measurement]:
+    """``measure`` for several calls in one process, taking turns: one warm-up of each, then rounds in
+    which every call runs once, up to ``repeats`` rounds that fit in ``budget_s`` (all the calls'
+    timed runs together; none when one round of warm-ups exceeds it). Load that changes during the
+    measurement then slows every call alike. A call that fails its warm-up is reported as failed and
+    left out of the rounds."""
+    results, warmups = {}, {}
+    for name, call in calls.items():
+        try:
+            warmups[name] = measured_call(call)
+        except Exception as error:  # recorded in the tables; the others go on
+            results[name] = failure(error)
+    round_s = sum(t for t, _ in warmups.values())
+    runs = {name: [] for name in warmups}
+    for _ in range(min(repeats, int(budget_s // round_s)) if round_s > 0 else 0):
+        for name in warmups:
+            runs[name].append(measured_call(calls[name]))
+    for name, (warmup_s, warmup_peak) in warmups.items():
+        timed = runs[name] or [(warmup_s, warmup_peak)]
+        times = [t for t, _ in timed]
+        results[name] = Measurement(
+            time_s=statistics.median(times),
+            peak_bytes=max(p for _, p in timed),
+            runs=len(timed),
+            warmup_s=warmup_s,
+            times=times,
+        )
+    return {name: results[name] for name in calls}
+
+
 def is_oom(error: BaseException) -> bool:
     message = str(error).lower()
     return isinstance(error, MemoryError) or "out of memory" in message or "can't allocate memory" in message
 
 
+def failure(error: BaseException) -> Measurement:
+    """The measurement of a configuration that raised ``error`` (the traceback goes to stderr)."""
+    if is_oom(error):
+        return Measurement(status="OOM")
+    traceback.print_exc()
+    return Measurement(status=f"error: {type(error).__name__}: {error}")
+
+
 def child_main(conn, build: Callable, job, repeats: int, budget_s: float) -> None:
-    """In the spawned process: cap memory, build the configuration's step, measure it, send the result."""
+    """In the spawned process: cap memory, build the configuration's step (or dict of named steps: see
+    ``measure_interleaved``), measure it, send the result."""
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
     with open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")  # should the machine run out of memory anyway, the kernel kills this process first
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
     try:
-        result = measure(build(job), repeats, budget_s)
-    except Exception as error:  # recorded in the tables; the run goes on
-        if is_oom(error):
-            result = Measurement(status="OOM")
+        step = build(job)
+        if isinstance(step, dict):
+            result = {name: asdict(m) for name, m in measure_interleaved(step, repeats, budget_s).items()}
         else:
-            traceback.print_exc()
-            result = Measurement(status=f"error: {type(error).__name__}: {error}")
-    conn.send(asdict(result))
+            result = asdict(measure(step, repeats, budget_s))
+    except Exception as error:  # recorded in the tables; the run goes on
+        result = asdict(failure(error))
+    conn.send(result)
 
 
 def run_in_child(build: Callable, job, repeats: int, budget_s: float) -> Measurement:
     """Measure ``build(job)`` (a module-level function and a picklable job) in a fresh process."""
+    result = run_group_in_child(build, job, repeats, budget_s)
+    assert isinstance(result, Measurement), "build returned several calls: use run_group_in_child"
+    return result
+
+
+def run_group_in_child(build: Callable, job, repeats: int, budget_s: float) -> Measurement | dict:
+    """``run_in_child`` for a ``build`` that may return a dict of named calls: then a dict of their
+    measurements (``measure_interleaved``), or one Measurement where the whole process failed."""
     ctx = mp.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=child_main, args=(sender, build, job, repeats, budget_s))
@@ -121,7 +172,11 @@ def run_in_child(build: Callable, job, repeats: int, budget_s: float) -> Measure
             child.kill()
             result = Measurement(status=f"timeout (> {CHILD_TIMEOUT_S} s)")
         else:
-            result = Measurement(**receiver.recv())
+            sent = receiver.recv()
+            if "status" in sent:
+                result = Measurement(**sent)
+            else:
+                result = {name: Measurement(**m) for name, m in sent.items()}
     except EOFError:  # the child died without answering
         child.join()
         if child.exitcode == -signal.SIGKILL:  # what the kernel's out-of-memory killer sends
