@@ -159,9 +159,12 @@ class ExactEngine(SemiMarkovEngine):
         return dense_log_partition(factors, lengths, probe)
 
     def entropy(self, factors, lengths):
+        """In float64 and returned in the factors' dtype: the forward's log values are of the size of
+        log Z (1e5 nats for long Gaussian HSMMs), so float32 differences inside the D-window lose
+        about eps |log Z| each (docs/semimarkov-api.md, "Numerics")."""
         if isinstance(factors, EdgeSemiMarkov):
             return edge_entropy(factors, lengths)
-        return entropy(dense_problem(factors), lengths)
+        return entropy(dense_problem(factors.double()), lengths).to(factors.unary.dtype)
 
     def argmax(self, factors, lengths):
         if isinstance(factors, EdgeSemiMarkov):

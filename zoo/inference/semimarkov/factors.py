@@ -187,6 +187,11 @@ class DenseSemiMarkov(FactorizedSemiMarkov):
     def with_unary(self, unary: Tensor) -> DenseSemiMarkov:
         return DenseSemiMarkov(unary, self.transition, self.duration, self.init)
 
+    def double(self) -> DenseSemiMarkov:
+        """The same potentials in float64 (differentiable casts)."""
+        f = self
+        return DenseSemiMarkov(f.unary.double(), f.transition.double(), f.duration.double(), f.init.double())
+
     def transition_entries(self, prev, nxt):
         return self.transition[prev, nxt]
 

@@ -115,10 +115,11 @@ class RandomizedEngine(SemiMarkovEngine):
         return forward(problem, lengths, probe)[0]
 
     def entropy(self, factors, lengths):
-        dense = factors.dense()
+        """In float64, as the exact engine's."""
+        dense = factors.dense().double()
         problem = dense_problem(dense)
         problem.step = RandomizedStep(_rows_of(dense.transition), self.kept_states(factors))
-        return entropy(problem, lengths)
+        return entropy(problem, lengths).to(factors.unary.dtype)
 
     def log_prob(self, factors, lengths, seg):
         return ExactEngine().log_prob(factors.dense(), lengths, seg)
