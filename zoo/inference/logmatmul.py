@@ -74,7 +74,7 @@ class Matrix:
         """From a non-negative matrix (features, probabilities)."""
         top = m.detach().amax(-2, keepdim=True)
         scale = torch.where(top > 0, top, torch.ones_like(top))
-        return cls(m / scale, safe_log(top).squeeze(-2).clamp_min(NEG), given_prob=m)
+        return cls((m / scale).contiguous(), safe_log(top).squeeze(-2).clamp_min(NEG), given_prob=m)
 
     @cached_property
     def log(self) -> Tensor:
