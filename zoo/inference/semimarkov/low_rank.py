@@ -15,7 +15,7 @@ from zoo.inference.semimarkov.exact import ExactEngine, factorized_sample
 from zoo.inference.semimarkov.factors import LowRankSemiMarkov, cumulative
 from zoo.inference.semimarkov.forward import Problem, forward
 
-CANCELLATION = 0.5  # the self-transition share of a column above which it is redone (gradients gain <= 2x)
+CANCELLATION = 0.75  # the self-transition share of a column above which it is redone (gradients gain <= 4x)
 
 
 class LowRankStep:
@@ -24,8 +24,8 @@ class LowRankStep:
     all of a column's mass (the subtraction would cancel), that column is recomputed over i != j."""
 
     def __init__(self, f: LowRankSemiMarkov):
-        self.f = f
-        self.left, self.right = Matrix.from_prob(f.scaled_left()), Matrix.from_prob(f.right.T)
+        self.scaled_left, self.features = f.scaled_left(), f.right
+        self.left, self.right = Matrix.from_prob(self.scaled_left), Matrix.from_prob(f.right.T)
         self.log_diag = None if f.self_transitions else safe_log(f.log_scale.exp() * f.diagonal())
 
     def __call__(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
@@ -40,7 +40,7 @@ class LowRankStep:
         if not bool(bad.any()):
             return out
         b, j = bad.nonzero(as_tuple=True)
-        cols = safe_log(self.f.scaled_left() @ self.f.right[j].T).T  # n x N: log trans(:, j) with i = j
+        cols = safe_log(self.scaled_left @ self.features[j].T).T  # n x N: log trans(:, j) with i = j
         cols = cols.scatter(-1, j.unsqueeze(-1), float("-inf"))
         return out.index_put((b, j), logsumexp(beta[b] + cols))
 
