@@ -82,15 +82,20 @@ def test_repaired_entries_backward_matches_autograd_float32(count_repairs, per_p
 
 
 @pytest.mark.parametrize("final", [False, True])
-def test_repaired_low_rank_and_rank_weights_float32(count_repairs, final):
-    """Non-negative factors with exact zeros and rank log-weights spread over hundreds of nats."""
+@pytest.mark.parametrize("dead_rank", [False, True])
+def test_repaired_low_rank_and_rank_weights_float32(count_repairs, final, dead_rank):
+    """Rank log-weights spread over hundreds of nats (the second product is repaired, fed in
+    probability space), with or without a dead rank column (the first product is repaired too)."""
     g = torch.Generator().manual_seed(2)
     B, T, K, M = 2, 12, 6, 4
     left = torch.rand(K, M, generator=g)
-    left[:, 0] = 0.0  # a dead rank column
-    left[0] = torch.tensor([1.0, 0.0, 0.0, 0.0])  # state 0 only reaches rank 0: dead
+    if dead_rank:
+        left[:, 0] = 0.0  # a dead rank column
+        left[0] = torch.tensor([1.0, 0.0, 0.0, 0.0])  # state 0 only reaches rank 0: dead
     right = torch.rand(K, M, generator=g)
+    right[1] = torch.tensor([0.0, 0.0, 0.0, 1.0])  # state 1 is reached through rank 3 only,
     log_w = torch.randn(B, T - 1, M, generator=g) * 200
+    log_w[..., 3] = log_w.amin(-1) - 150  # whose weight is always 150 nats below the others
     u = torch.randn(B, T, K, generator=g) * 100
     args = [u.requires_grad_(), left.requires_grad_(), right.requires_grad_(), log_w.requires_grad_()]
     args.append(torch.rand(K, generator=g).requires_grad_() if final else None)

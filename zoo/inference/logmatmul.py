@@ -53,8 +53,9 @@ class Matrix:
     """A non-negative matrix prepared for guarded products: K x M, or ... x K x M per row.
 
     Attributes:
-        scaled: exp(log M - c), each column's max 1 (0 for an all-zero column).
-        shift: ... x M, c = the column's log max (0 for an all-zero column), detached.
+        scaled: exp(log M - c): from log-potentials each column's max is 1 (c its detached log max,
+            0 for an all -inf column); from a non-negative M, M itself (c = 0).
+        shift: ... x M, c.
         log: log M (-inf for zeros), used by the repair (computed on first use when built from M).
     """
 
@@ -71,10 +72,9 @@ class Matrix:
 
     @classmethod
     def from_prob(cls, m: Tensor) -> Matrix:
-        """From a non-negative matrix (features, probabilities)."""
-        top = m.detach().amax(-2, keepdim=True)
-        scale = torch.where(top > 0, top, torch.ones_like(top))
-        return cls((m / scale).contiguous(), safe_log(top).squeeze(-2).clamp_min(NEG), given_prob=m)
+        """From a non-negative matrix (features, probabilities), used as it is (shift 0): the guard's
+        bound is absolute, so it needs no column scaling, and the product reads the caller's memory."""
+        return cls(m, m.new_zeros(()).expand(m.shape[:-2] + m.shape[-1:]), given_prob=m)
 
     @cached_property
     def log(self) -> Tensor:

@@ -162,6 +162,40 @@ def _times(v: Tensor, P: Tensor) -> Tensor:
     return v @ P if P.dim() == 2 else (v.unsqueeze(-2) @ P).squeeze(-2)
 
 
+@dataclass
+class _Bridge:
+    """What a two-product step adds between its products: log w_t = the first matrix's column shifts
+    + the rank log-weights (B x (T-1) x M), its max over M and exp(log w_t - max), all precomputed."""
+
+    log: Tensor
+    top: Tensor
+    scaled: Tensor
+
+    @classmethod
+    def of(cls, shift: Tensor, log_weights: Tensor | None, u: Tensor) -> _Bridge:
+        B, T = u.shape[:2]
+        log = shift.expand(B, max(T - 1, 0), -1) if log_weights is None else log_weights + shift
+        top = log.amax(-1, keepdim=True).clamp_min(NEG)
+        return cls(log, top, (log - top).exp())
+
+
+def _bridged_product(h1: Tensor, bridge: _Bridge, t: int, mat: Matrix, live: Tensor) -> tuple[Tensor, _Saved]:
+    """The second product of a two-product step whose first had no repaired entry, fed in probability
+    space: its input exp(log h1 + log w_t - max log w_t) is h1 * bridge.scaled[:, t] (one multiply, no
+    log and exp); the guard's bound is absolute, so the repair stays exact for any input scale."""
+    v = h1 * bridge.scaled[:, t]
+    h = (v @ mat.scaled).clamp_min(torch.finfo(v.dtype).tiny)
+    out = h.log() + bridge.top[:, t]
+    saved = _Saved(v, h)
+    index = repair_index(h, mat.rows, live)
+    if index is not None:
+        lead = index[:-1]
+        saved.index, saved.rows = index, h1[lead].log() + bridge.log[:, t][lead]
+        saved.exact = logsumexp(saved.rows + columns(mat.log, index, 2))
+        out = out.index_put(index, saved.exact - mat.shift[index[-1]])
+    return out, saved
+
+
 def _product_backward(g_out: Tensor, s: _Saved, mat: Matrix, repairs: list) -> tuple[Tensor, Tensor]:
     """(d/dx, d/dh) of one product given d/dout; each repaired entry's (column, x row, exact value,
     d/dout) goes to ``repairs`` for the matrix gradient."""
@@ -185,14 +219,12 @@ def _repair_weights(scores: Tensor, exact: Tensor, g: Tensor) -> Tensor:
 def _matrix_grad(raw: Tensor, mat: Matrix, is_log: bool, vs: list, ghs: list, repairs: list) -> Tensor:
     """The gradient w.r.t. the caller's K x M matrix (log-potentials or non-negative) from all steps:
     one (T B) x K by (T B) x M product, plus the repaired entries' exact gradients."""
-    grad = torch.cat(vs).T @ torch.cat(ghs)  # d/d scaled
     if is_log:  # scaled = exp(log M - c)
-        grad = grad * mat.scaled
+        grad = (torch.cat(vs).T @ torch.cat(ghs)) * mat.scaled
         for index, rows, exact, g in repairs:
             grad = grad.index_add(1, index[-1], _repair_weights(rows + columns(raw, index, 2), exact, g).T)
         return grad
-    top = raw.amax(-2, keepdim=True)  # scaled = M / top
-    grad = grad / torch.where(top > 0, top, torch.ones_like(top))
+    grad = torch.cat(vs).T @ torch.cat(ghs)  # scaled = M
     for index, rows, exact, g in repairs:  # d exact / d M[i, j] = softmax weight / M[i, j] (0 at M = 0)
         m = columns(raw, index, 2)
         w = _repair_weights(rows + columns(mat.log, index, 2), exact, g)
@@ -219,20 +251,25 @@ class _ScaledForward(torch.autograd.Function):
         T = u.shape[1]
         later = u[:, 1:] if per_position else u[:, 1:] + mats[-1].shift  # shared column shifts, once
         inside = torch.arange(T, device=u.device) < lengths.unsqueeze(-1)  # B x T
+        bridge = _Bridge.of(mats[0].shift, log_weights, u) if mats is not None and len(mats) > 1 else None
         x, n = normalized(u[:, 0])
         xs, ns, saved = [x], [n], []
         for t in range(1, T):
             live = inside[:, t]
             if per_position:
                 mats = [Matrix.from_log(left[:, t - 1])]
-            y, first = _product(x, mats[0], live, shifted=True, folded=not per_position and len(mats) == 1)
+            y, first = _product(x, mats[0], live, shifted=True, folded=not per_position)
             first.matrix = mats[0] if per_position else None
             step = [first]
-            if log_weights is not None:
-                y = y + log_weights[:, t - 1]
-            if len(mats) > 1:
+            if len(mats) > 1 and first.index is None:  # the common case: no log/exp between the products
+                y, second = _bridged_product(first.h, bridge, t - 1, mats[1], live)
+                step.append(second)
+            elif len(mats) > 1:
+                y = y + bridge.log[:, t - 1]
                 y, second = _product(y, mats[1], live, shifted=False, folded=True)
                 step.append(second)
+            elif log_weights is not None:
+                y = y + log_weights[:, t - 1]
             x, n = normalized(y + later[:, t - 1])
             xs.append(x)
             ns.append(n)
