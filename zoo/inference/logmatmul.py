@@ -1,11 +1,12 @@
 """Guarded log-space matrix products: log(exp(x) @ M) as fast as a plain product, as exact as a
 log-sum-exp. Structure-neutral: the chain and semi-Markov forwards run every transition through it.
 
-A product in probability space, exp(x - max x) @ (M scaled so each column's max is 1), is one BLAS
-call, but float32 flushes every term below 2^-126 (about 87 nats under the row's best state or the
-column's best entry) to zero. A term flushed at one step can be the only surviving path later (a
-forbidden transition, a left-to-right topology, an emission hundreds of nats lower), so the plain
-product is silently wrong exactly where real models live. Here each output entry of the product is
+A product in probability space, exp(x - max x) @ P (P = exp(log M - column max) for log-potentials,
+M itself for non-negative features), is one BLAS call, but float32 flushes every term below 2^-126
+(about 87 nats under the row's best state times the column's best entry) to zero. A term flushed
+at one step can be the only surviving path later (a forbidden transition, a left-to-right topology,
+an emission hundreds of nats lower), so the plain product is silently wrong exactly where real
+models live. Here each output entry of the product is
 checked: the flushed terms add at most K x tiny to it, so an entry h >= ``threshold(K, dtype)`` =
 K x tiny / eps is right to float precision, and only the entries below it are recomputed exactly
 by a log-sum-exp over their K inputs (their row of x and their column of log M). On inputs where
@@ -93,9 +94,10 @@ class Matrix:
 def repair_index(h: Tensor, k: int, live: Tensor | None = None) -> tuple[Tensor, ...] | None:
     """The indices of ``h``'s entries below the threshold (None when there are none); ``live``
     (``h``'s leading shape, bool) limits them to the rows that matter (e.g. inside a length)."""
-    bad = h < threshold(k, h.dtype)
-    if not bool(bad.any()):
+    bound = threshold(k, h.dtype)
+    if h.numel() == 0 or float(h.amin()) >= bound:  # one reduction in the common case
         return None
+    bad = h < bound
     if live is not None:
         bad = bad & live.unsqueeze(-1)
         if not bool(bad.any()):

@@ -254,8 +254,10 @@ class _ScaledForward(torch.autograd.Function):
         bridge = _Bridge.of(mats[0].shift, log_weights, u) if mats is not None and len(mats) > 1 else None
         x, n = normalized(u[:, 0])
         xs, ns, saved = [x], [n], []
+        inside, later = inside.unbind(1), later.unbind(1)  # views, not a slice a step
+        weights = log_weights.unbind(1) if log_weights is not None else None
         for t in range(1, T):
-            live = inside[:, t]
+            live = inside[t]
             if per_position:
                 mats = [Matrix.from_log(left[:, t - 1])]
             y, first = _product(x, mats[0], live, shifted=True, folded=not per_position)
@@ -268,9 +270,9 @@ class _ScaledForward(torch.autograd.Function):
                 y = y + bridge.log[:, t - 1]
                 y, second = _product(y, mats[1], live, shifted=False, folded=True)
                 step.append(second)
-            elif log_weights is not None:
-                y = y + log_weights[:, t - 1]
-            x, n = normalized(y + later[:, t - 1])
+            elif weights is not None:
+                y = y + weights[t - 1]
+            x, n = normalized(y + later[t - 1])
             xs.append(x)
             ns.append(n)
             saved.append(step)
@@ -290,20 +292,20 @@ class _ScaledForward(torch.autograd.Function):
         rows = torch.arange(B, device=alphas.device)
         last = alphas[rows, lengths - 1] + (0 if ctx.log_end is None else ctx.log_end)
         end = (last - last.logsumexp(-1, keepdim=True)).exp() * grad.unsqueeze(-1)  # B x K
-        grad_u = torch.zeros_like(alphas)
         g = alphas.new_zeros(B, K)
+        grad_u = [None] * T  # B x K each, stacked at the end (not a copy into B x T x K a step)
         per_position = chain.left.dim() == 4
         per_matrix = [([], [], []) for _ in saved[0]] if saved else []  # exp(inputs), d/dh, repairs
         grad_left = torch.zeros_like(chain.left) if per_position and ctx.needs_input_grad[1] else None
-        grad_lw = torch.zeros_like(chain.log_weights) if chain.log_weights is not None else None
+        grad_lw = [None] * (T - 1) if chain.log_weights is not None else None
         last_positions = set((lengths - 1).tolist())
         for t in range(T - 1, 0, -1):
             if t in last_positions:
                 g = torch.where((lengths - 1 == t).unsqueeze(-1), end, g)
-            grad_u[:, t] = g
+            grad_u[t] = g
             for p in range(len(per_matrix) - 1, -1, -1):
                 if p == 0 and grad_lw is not None:  # the weights are added to the first product's output
-                    grad_lw[:, t - 1] = g
+                    grad_lw[t - 1] = g
                 s = saved[t - 1][p]
                 vs, ghs, repairs = per_matrix[p]
                 if s.matrix is not None:  # per position: this step's gradient now
@@ -315,7 +317,10 @@ class _ScaledForward(torch.autograd.Function):
                 g, g_h = _product_backward(g, s, mats[p], repairs)
                 vs.append(s.v)
                 ghs.append(g_h)
-        grad_u[:, 0] = torch.where((lengths == 1).unsqueeze(-1), end, g)
+        grad_u[0] = torch.where((lengths == 1).unsqueeze(-1), end, g)
+        grad_u = torch.stack(grad_u, 1)
+        if grad_lw is not None:
+            grad_lw = torch.stack(grad_lw, 1) if grad_lw else torch.zeros_like(chain.log_weights)
         raws = [chain.left, chain.right.T if chain.right is not None else None]
         grads = [grad_left, None]
         for p, (vs, ghs, repairs) in enumerate(per_matrix):
