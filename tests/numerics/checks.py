@@ -240,96 +240,20 @@ def check_chain(case: Case, backend_name: str, op: str, low=torch.float32):
     r64, rlo = chain_refs(case, low, keep, pairwise=(op == "pairwise_marginals"))
 
     if op in ("log_partition", "entropy"):
-        out = ref.run_pair(name, lambda: getattr(d64, op), lambda: getattr(dlo, op), what)
-        if out is None:
-            return
-        q64, qlo = out
-        r_64, r_lo = getattr(r64, op), getattr(rlo, op)
-        sanity(name, q64, r_64, 1e-7 * (1 + r_64.abs()))
-        fl = (
-            log_floor(q64, low)
-            if op == "log_partition"
-            else entropy_floor(q64, r64.lengths, r64.log_partition, low)
-        )
-        ref.assert_float32_close(name, qlo, q64, ref.ref_error(r_lo, r_64), fl, what=what)
+        _check_total(name, op, d64, dlo, r64, rlo, low, what, r64.lengths)
     elif op in ("marginals", "pairwise_marginals"):
-        out = ref.run_pair(name, lambda: getattr(d64, op), lambda: getattr(dlo, op), what)
-        if out is None:
-            return
-        q64, qlo = out
-        r_64, r_lo = getattr(r64, op), getattr(rlo, op)
-        sanity(name, q64, r_64, 1e-6)
-        ref.assert_float32_close(
-            name,
-            qlo,
-            q64,
-            ref.ref_error(r_lo, r_64),
-            prob_floor(low),
-            reduce_dims=PER_SEQUENCE[q64.dim()],
-            what=what,
-        )
+        _check_marginals(name, op, d64, dlo, r64, rlo, low, what)
     elif op == "log_prob":
         g = torch.Generator().manual_seed(int(case.meta["seed"]) % 1000)
         try:
             states = torch.cat([d64.sample(3, generator=g), d64.argmax.unsqueeze(0)], 0)
         except (ValueError, TypeError):
             return _expect_raise(name, lambda: dlo.log_partition, what)
-        out = ref.run_pair(name, lambda: d64.log_prob(states), lambda: dlo.log_prob(states), what)
-        if out is None:
-            return
-        q64, qlo = out
-        lp64 = r64.score(states) - r64.log_partition
-        lplo = rlo.score(states) - rlo.log_partition
-        sanity(name, q64, lp64, 1e-7 * (1 + r64.log_partition.abs()))
-        ref.assert_float32_close(
-            name,
-            qlo,
-            q64,
-            ref.ref_error(lplo, lp64),
-            log_floor(r64.log_partition, low).unsqueeze(0),
-            what=what,
-        )
+        _check_log_prob(name, d64, dlo, r64, rlo, states, low, what)
     elif op == "argmax":
-        out = ref.run_pair(
-            name, lambda: (d64.argmax, d64.max_score), lambda: (dlo.argmax, dlo.max_score), what
-        )
-        if out is None:
-            return
-        (a64, m64), (alo, mlo) = out
-        sanity(name + " max_score", m64, r64.max_score, 1e-7 * (1 + r64.max_score.abs()))
-        err = ref.ref_error(rlo.max_score, r64.max_score)
-        fl = log_floor(m64, low)
-        ref.assert_float32_close(name + " max_score", mlo, m64, err, fl, what=what)
-        _check_path_format(name, alo, valid, N)
-        s = r64.score(alo)  # the low-precision argmax scored in float64
-        gap = r64.max_score - s
-        budget = 2 * err + fl
-        if not (torch.isfinite(s) | ~torch.isfinite(r64.max_score)).all() or (gap > budget).any():
-            b = int(torch.argmax(torch.nan_to_num(gap - budget, nan=float("inf"))))
-            fail(
-                f"{name}: the {what} argmax scores {s[b].item():.10g} in float64, the best path "
-                f"{r64.max_score[b].item():.10g}: {gap[b].item():.3g} short > budget {budget[b].item():.3g} "
-                f"(batch {b})"
-            )
+        _check_argmax(name, d64, dlo, r64, rlo, low, what, lambda a: _check_path_format(name, a, valid, N))
     elif op == "sample":
-        g64 = torch.Generator().manual_seed(1)
-        glo = torch.Generator().manual_seed(1)
-        out = ref.run_pair(
-            name, lambda: d64.sample(16, generator=g64), lambda: dlo.sample(16, generator=glo), what
-        )
-        if out is None:
-            return
-        _, slo = out
-        _check_path_format(name, slo, valid, N)
-        s = r64.score(slo)
-        fin = torch.isfinite(r64.log_partition).unsqueeze(0).expand_as(s)
-        bad = fin & ~torch.isfinite(s)
-        if bad.any():
-            i, b = (int(x) for x in bad.nonzero()[0])
-            fail(
-                f"{name}: {what} sample {i} of batch {b} has probability 0 in float64 "
-                f"({int(bad.sum())} of {s.numel()} samples impossible)"
-            )
+        _check_samples(name, d64, dlo, r64, 16, what, lambda x: _check_path_format(name, x, valid, N))
     else:
         raise ValueError(op)
 
@@ -340,6 +264,98 @@ def _expect_raise(name, fn, what):
     except (ValueError, TypeError):
         return
     fail(f"{name}: float64 raised but {what} did not")
+
+
+def _check_total(name, op, d64, dlo, r64, rlo, low, what, entropy_terms, check64=None):
+    """log_partition or entropy (B,): float64 against the plain DP (``check64``, default ``sanity``),
+    the low precision against float64; ``entropy_terms`` (B,) sizes the entropy's floor."""
+    out = ref.run_pair(name, lambda: getattr(d64, op), lambda: getattr(dlo, op), what)
+    if out is None:
+        return
+    q64, qlo = out
+    r_64, r_lo = getattr(r64, op), getattr(rlo, op)
+    (check64 or sanity)(name, q64, r_64, 1e-7 * (1 + r_64.abs()))
+    if op == "log_partition":
+        fl = log_floor(q64, low)
+    else:
+        fl = entropy_floor(q64, entropy_terms, r64.log_partition, low)
+    ref.assert_float32_close(name, qlo, q64, ref.ref_error(r_lo, r_64), fl, what=what)
+
+
+def _check_marginals(name, op, d64, dlo, r64, rlo, low, what, check64=None):
+    """A marginal tensor: float64 against the plain DP, the low precision against float64 with the
+    plain DP's error taken per sequence."""
+    out = ref.run_pair(name, lambda: getattr(d64, op), lambda: getattr(dlo, op), what)
+    if out is None:
+        return
+    q64, qlo = out
+    r_64, r_lo = getattr(r64, op), getattr(rlo, op)
+    (check64 or sanity)(name, q64, r_64, 1e-6)
+    per_sequence = PER_SEQUENCE[q64.dim()]
+    ref.assert_float32_close(
+        name, qlo, q64, ref.ref_error(r_lo, r_64), prob_floor(low), reduce_dims=per_sequence, what=what
+    )
+
+
+def _check_log_prob(name, d64, dlo, r64, rlo, structures, low, what):
+    """log_prob of given structures (paths, segmentations, trees): float64 against the plain DP, the
+    low precision against float64 within twice the plain DP's error."""
+    out = ref.run_pair(name, lambda: d64.log_prob(structures), lambda: dlo.log_prob(structures), what)
+    if out is None:
+        return
+    q64, qlo = out
+    lp64 = r64.score(structures) - r64.log_partition
+    lplo = rlo.score(structures) - rlo.log_partition
+    sanity(name, q64, lp64, 1e-7 * (1 + r64.log_partition.abs()))
+    ref.assert_float32_close(
+        name, qlo, q64, ref.ref_error(lplo, lp64), log_floor(r64.log_partition, low).unsqueeze(0), what=what
+    )
+
+
+def _check_argmax(name, d64, dlo, r64, rlo, low, what, check_format):
+    """max_score against float64, and the low-precision argmax scored in float64 within the budget of
+    the best structure's score."""
+    out = ref.run_pair(name, lambda: (d64.argmax, d64.max_score), lambda: (dlo.argmax, dlo.max_score), what)
+    if out is None:
+        return
+    (_, m64), (alo, mlo) = out
+    sanity(name + " max_score", m64, r64.max_score, 1e-7 * (1 + r64.max_score.abs()))
+    err = ref.ref_error(rlo.max_score, r64.max_score)
+    fl = log_floor(m64, low)
+    ref.assert_float32_close(name + " max_score", mlo, m64, err, fl, what=what)
+    check_format(alo)
+    s = r64.score(alo)  # the low-precision argmax scored in float64
+    gap = r64.max_score - s
+    budget = 2 * err + fl
+    if not (torch.isfinite(s) | ~torch.isfinite(r64.max_score)).all() or (gap > budget).any():
+        b = int(torch.argmax(torch.nan_to_num(gap - budget, nan=float("inf"))))
+        fail(
+            f"{name}: the {what} argmax scores {s[b].item():.10g} in float64, the best "
+            f"{r64.max_score[b].item():.10g}: {gap[b].item():.3g} short > budget {budget[b].item():.3g} "
+            f"(batch {b})"
+        )
+
+
+def _check_samples(name, d64, dlo, r64, n, what, check_format):
+    """n low-precision samples (same seed as float64's): well formed, and each of non-zero probability."""
+    out = ref.run_pair(
+        name,
+        lambda: d64.sample(n, generator=torch.Generator().manual_seed(1)),
+        lambda: dlo.sample(n, generator=torch.Generator().manual_seed(1)),
+        what,
+    )
+    if out is None:
+        return
+    _, slo = out
+    check_format(slo)
+    s = r64.score(slo)
+    bad = torch.isfinite(r64.log_partition).unsqueeze(0).expand_as(s) & ~torch.isfinite(s)
+    if bad.any():
+        i, b = (int(x) for x in bad.nonzero()[0])
+        fail(
+            f"{name}: {what} sample {i} of batch {b} has probability 0 in float64 "
+            f"({int(bad.sum())} of {s.numel()} samples impossible)"
+        )
 
 
 def _check_path_format(name, paths, valid, N):
@@ -500,6 +516,9 @@ def check_sm(case: Case, backend_name: str, op: str, low=torch.float32):
     keep = chain_keep(case, be) if op in SM_ESTIMATES else None
     N = case.meta["N"]
 
+    def segmentation_format(segs):
+        _check_segmentation_format(name, segs, case.lengths, N)
+
     if op == "rsample":
         B, T = case.meta["B"], case.meta["T"]
         return _check_rsample(
@@ -517,34 +536,9 @@ def check_sm(case: Case, backend_name: str, op: str, low=torch.float32):
     dlo = sm_dist(case, be, low)
     r64, rlo = sm_refs(case, low, keep)
     if op in ("log_partition", "entropy"):
-        out = ref.run_pair(name, lambda: getattr(d64, op), lambda: getattr(dlo, op), what)
-        if out is None:
-            return
-        q64, qlo = out
-        r_64, r_lo = getattr(r64, op), getattr(rlo, op)
-        sanity(name, q64, r_64, 1e-7 * (1 + r_64.abs()))
-        fl = (
-            log_floor(q64, low)
-            if op == "log_partition"
-            else entropy_floor(q64, r64.lengths, r64.log_partition, low)
-        )
-        ref.assert_float32_close(name, qlo, q64, ref.ref_error(r_lo, r_64), fl, what=what)
+        _check_total(name, op, d64, dlo, r64, rlo, low, what, r64.lengths)
     elif op in ("segment_marginals", "marginals"):
-        out = ref.run_pair(name, lambda: getattr(d64, op), lambda: getattr(dlo, op), what)
-        if out is None:
-            return
-        q64, qlo = out
-        r_64, r_lo = getattr(r64, op), getattr(rlo, op)
-        sanity(name, q64, r_64, 1e-6)
-        ref.assert_float32_close(
-            name,
-            qlo,
-            q64,
-            ref.ref_error(r_lo, r_64),
-            prob_floor(low),
-            reduce_dims=PER_SEQUENCE[q64.dim()],
-            what=what,
-        )
+        _check_marginals(name, op, d64, dlo, r64, rlo, low, what)
     elif op == "log_prob":
         try:
             segs = torch.cat(
@@ -552,61 +546,11 @@ def check_sm(case: Case, backend_name: str, op: str, low=torch.float32):
             )
         except (ValueError, TypeError):
             return _expect_raise(name, lambda: dlo.log_partition, what)
-        out = ref.run_pair(name, lambda: d64.log_prob(segs), lambda: dlo.log_prob(segs), what)
-        if out is None:
-            return
-        q64, qlo = out
-        lp64 = r64.score(segs) - r64.log_partition
-        lplo = rlo.score(segs) - rlo.log_partition
-        sanity(name, q64, lp64, 1e-7 * (1 + r64.log_partition.abs()))
-        ref.assert_float32_close(
-            name,
-            qlo,
-            q64,
-            ref.ref_error(lplo, lp64),
-            log_floor(r64.log_partition, low).unsqueeze(0),
-            what=what,
-        )
+        _check_log_prob(name, d64, dlo, r64, rlo, segs, low, what)
     elif op == "argmax":
-        out = ref.run_pair(
-            name, lambda: (d64.argmax, d64.max_score), lambda: (dlo.argmax, dlo.max_score), what
-        )
-        if out is None:
-            return
-        (a64, m64), (alo, mlo) = out
-        sanity(name + " max_score", m64, r64.max_score, 1e-7 * (1 + r64.max_score.abs()))
-        err = ref.ref_error(rlo.max_score, r64.max_score)
-        fl = log_floor(m64, low)
-        ref.assert_float32_close(name + " max_score", mlo, m64, err, fl, what=what)
-        _check_segmentation_format(name, alo, case.lengths, N)
-        s = r64.score(alo)
-        gap = r64.max_score - s
-        budget = 2 * err + fl
-        if (torch.isnan(gap) | (gap > budget)).any():
-            b = int(torch.argmax(torch.nan_to_num(gap - budget, nan=float("inf"))))
-            fail(
-                f"{name}: the {what} argmax scores {s[b].item():.10g} in float64, the best "
-                f"{r64.max_score[b].item():.10g} (budget {budget[b].item():.3g}, batch {b})"
-            )
+        _check_argmax(name, d64, dlo, r64, rlo, low, what, segmentation_format)
     elif op == "sample":
-        out = ref.run_pair(
-            name,
-            lambda: d64.sample(8, generator=torch.Generator().manual_seed(1)),
-            lambda: dlo.sample(8, generator=torch.Generator().manual_seed(1)),
-            what,
-        )
-        if out is None:
-            return
-        _, slo = out
-        _check_segmentation_format(name, slo, case.lengths, N)
-        s = r64.score(slo)
-        bad = torch.isfinite(r64.log_partition).unsqueeze(0) & ~torch.isfinite(s)
-        if bad.any():
-            i, b = (int(x) for x in bad.nonzero()[0])
-            fail(
-                f"{name}: {what} sample {i} of batch {b} has probability 0 in float64 "
-                f"({int(bad.sum())} of {s.numel()} samples impossible)"
-            )
+        _check_samples(name, d64, dlo, r64, 8, what, segmentation_format)
     else:
         raise ValueError(op)
 
@@ -699,97 +643,28 @@ def check_tree(case: Case, backend_name: str, op: str, low=torch.float32):
     # plain DP of the full grammar is only the error yardstick there (no float64 sanity check)
     estimate = be.get("topk") and op in TREE_ESTIMATES
     T = case.meta["T"]
+
+    def tree_format(trees):
+        _check_tree_format(name, trees, case.lengths, T)
     d64 = tree_dist(case, be, F64)
     dlo = tree_dist(case, be, low)
     r64, rlo = tree_refs(case, low)
     check64 = (lambda *a, **k: None) if estimate else sanity
 
     if op in ("log_partition", "entropy"):
-        out = ref.run_pair(name, lambda: getattr(d64, op), lambda: getattr(dlo, op), what)
-        if out is None:
-            return
-        q64, qlo = out
-        r_64, r_lo = getattr(r64, op), getattr(rlo, op)
-        check64(name, q64, r_64, 1e-7 * (1 + r_64.abs()))
-        fl = (
-            log_floor(q64, low)
-            if op == "log_partition"
-            else entropy_floor(q64, 2 * r64.lengths - 1, r64.log_partition, low)
-        )
-        ref.assert_float32_close(name, qlo, q64, ref.ref_error(r_lo, r_64), fl, what=what)
+        _check_total(name, op, d64, dlo, r64, rlo, low, what, 2 * r64.lengths - 1, check64)
     elif op in ("span_marginals", "marginals", "preterminal_marginals"):
-        out = ref.run_pair(name, lambda: getattr(d64, op), lambda: getattr(dlo, op), what)
-        if out is None:
-            return
-        q64, qlo = out
-        r_64, r_lo = getattr(r64, op), getattr(rlo, op)
-        check64(name, q64, r_64, 1e-6)
-        ref.assert_float32_close(
-            name,
-            qlo,
-            q64,
-            ref.ref_error(r_lo, r_64),
-            prob_floor(low),
-            reduce_dims=PER_SEQUENCE[q64.dim()],
-            what=what,
-        )
+        _check_marginals(name, op, d64, dlo, r64, rlo, low, what, check64)
     elif op == "log_prob":
         from zoo.inference import TreeDistribution
 
         exact64 = TreeDistribution(tree_grammar(case, F64), case.args["terms"], case.lengths, "exact")
         trees = exact64.sample(3, generator=torch.Generator().manual_seed(5))
-        out = ref.run_pair(name, lambda: d64.log_prob(trees), lambda: dlo.log_prob(trees), what)
-        if out is None:
-            return
-        q64, qlo = out
-        lp64 = r64.score(trees) - r64.log_partition
-        lplo = rlo.score(trees) - rlo.log_partition
-        sanity(name, q64, lp64, 1e-7 * (1 + r64.log_partition.abs()))
-        ref.assert_float32_close(
-            name,
-            qlo,
-            q64,
-            ref.ref_error(lplo, lp64),
-            log_floor(r64.log_partition, low).unsqueeze(0),
-            what=what,
-        )
+        _check_log_prob(name, d64, dlo, r64, rlo, trees, low, what)
     elif op == "argmax":
-        out = ref.run_pair(
-            name, lambda: (d64.argmax, d64.max_score), lambda: (dlo.argmax, dlo.max_score), what
-        )
-        if out is None:
-            return
-        (a64, m64), (alo, mlo) = out
-        sanity(name + " max_score", m64, r64.max_score, 1e-7 * (1 + r64.max_score.abs()))
-        err = ref.ref_error(rlo.max_score, r64.max_score)
-        fl = log_floor(m64, low)
-        ref.assert_float32_close(name + " max_score", mlo, m64, err, fl, what=what)
-        _check_tree_format(name, alo, case.lengths, T)
-        s = r64.score(alo)
-        gap = r64.max_score - s
-        budget = 2 * err + fl
-        if (torch.isnan(gap) | (gap > budget)).any():
-            b = int(torch.argmax(torch.nan_to_num(gap - budget, nan=float("inf"))))
-            fail(
-                f"{name}: the {what} argmax scores {s[b].item():.10g} in float64, the best "
-                f"{r64.max_score[b].item():.10g} (budget {budget[b].item():.3g}, batch {b})"
-            )
+        _check_argmax(name, d64, dlo, r64, rlo, low, what, tree_format)
     elif op == "sample":
-        out = ref.run_pair(
-            name,
-            lambda: d64.sample(4, generator=torch.Generator().manual_seed(1)),
-            lambda: dlo.sample(4, generator=torch.Generator().manual_seed(1)),
-            what,
-        )
-        if out is None:
-            return
-        _, slo = out
-        _check_tree_format(name, slo, case.lengths, T)
-        s = r64.score(slo)
-        bad = torch.isfinite(r64.log_partition).unsqueeze(0) & ~torch.isfinite(s)
-        if bad.any():
-            i, b = (int(x) for x in bad.nonzero()[0])
-            fail(f"{name}: {what} sample {i} of batch {b} has probability 0 in float64")
+        _check_samples(name, d64, dlo, r64, 4, what, tree_format)
     elif op == "mbr":
         out = ref.run_pair(name, lambda: d64.mbr(), lambda: dlo.mbr(), what)
         if out is None:
