@@ -129,13 +129,18 @@ def logsumexp(scores: Tensor) -> Tensor:
     return torch.where(dead.squeeze(-1), float("-inf"), out)
 
 
+def times(v: Tensor, P: Tensor) -> Tensor:
+    """v @ P in any of the module's matrix layouts (one matrix per row: a batched vector product)."""
+    return (v.unsqueeze(-2) @ P).squeeze(-2) if P.dim() == v.dim() + 1 else v @ P
+
+
 def log_matmul(x: Tensor, matrix: Matrix, live: Tensor | None = None) -> Tensor:
     """log(exp(x) @ M): ... x K -> ... x M, fast product with exact repair (differentiable);
     ``live`` (x's leading shape, bool): repair only those rows (the others are junk, e.g. padding)."""
     m = detached_max(x)
     v = (x - m).exp()
     P = matrix.scaled
-    h = (v.unsqueeze(-2) @ P).squeeze(-2) if P.dim() == x.dim() + 1 else v @ P
+    h = times(v, P)
     shift = matrix.shift.unsqueeze(-2) if 2 < P.dim() == x.dim() else matrix.shift
     out = h.clamp_min(torch.finfo(h.dtype).tiny).log() + (m + shift)  # h below tiny is always repaired
     index = repair_index(h.detach(), matrix.rows, live)

@@ -347,8 +347,7 @@ class LowRankChain(ChainFactors):
         return self.log_scale + log_matmul(rows, Matrix.from_prob(self.left.T))
 
     def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
-        w = self.log_rank_weights
-        inner = self._log_inner(self.left[rows], self.right[cols], w)
+        inner = self._log_inner(self.left[rows], self.right[cols], self.log_rank_weights)
         return self.log_scale[rows].unsqueeze(-1) + inner
 
     def state_prior(self) -> Tensor:
@@ -356,11 +355,7 @@ class LowRankChain(ChainFactors):
         return safe_log(mass).expand(self.batch, self.num_states)
 
     def dense(self) -> DenseChain:
-        w = self.log_rank_weights
-        if w is None:
-            inner = safe_log(self.left @ self.right.T)
-        else:  # B x (T-1) x N x N
-            inner = log_matmul(safe_log(self.left) + w.unsqueeze(-2), Matrix.from_prob(self.right.T))
+        inner = self._log_inner(self.left, self.right, self.log_rank_weights)  # (B x (T-1) x) N x N
         return DenseChain(self.unary, self.log_scale.unsqueeze(-1) + inner, self.init)
 
 

@@ -37,6 +37,7 @@ from zoo.inference.logmatmul import (
     logsumexp,
     repair_index,
     safe_log,
+    times,
 )
 
 
@@ -91,8 +92,9 @@ def total(alphas: Tensor, shifts: Tensor, lengths: Tensor, log_final: Tensor | N
     if log_final is not None:
         last = last + log_final
     end = last.logsumexp(-1)
-    check_alive(torch.where(valid, shifts, 0).amin(-1).minimum(end.detach()), torch.ones_like(valid[:, 0]))
-    return torch.where(valid, shifts, 0).sum(-1) + end
+    inside = torch.where(valid, shifts, 0)
+    check_alive(inside.amin(-1).minimum(end.detach()), torch.ones_like(valid[:, 0]))
+    return inside.sum(-1) + end
 
 
 def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -141,25 +143,24 @@ def _product(x: Tensor, mat: Matrix, live: Tensor, shifted: bool, folded: bool) 
     """The guarded product without autograd, keeping what its backward needs. ``shifted``: x's max
     is already 0 (a normalized forward vector); ``folded``: the caller adds the matrix's column
     shifts itself (folded into the next log-factors), so the repaired entries leave them out."""
-    tiny = torch.finfo(x.dtype).tiny
     m = None if shifted else detached_max(x)
     v = x.exp() if shifted else (x - m).exp()
-    h = (_times(v, mat.scaled)).clamp_min(tiny)  # h below tiny is always repaired (or junk)
+    h = times(v, mat.scaled).clamp_min(torch.finfo(v.dtype).tiny)  # h below tiny is always repaired
     out = h.log() if shifted else h.log() + m
     if not folded:
         out = out + mat.shift
-    saved = _Saved(v, h)
-    index = repair_index(h, mat.rows, live)
-    if index is not None:
-        saved.index, saved.rows = index, x[index[:-1]]
-        saved.exact = logsumexp(saved.rows + columns(mat.log, index, x.dim()))
-        out = out.index_put(index, saved.exact - mat.shift[index[-1]] if folded else saved.exact)
-    return out, saved
+    return _repaired(out, _Saved(v, h), mat, live, folded, lambda lead: x[lead])
 
 
-def _times(v: Tensor, P: Tensor) -> Tensor:
-    """v @ P for B x K by K x M (shared) or B x K x M (one matrix per row): B x M."""
-    return v @ P if P.dim() == 2 else (v.unsqueeze(-2) @ P).squeeze(-2)
+def _repaired(out: Tensor, saved: _Saved, mat: Matrix, live: Tensor, folded: bool, rows_of) -> tuple:
+    """``out`` with its entries below the guard's threshold recomputed exactly (log-sum-exp over their
+    rows of the product's log input, ``rows_of(lead)`` -> n x K), and ``saved`` completed with them."""
+    index = repair_index(saved.h, mat.rows, live)
+    if index is None:
+        return out, saved
+    saved.index, saved.rows = index, rows_of(index[:-1])
+    saved.exact = logsumexp(saved.rows + columns(mat.log, index, saved.v.dim()))
+    return out.index_put(index, saved.exact - mat.shift[index[-1]] if folded else saved.exact), saved
 
 
 @dataclass
@@ -186,27 +187,19 @@ def _bridged_product(h1: Tensor, bridge: _Bridge, t: int, mat: Matrix, live: Ten
     v = h1 * bridge.scaled[:, t]
     h = (v @ mat.scaled).clamp_min(torch.finfo(v.dtype).tiny)
     out = h.log() + bridge.top[:, t]
-    saved = _Saved(v, h)
-    index = repair_index(h, mat.rows, live)
-    if index is not None:
-        lead = index[:-1]
-        saved.index, saved.rows = index, h1[lead].log() + bridge.log[:, t][lead]
-        saved.exact = logsumexp(saved.rows + columns(mat.log, index, 2))
-        out = out.index_put(index, saved.exact - mat.shift[index[-1]])
-    return out, saved
+    return _repaired(out, _Saved(v, h), mat, live, True, lambda lead: h1[lead].log() + bridge.log[:, t][lead])
 
 
 def _product_backward(g_out: Tensor, s: _Saved, mat: Matrix, repairs: list) -> tuple[Tensor, Tensor]:
-    """(d/dx, d/dh) of one product given d/dout; each repaired entry's (column, x row, exact value,
-    d/dout) goes to ``repairs`` for the matrix gradient."""
+    """(d/dx, d/dh) of one product given d/dout; each repaired entry's (index, d/dout times its
+    softmax weights over the K inputs, n x K) goes to ``repairs`` for the matrix gradient."""
     g = g_out if s.index is None else g_out.index_put(s.index, g_out.new_zeros(()))
     g_h = g / s.h  # 0 where repaired or junk
-    g_x = _times(g_h, mat.scaled.transpose(-1, -2)) * s.v
+    g_x = times(g_h, mat.scaled.transpose(-1, -2)) * s.v
     if s.index is not None:
-        g_sel = g_out[s.index]
-        w = _repair_weights(s.rows + columns(mat.log, s.index, 2), s.exact, g_sel)  # softmax weights
+        w = _repair_weights(s.rows + columns(mat.log, s.index, 2), s.exact, g_out[s.index])
         g_x = g_x.index_put(s.index[:-1], w, accumulate=True)
-        repairs.append((s.index, s.rows, s.exact, g_sel))
+        repairs.append((s.index, w))
     return g_x, g_h
 
 
@@ -219,15 +212,14 @@ def _repair_weights(scores: Tensor, exact: Tensor, g: Tensor) -> Tensor:
 def _matrix_grad(raw: Tensor, mat: Matrix, is_log: bool, vs: list, ghs: list, repairs: list) -> Tensor:
     """The gradient w.r.t. the caller's K x M matrix (log-potentials or non-negative) from all steps:
     one (T B) x K by (T B) x M product, plus the repaired entries' exact gradients."""
-    if is_log:  # scaled = exp(log M - c)
-        grad = (torch.cat(vs).T @ torch.cat(ghs)) * mat.scaled
-        for index, rows, exact, g in repairs:
-            grad = grad.index_add(1, index[-1], _repair_weights(rows + columns(raw, index, 2), exact, g).T)
+    grad = torch.cat(vs).T @ torch.cat(ghs)  # d/d scaled
+    if is_log:  # scaled = exp(log M - c); d exact / d log M[i, j] = the softmax weight
+        grad = grad * mat.scaled
+        for index, w in repairs:
+            grad = grad.index_add(1, index[-1], w.T)
         return grad
-    grad = torch.cat(vs).T @ torch.cat(ghs)  # scaled = M
-    for index, rows, exact, g in repairs:  # d exact / d M[i, j] = softmax weight / M[i, j] (0 at M = 0)
+    for index, w in repairs:  # scaled = M; d exact / d M[i, j] = softmax weight / M[i, j] (0 at M = 0)
         m = columns(raw, index, 2)
-        w = _repair_weights(rows + columns(mat.log, index, 2), exact, g)
         grad = grad.index_add(1, index[-1], torch.where(m > 0, w / m, 0.0).T)
     return grad
 
@@ -236,8 +228,7 @@ def _per_position_grad(s: _Saved, mat: Matrix, g_h: Tensor, repairs: list) -> Te
     """d/d log Psi_t (B x K x M) of one per-position step: P_t o (v (x) d/dh), plus the repaired
     entries' softmax weights in their columns."""
     grad = s.v.unsqueeze(-1) * g_h.unsqueeze(-2) * mat.scaled
-    for index, rows, exact, g in repairs:
-        w = _repair_weights(rows + columns(mat.log, index, 2), exact, g)
+    for index, w in repairs:
         grad[index[0], :, index[-1]] += w  # (b, j) pairs are distinct
     return grad
 

@@ -34,16 +34,10 @@ def _finite(x: Tensor) -> Tensor:
     return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
 
 
-def dense_problem(f: DenseSemiMarkov, unary=None, transition=None, duration=None, init=None) -> Problem:
-    """The forward's operands for a dense HSMM (any argument replaces the factors' own)."""
-    step = MatrixStep(f.transition if transition is None else transition)
-    return Problem(
-        cumulative(f.unary if unary is None else unary),
-        f.duration if duration is None else duration,
-        f.init if init is None else init,
-        step,
-        step.max,
-    )
+def dense_problem(f: DenseSemiMarkov) -> Problem:
+    """The forward's operands for a dense HSMM."""
+    step = MatrixStep(f.transition)
+    return Problem(cumulative(f.unary), f.duration, f.init, step, step.max)
 
 
 def dense_log_partition(f: DenseSemiMarkov, lengths: Tensor, probe: Tensor | None = None) -> Tensor:
