@@ -427,14 +427,7 @@ SM_OPS = (
 )
 SM_ESTIMATES = ("log_partition", "segment_marginals", "marginals", "entropy")
 
-SM_BACKENDS = {
-    "native": dict(backend=None),
-    "exact": dict(backend="exact"),
-    "low-rank": dict(backend="low-rank"),
-    "rank-space": dict(backend="rank-space"),
-    "randomized-k1=N": dict(backend="randomized", k1=lambda N: N),
-    "randomized-topk": dict(backend="randomized", k1=lambda N: max(1, N // 2), topk=True),
-}
+SM_BACKENDS = CHAIN_BACKENDS  # the same backend names and options
 
 
 def sm_form64(case: Case) -> ref.SMForm:
