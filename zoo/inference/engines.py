@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from zoo.inference.backend import Backend
+from zoo.inference.precision import FullPrecision
 
 
-def make_engine(backend: Backend, engines: dict, options):
-    """The engine of ``backend`` from a structure's ``engines`` map.
+def make_engine(backend: Backend, engines: dict, options) -> FullPrecision:
+    """The engine of ``backend`` from a structure's ``engines`` map, run in full float32 precision
+    (``zoo.inference.precision``).
 
     The randomized backend needs ``options=RDPOptions(...)``; another backend takes options only if
     its engine class says so (``takes_options = True``, e.g. the tree rank-space engine's
     "state-space"), and is built without arguments otherwise.
     """
+    return FullPrecision(_build(engines[backend], backend, options))
+
+
+def _build(engine: type, backend: Backend, options):
     from zoo.inference.chain.randomized import RDPOptions
 
-    engine = engines[backend]
     if backend is Backend.RANDOMIZED:
         if not isinstance(options, RDPOptions):
             raise ValueError(

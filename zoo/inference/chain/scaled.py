@@ -39,6 +39,7 @@ from zoo.inference.logmatmul import (
     safe_log,
     times,
 )
+from zoo.inference.precision import in_full_precision
 
 
 @dataclass
@@ -276,6 +277,7 @@ class _ScaledForward(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @in_full_precision  # a backward called under autocast or TF32 (the forward ran in full float32)
     def backward(ctx, grad):
         alphas, lengths = ctx.saved_tensors
         chain, mats, saved = ctx.chain, ctx.mats, ctx.saved
