@@ -219,7 +219,8 @@ def test_rsample(combo, data, temperature):
     leaf = spec.args[_grad_names(kind)[0]]
     assert leaf.grad is not None, "rsample: no gradient reached the potentials"
     assert torch.isfinite(leaf.grad).all(), f"rsample: non-finite gradient {leaf.grad}"
-    if spec.N > 1:
+    one_rank = kind == "rankspace" and spec.args["U"].shape[-1] == 1  # emissions shift every state alike
+    if spec.N > 1 and not one_rank:
         assert leaf.grad.abs().sum() > 0, "rsample: gradient is identically zero"
 
 

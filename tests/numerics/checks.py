@@ -13,6 +13,7 @@ Every ``check_*`` function:
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 
 import torch
@@ -32,7 +33,9 @@ SEED = 20_240_611
 def numerics_settings(max_examples: int):
     """Few deterministic examples (a fixed @seed: every parametrization of a test draws the same
     cases, so the plain-DP references are computed once per case); no shrinking (a failing example
-    is reported as drawn: shrinking would re-run slow DPs many times)."""
+    is reported as drawn: shrinking would re-run slow DPs many times). ``$ZOO_NUMERICS_MAX_EXAMPLES``
+    caps the examples (the GPU runs of scripts/gpu_tests.sh, where each small DP step is a launch)."""
+    max_examples = min(max_examples, int(os.environ.get("ZOO_NUMERICS_MAX_EXAMPLES", max_examples)))
     s = settings(
         max_examples=max_examples,
         database=None,

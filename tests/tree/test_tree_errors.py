@@ -195,7 +195,7 @@ def test_non_tensor_and_integer_inputs():
     with pytest.raises(TypeError, match="terms must be a torch.Tensor"):
         log_z(terms=terms_().tolist())
     with pytest.raises(TypeError, match="rules must be a torch.Tensor"):
-        dense(rules=lp(NT, S, S, seed=2).numpy())
+        dense(rules=lp(NT, S, S, seed=2).cpu().numpy())
     with pytest.raises(TypeError, match="grammar must be a DenseGrammar, LowRankGrammar or RankSpaceGrammar"):
         TreeDistribution(lp(NT, S, S), terms_())
 

@@ -276,7 +276,8 @@ def terminal_scores(emission: Tensor, words: Tensor, lengths: Tensor | None = No
     pad = words < 0
     inside = (~pad).flip(-1).int().cummax(-1).values.flip(-1).bool()  # at or before a row's last word
     if lengths is not None:
-        inside = inside | (torch.arange(T, device=words.device) < torch.as_tensor(lengths).view(B, 1))
+        lengths = torch.as_tensor(lengths, device=words.device).view(B, 1)  # CPU lengths are common
+        inside = inside | (torch.arange(T, device=words.device) < lengths)
     if bool((pad & inside).any()):
         b, t = (pad & inside).nonzero()[0].tolist()
         raise ValueError(

@@ -15,15 +15,18 @@ from torch import Tensor
 def aggregated_state_usage(
     model, batches: Iterable[dict], seed: int = 0, max_batches: int | None = None
 ) -> Tensor:
-    """Counts (N,) long of the states in one sample of q per sentence (``model.sample_states``)."""
+    """Counts (N,) long of the states in one sample of q per sentence (``model.sample_states``), on the
+    model's device (batches are moved there)."""
     was_training = model.training
     model.eval()
-    generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    generator = torch.Generator(device).manual_seed(seed)
     counts = torch.zeros(model.num_states, dtype=torch.long)
     try:
         for i, batch in enumerate(batches):
             if max_batches is not None and i >= max_batches:
                 break
+            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             states = model.sample_states(batch, generator).flatten()
             counts += torch.bincount(states[states >= 0].cpu(), minlength=model.num_states)
     finally:
