@@ -268,7 +268,7 @@ def zoo_step(job: Job) -> Callable[[], None]:
 
     options = None
     if job.backend == "randomized":
-        generator = torch.Generator().manual_seed(0)
+        generator = torch.Generator(torch.get_default_device()).manual_seed(0)
         options = RDPOptions(k1=s.K - 1, k2=1, proposal="local+global", generator=generator)
 
     def step():

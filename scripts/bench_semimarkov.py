@@ -126,7 +126,8 @@ def zoo_step(job: Job) -> Callable[[], None]:
         if job.case != "exact":
             backend = "randomized"
             k1, k2 = (s.K - 1, 1) if job.case == "randomized" else (s.K, 0)
-            options = RDPOptions(k1, k2, "local+global", torch.Generator().manual_seed(0))
+            generator = torch.Generator(torch.get_default_device()).manual_seed(0)
+            options = RDPOptions(k1, k2, "local+global", generator)
     elif job.case == "low-rank":
         unary, _, duration, init = dense_args(s)
         params = leaves([unary, torch.randn(s.N, s.R).exp(), torch.randn(s.N, s.R).exp(), duration, init])

@@ -130,7 +130,8 @@ def zoo_step(job: Job) -> Callable[[], None]:
     container = grammar_classes()[job.case]
     options = job.options
     if job.backend == "randomized":
-        options = RDPOptions(k1=s.K - 1, k2=1, proposal="uniform", generator=torch.Generator().manual_seed(0))
+        generator = torch.Generator(torch.get_default_device()).manual_seed(0)
+        options = RDPOptions(k1=s.K - 1, k2=1, proposal="uniform", generator=generator)
 
     def step():
         grammar = container(*leaves[:-1])

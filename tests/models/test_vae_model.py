@@ -110,10 +110,10 @@ def test_importance_sampled_likelihood_is_unbiased_in_probability(backend):
         ])  # fmt: skip
         mean, sem = ratios.mean(0), ratios.std(0) / math.sqrt(len(ratios))
         assert ((mean - 1).abs() < 4 * sem + 1e-9).all(), (mean, sem)
-        model.eval_samples = 3000
-        torch.testing.assert_close(
-            model.log_likelihood(b, torch.Generator().manual_seed(0)), exact, atol=0.1, rtol=0
-        )
+        model.eval_samples = 3000  # the ratio's spread shrinks as 1 / sqrt(samples): 5 of its std here
+        ratio = (model.log_likelihood(b, torch.Generator().manual_seed(0)) - exact).exp()
+        spread = ratios.std(0) * math.sqrt(4 / model.eval_samples)
+        assert ((ratio - 1).abs() < 5 * spread + 1e-9).all(), (ratio, spread)
 
 
 @pytest.mark.parametrize("backend", ["exact", "randomized", "low-rank"])

@@ -28,11 +28,27 @@ def full_precision():
         for device_type in AUTOCAST_DEVICES:
             if torch.is_autocast_enabled(device_type):
                 stack.enter_context(torch.autocast(device_type, enabled=False))
-        before = torch.get_float32_matmul_precision()
-        if before != "highest":
-            torch.set_float32_matmul_precision("highest")
-            stack.callback(torch.set_float32_matmul_precision, before)
+        _ieee_float32_matmul(stack)
         yield
+
+
+def _ieee_float32_matmul(stack: ExitStack) -> None:
+    """Full float32 matrix products until ``stack`` closes, set through the API the caller used: torch
+    raises when one reads the TF32 settings through the legacy API (``allow_tf32``,
+    ``set_float32_matmul_precision``) after they were set through the per-backend one
+    (``torch.backends.*.fp32_precision``, torch >= 2.9), or the other way round."""
+    try:
+        before = torch.get_float32_matmul_precision()  # raises once the per-backend API was used
+    except RuntimeError:
+        for backend in (torch.backends.cuda.matmul, torch.backends.mkldnn.matmul):
+            previous = backend.fp32_precision
+            if previous != "ieee":
+                backend.fp32_precision = "ieee"
+                stack.callback(setattr, backend, "fp32_precision", previous)
+        return
+    if before != "highest":
+        torch.set_float32_matmul_precision("highest")
+        stack.callback(torch.set_float32_matmul_precision, before)
 
 
 def in_full_precision(fn):

@@ -173,6 +173,7 @@ class StructuredVAE(ZooModel):
             raise ValueError(
                 f"sequences of {T} tokens exceed the encoder's {limit} positions (max_positions)"
             )
+        lengths = lengths.to(tokens.device)  # a collate function's lengths often stay on the CPU
         valid = torch.arange(T, device=tokens.device) < lengths.unsqueeze(-1)
         bad = valid & ((tokens < 0) | (tokens >= self.vocab_size))
         if bad.any():

@@ -21,7 +21,7 @@ def aggregated_state_usage(
     model.eval()
     device = next(model.parameters()).device
     generator = torch.Generator(device).manual_seed(seed)
-    counts = torch.zeros(model.num_states, dtype=torch.long)
+    counts = torch.zeros(model.num_states, dtype=torch.long, device="cpu")
     try:
         for i, batch in enumerate(batches):
             if max_batches is not None and i >= max_batches:
