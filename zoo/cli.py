@@ -212,8 +212,25 @@ def zoo_cli_class():
             config = self.config[self.subcommand] if self.subcommand else self.config
             model = config.get("model")
             init_from = model.get("init_args", {}).get("init_from") if hasattr(model, "get") else None
+            if init_from:
+                self._vocab_from_initial_weights(config.get("data"), init_from)
             with weights_follow() if config.get("ckpt_path") or init_from else contextlib.nullcontext():
                 super().instantiate_classes()
+
+        @staticmethod
+        def _vocab_from_initial_weights(data, init_from: str) -> None:
+            """Fine-tuning keeps the initial weights' word ids: a text DataModule that takes
+            ``vocab_from`` and was given none uses ``init_from``'s vocabulary (zoo.data.text_vocab)."""
+            args = data.get("init_args") if hasattr(data, "get") else None
+            if args is None or "vocab_from" not in args or args.get("vocab_from") is not None:
+                return
+            from zoo.pretrained import CheckpointError, load_vocab
+
+            try:
+                load_vocab(init_from)
+            except CheckpointError:
+                return  # weights without words (a music or segment model), or init_from's own error later
+            args["vocab_from"] = init_from
 
         def before_fit(self) -> None:
             self._no_results("fit")

@@ -357,6 +357,32 @@ def read_vocab(directory: str | os.PathLike, config: dict[str, Any]) -> Vocabula
         raise CheckpointError(f"{path} is not a readable vocabulary: {error}") from None
 
 
+def load_vocab(source: str | os.PathLike) -> Vocabulary:
+    """The vocabulary that ``source`` records: a ``vocab.json`` file, a zoo task checkpoint (``.ckpt``
+    from ``zoo fit``), or any ``from_pretrained`` source (a folder, a pretrained tag, a Hub repo id).
+    A source without a vocabulary is a ``CheckpointError``."""
+    from zoo.data.vocab import Vocabulary
+
+    path = Path(source).expanduser()
+    if path.suffix == ".json" and path.is_file():
+        try:
+            return Vocabulary.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError) as error:
+            raise CheckpointError(
+                f"{path} is not a readable vocabulary (Vocabulary.to_dict JSON): {error}"
+            ) from None
+    if path.suffix == ".ckpt" and path.is_file():
+        recorded = torch.load(path, map_location="cpu", weights_only=True).get("vocab")
+        if recorded is None:
+            raise CheckpointError(f"{path} records no vocabulary (a checkpoint of a model without words?)")
+        return Vocabulary.from_dict(recorded)
+    folder = resolve(source)
+    vocab = read_vocab(folder, read_config(folder))
+    if vocab is None:
+        raise CheckpointError(f"{source} records no vocabulary ({folder} has no {VOCAB_NAME})")
+    return vocab
+
+
 def check_state_dict(model: nn.Module, weights: dict[str, Tensor], source: str) -> None:
     """CheckpointError unless ``weights`` has exactly the model's keys, shapes and dtypes."""
     expected = model.state_dict()

@@ -198,3 +198,21 @@ def test_ddp_two_processes_shard_training_and_evaluate_every_sentence_once(ptb_d
         steps = [[rows for e, rows in train[r] if e == epoch] for r in (0, 1)]
         assert len(steps[0]) == len(steps[1])
         assert not {json.dumps(b) for b in steps[0]} & {json.dumps(b) for b in steps[1]}
+
+
+def test_text_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"ptb.{split}.txt").write_text("a cat sat\n")
+    (tmp_path / "ptb.valid.txt").write_bytes("the cat\nsat on the caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"ptb.valid.txt is not UTF-8 text: line 2 \(byte 22, b'\\xe9'\)"):
+        PTBDataModule(data_dir=str(tmp_path)).setup()
+
+
+def test_blank_lines_are_no_sentences(tmp_path):
+    texts = {"train": "a cat sat\n", "valid": "a cat\n", "test": "a cat sat\n\non the log\n  \n"}
+    for split, text in texts.items():
+        (tmp_path / f"ptb.{split}.txt").write_text(text)
+    data = PTBDataModule(data_dir=str(tmp_path))
+    with pytest.warns(UserWarning, match=r"ptb.test.txt: 2 blank line\(s\) left out \(first at line 2\)"):
+        data.setup()
+    assert len(data.datasets["test"]) == 2

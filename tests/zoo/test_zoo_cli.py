@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 from huggingface_hub import ModelCard
-from zoo_testlib import example_batch, scores
+from zoo_testlib import RecordVocab, example_batch, scores
 
 import zoo
 from zoo.bundled import bundled_folders, data_module
@@ -71,7 +71,7 @@ def test_fit_fine_tunes_from_an_exported_folder(trained, tmp_path):
               "--model.init_args.model.init_args.num_states", "7"])  # fmt: skip
 
 
-def test_fine_tuning_needs_the_vocabulary_of_the_initial_weights(trained, tmp_path):
+def test_fine_tuning_keeps_the_vocabulary_of_the_initial_weights(trained, tmp_path):
     config, checkpoint, _ = trained
     folder = tmp_path / "out"
     main(["export", str(checkpoint), str(folder)])
@@ -79,11 +79,15 @@ def test_fine_tuning_needs_the_vocabulary_of_the_initial_weights(trained, tmp_pa
     shuffled = Vocabulary([*vocab.tokens[:2], *reversed(vocab.tokens[2:])])  # same words, other ids
     save_vocab(folder, shuffled)
     args = ["fit", "--config", str(config), "--trainer.fast_dev_run", "true"]
+    # by default the data takes init_from's vocabulary: its ids keep meaning the words they were trained on
+    main([*args, "--model.init_args.init_from", str(folder), "--trainer.callbacks+=zoo_testlib.RecordVocab"])
+    assert RecordVocab.seen == [shuffled, shuffled]  # the data's and the model's
     message = (
         f"initial weights' .init_from. vocabulary differs from the data's .id 2 is {shuffled.tokens[2]!r}"
     )
+    other = ["--data.init_args.vocab_from", str(checkpoint)]  # another vocabulary named on purpose: refused
     with pytest.raises(ValueError, match=message):
-        main([*args, "--model.init_args.init_from", str(folder)])
+        main([*args, "--model.init_args.init_from", str(folder), *other])
     main([*args, "--model.init_args.init_from", str(checkpoint)])  # it recorded the data's vocabulary
     task = LikelihoodTask(zoo.from_pretrained(folder).spec(), init_from=str(folder))
     assert task.model.vocab == shuffled  # fine-tuning keeps the initial weights' vocabulary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import lightning.pytorch as pl
 import torch
 
 import zoo
@@ -94,3 +95,12 @@ def scores(model, batch: dict) -> torch.Tensor:
     model.eval()
     with torch.no_grad():
         return model.log_likelihood(batch, generator=torch.Generator().manual_seed(1))
+
+
+class RecordVocab(pl.Callback):
+    """Records the data's and the model's vocabularies when fitting starts (class attribute ``seen``)."""
+
+    seen: list = []
+
+    def on_fit_start(self, trainer, pl_module):
+        RecordVocab.seen = [trainer.datamodule.vocab, pl_module.model.vocab]

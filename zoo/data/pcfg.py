@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 from zoo.data.buckets import collate_tokens
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.ptb import SPLITS, read_ptb
+from zoo.data.text_vocab import TextVocabulary
 from zoo.data.trees import preprocess_trees, read_mrg, spans_to_tensor
 from zoo.data.vocab import EOS, UNK, Vocabulary
 
@@ -87,7 +88,7 @@ def _gold_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return list(seen)
 
 
-class PCFGDataModule(SequenceDataModule):
+class PCFGDataModule(TextVocabulary, SequenceDataModule):
     """Sentences for ``zoo.tasks.ParsingTask`` (module docstring).
 
     Args:
@@ -100,6 +101,7 @@ class PCFGDataModule(SequenceDataModule):
         max_length: drop training sentences with more words than this (None: keep all);
             validation and test are never length-filtered (beyond the 2-word minimum).
         predict_split: the split ``zoo predict`` parses ("train", "valid" or "test").
+        vocab_from: use this vocabulary instead of the training text's (as ``PTBDataModule``).
     """
 
     collate_fn = staticmethod(collate_sentences)
@@ -115,6 +117,7 @@ class PCFGDataModule(SequenceDataModule):
         num_workers: int = 0,
         seed: int = 0,
         predict_split: str = "test",
+        vocab_from: str | None = None,
     ) -> None:
         super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
         if max_length is not None and max_length < 2:
@@ -132,8 +135,8 @@ class PCFGDataModule(SequenceDataModule):
         self.max_size = vocab_size
         self.max_length = max_length
         self.predict_split = predict_split
+        self.vocab_from = vocab_from
         self._sentences: dict[str, tuple[list[list[str]], list | None]] = {}
-        self._vocab: Vocabulary | None = None
         self.save_hyperparameters()
 
     def sentences(self, split: str) -> tuple[list[list[str]], list[list[tuple[int, int]]] | None]:
@@ -150,26 +153,20 @@ class PCFGDataModule(SequenceDataModule):
                 raise ValueError(f"the {split} split has no sentence of 2 or more words")
         return self._sentences[split]
 
-    @property
-    def vocab(self) -> Vocabulary:
+    def build_vocab(self) -> Vocabulary:
         """The training split's vocabulary (``<eos>`` id 0, ``<unk>`` id 1)."""
-        if self._vocab is None:
-            if self.tree_files is None:  # PTB's own 10k vocabulary: every training line counts
-                words, max_size = read_ptb("train", self.data_dir), None
-            else:
-                words, max_size = self.sentences("train")[0], self.max_size
-            self._vocab = Vocabulary.build(words, eos=EOS, unk=UNK, max_size=max_size)
-        return self._vocab
-
-    @property
-    def vocab_size(self) -> int:
-        return self.vocab.size
+        if self.tree_files is None:  # PTB's own 10k vocabulary: every training line counts
+            words, max_size = read_ptb("train", self.data_dir), None
+        else:
+            words, max_size = self.sentences("train")[0], self.max_size
+        return Vocabulary.build(words, eos=EOS, unk=UNK, max_size=max_size)
 
     def setup(self, stage: str | None = None) -> None:
         """Encode the three splits (once) into ``datasets[split]`` (``SentenceDataset``)."""
         if self.datasets:
             return
         vocab = self.vocab
+        self.report_coverage({split: self.sentences(split)[0] for split in SPLITS})
         for split in SPLITS:
             words, spans = self.sentences(split)
             self.datasets[split] = SentenceDataset([vocab.encode(w, add_eos=True) for w in words], spans)

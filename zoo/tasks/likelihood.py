@@ -16,6 +16,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from zoo.data.vocab import Vocabulary
@@ -86,6 +87,12 @@ class LikelihoodTask(pl.LightningModule):
             weights, vocab = load_model_weights(init_from, self.model)
             load_into(self.model, weights, init_from)
             self.model.vocab = vocab
+            words = f", vocabulary of {vocab.size:,} tokens" if vocab is not None else ""
+            values = sum(w.numel() for w in weights.values())
+            rank_zero_info(
+                f"init_from {init_from!r}: {len(weights)} weight tensors ({values:,} values) into the "
+                f"{type(model).__name__}{words}"
+            )
         self.metrics = torch.nn.ModuleDict(
             {
                 f"{stage}_{name}": metric()
@@ -232,8 +239,8 @@ def check_same_vocab(given: Vocabulary | None, data: Vocabulary | None, what: st
     )
     raise ValueError(
         f"{what} vocabulary differs from the data's ({detail}): the word ids would mean other words. "
-        "Use data with the same vocabulary (a folder's vocab.json can be removed with "
-        "zoo.pretrained.save_vocab(folder, None) to reuse its weights anyway)"
+        "Give the data module that vocabulary (--data.init_args.vocab_from SOURCE; zoo fit does so for "
+        "init_from unless the recipe names another), and words it lacks map to <unk>"
     )
 
 

@@ -1,0 +1,33 @@
+"""Fine-tuning a bundled word model on your own text, the command users run: the data takes the
+initial weights' vocabulary by default, so their ids keep meaning the same words."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from zoo.cli import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "zoo"))
+from test_vocab_from import TAG, write_text  # noqa: E402
+from zoo_testlib import RecordVocab  # noqa: E402
+
+import zoo  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_bundled_rank_space_hmm_fine_tunes_on_other_text(tmp_path, caplog):
+    args = [
+        "fit", "--config", str(REPO / "recipes/hmm/ptb-rank-space-small.yaml"),
+        "--data.init_args.data_dir", str(write_text(tmp_path)), "--model.init_args.init_from", TAG,
+        "--trainer.fast_dev_run", "true", "--trainer.callbacks+=zoo_testlib.RecordVocab",
+        "--trainer.default_root_dir", str(tmp_path),
+    ]  # fmt: skip
+    with caplog.at_level("INFO"):
+        main(args)
+    bundled = zoo.from_pretrained(TAG).vocab
+    assert RecordVocab.seen == [bundled, bundled]
+    assert any(f"vocabulary of {TAG!r} (10,000 tokens), train split: 20.00% of 15" in r.getMessage()
+               for r in caplog.records)  # fmt: skip

@@ -1,0 +1,57 @@
+"""The vocabulary of a word-level text DataModule: built from its training text, or given.
+
+A model fine-tuned from weights trained on other text must keep their word ids: ``vocab_from`` names
+the vocabulary to use instead (a ``vocab.json``, a ``zoo fit`` checkpoint, or any ``from_pretrained``
+source), and words it lacks map to ``<unk>``. ``zoo fit`` passes the ``init_from`` source here unless
+the recipe names another. ``setup`` then reports how much of each split the vocabulary covers.
+"""
+
+from __future__ import annotations
+
+from lightning.pytorch.utilities import rank_zero_info
+
+from zoo.data.vocab import Coverage, Vocabulary
+
+
+class TextVocabulary:
+    """Mixin of ``PTBDataModule`` and ``PCFGDataModule``: ``vocab`` is ``build_vocab()`` of the training
+    text, or the vocabulary of ``vocab_from``; ``coverage`` maps each split to its ``Coverage``."""
+
+    vocab_from: str | None
+    _vocab: Vocabulary | None = None
+    coverage: dict[str, Coverage] | None = None
+
+    def build_vocab(self) -> Vocabulary:
+        raise NotImplementedError
+
+    @property
+    def vocab(self) -> Vocabulary:
+        if self._vocab is None:
+            self._vocab = self.build_vocab() if self.vocab_from is None else self._given_vocab()
+        return self._vocab
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab.size
+
+    def _given_vocab(self) -> Vocabulary:
+        from zoo.pretrained import load_vocab
+
+        vocab = load_vocab(self.vocab_from)
+        if vocab.unk is None:
+            raise ValueError(
+                f"the vocabulary of vocab_from={self.vocab_from!r} has no unk token, so the words of this "
+                "text that it lacks have no id; give a vocabulary with one (e.g. '<unk>')"
+            )
+        return vocab
+
+    def report_coverage(self, splits: dict[str, list[list[str]]]) -> None:
+        """Set ``coverage`` and print one line a split when the vocabulary is given or misses words."""
+        self.coverage = {split: self.vocab.coverage(sentences) for split, sentences in splits.items()}
+        origin = "the training text" if self.vocab_from is None else repr(self.vocab_from)
+        for split, coverage in self.coverage.items():
+            if self.vocab_from is not None or coverage.unseen:
+                rank_zero_info(
+                    f"vocabulary of {origin} ({self.vocab.size:,} tokens), {split} split: "
+                    f"{coverage.describe()}; those map to {self.vocab.unk!r}"
+                )
