@@ -92,6 +92,7 @@ class BucketBatchSampler:
         self.rank = rank
         self.drop_uneven = drop_uneven
         self.epoch = 0
+        self._resume: tuple[int, int] | None = None
         if shuffle:
             # The batch count does not depend on the epoch: only the order among equal lengths changes.
             total = len(self._chunk(np.sort(self.lengths, kind="stable")))
@@ -113,6 +114,11 @@ class BucketBatchSampler:
     def set_epoch(self, epoch: int) -> None:
         """Select the training shuffle of ``epoch`` (no effect when ``shuffle=False``)."""
         self.epoch = int(epoch)
+
+    def resume(self, epoch: int, done: int) -> None:
+        """The next iteration, if it is of ``epoch``, leaves out that epoch's first ``done`` batches
+        (those a resumed run already trained on); an iteration of another epoch is whole."""
+        self._resume = (int(epoch), int(done))
 
     def __len__(self) -> int:
         """The number of batches this rank yields per epoch."""
@@ -152,7 +158,13 @@ class BucketBatchSampler:
         return batches[self.rank :: self.num_replicas]
 
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches())
+        # a generator: the epoch's batches are drawn at the first next(), since a resumed Lightning run
+        # makes the iterator before it sets the epoch
+        batches = self.batches()
+        resume, self._resume = self._resume, None
+        if resume is not None and resume[0] == self.epoch:
+            batches = batches[resume[1] :]
+        yield from batches
 
 
 class PackedSequences(Dataset):

@@ -6,6 +6,10 @@ and rank, so under DDP the Trainer must not inject its own sampler: run with
 ``Trainer(use_distributed_sampler=False)`` (``trainer.use_distributed_sampler: false`` in a recipe);
 otherwise Lightning stops with a ``TypeError`` saying so. Lightning calls the sampler's ``set_epoch``
 at every training epoch (through ``batch_sampler.sampler``), which reshuffles the batches.
+
+The training loader is resumable (``ResumableLoader``): every checkpoint records the epoch and how many
+of its batches were trained, and a run resumed from it (``--ckpt_path``) goes on with the next batch of
+the same order, so it sees exactly the batches a run without the interruption sees.
 """
 
 from __future__ import annotations
@@ -76,13 +80,20 @@ class SequenceDataModule(pl.LightningDataModule):
             num_replicas=num_replicas,
             rank=rank,
         )
-        return DataLoader(
+        loader = (ResumableLoader if train else DataLoader)(
             dataset,
             batch_sampler=sampler,
             collate_fn=self.collate_fn,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
+        if train:
+            loader.progress = self._batches_trained
+        return loader
+
+    def _batches_trained(self) -> int:
+        """The training batches of the current epoch that the trainer has run."""
+        return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
@@ -92,3 +103,20 @@ class SequenceDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", train=False)
+
+
+class ResumableLoader(DataLoader):
+    """A training ``DataLoader`` over a ``BucketBatchSampler`` that Lightning saves in checkpoints
+    (``state_dict`` / ``load_state_dict``): ``{"epoch", "batches_done"}``, the batches that ``progress()``
+    (the data module's trainer) counts as run: the loader itself has already fetched ahead."""
+
+    progress: Callable[[], int] | None = None
+
+    def state_dict(self) -> dict[str, int]:
+        if self.progress is None:  # a copy Lightning re-made of this loader: nothing to record
+            return {}
+        return {"epoch": self.batch_sampler.epoch, "batches_done": int(self.progress())}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state:
+            self.batch_sampler.resume(state["epoch"], state["batches_done"])
