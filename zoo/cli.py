@@ -213,9 +213,26 @@ def zoo_cli_class():
             model = config.get("model")
             init_from = model.get("init_args", {}).get("init_from") if hasattr(model, "get") else None
             if init_from:
+                self._check_init_from(init_from)
                 self._vocab_from_initial_weights(config.get("data"), init_from)
             with weights_follow() if config.get("ckpt_path") or init_from else contextlib.nullcontext():
                 super().instantiate_classes()
+
+        @staticmethod
+        def _check_init_from(init_from: str) -> None:
+            """A source of initial weights that does not exist is one line (InitFromError), not a
+            traceback through the model's construction."""
+            from zoo.pretrained import CheckpointError, resolve
+
+            path = Path(init_from).expanduser()
+            if path.suffix == ".ckpt":
+                if not path.is_file():
+                    raise InitFromError(f"init_from={init_from!r}: no such checkpoint file")
+                return
+            try:
+                resolve(init_from)
+            except CheckpointError as error:
+                raise InitFromError(f"init_from={init_from!r}: {error}") from None
 
         @staticmethod
         def _vocab_from_initial_weights(data, init_from: str) -> None:
@@ -286,16 +303,24 @@ def lightning_command(argv: list[str] | None) -> int:
     """``fit``, ``validate``, ``test`` or ``predict`` through LightningCLI (None: from sys.argv)."""
     import lightning.pytorch as pl
 
-    zoo_cli_class()(
-        pl.LightningModule,
-        pl.LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        args=argv,
-        save_config_kwargs={"overwrite": True},
-        auto_configure_optimizers=False,
-    )
+    try:
+        zoo_cli_class()(
+            pl.LightningModule,
+            pl.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            args=argv,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+        )
+    except InitFromError as error:
+        print(f"zoo: error: {error}", file=sys.stderr)
+        return 2
     return 0
+
+
+class InitFromError(ValueError):
+    """``init_from`` names no checkpoint, folder, tag or Hub repo that can be read."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -449,6 +449,8 @@ def resolve(
     if isinstance(source, str) and source in list_models(pretrained=True):
         entry = pretrained_tag(source)  # a registered tag: its bundled folder or pinned Hub repo
         source, revision = entry.source, revision or entry.revision
+    elif isinstance(source, str) and "/" not in source and not Path(source).expanduser().exists():
+        _check_zoo_name(source)
     path = Path(source).expanduser()
     if path.is_dir():
         if revision is not None:
@@ -478,10 +480,14 @@ def resolve(
         ) from None
     except LocalEntryNotFoundError:
         cache = cache_dir or constants.HF_HUB_CACHE
+        why = (
+            "while downloading is off (local_files_only / HF_HUB_OFFLINE=1): download it once online"
+            if offline
+            else "and the Hub could not be reached (no network?): try again online"
+        )
         raise CheckpointError(
             f"{source} is not a local folder, and it is not in the Hub cache ({cache}) at revision "
-            f"{revision or 'main'} while downloading is off (local_files_only / HF_HUB_OFFLINE=1): "
-            "download it once online, or pass a local folder"
+            f"{revision or 'main'} {why}, or pass a local folder"
         ) from None
     except HfHubHTTPError as error:
         raise CheckpointError(
@@ -489,6 +495,29 @@ def resolve(
             f"{revision or 'main'}): {error}"
         ) from None
     return Path(folder)
+
+
+def _check_zoo_name(source: str) -> None:
+    """A source without '/' that is no folder is no Hub repo of ours: say what it is close to (an
+    architecture's pretrained tags, or the tags it misspells) before any download is tried."""
+    import difflib
+
+    from zoo.registry import list_models
+
+    tags = list_models(pretrained=True)
+    if source in list_models():
+        own = list_models(f"{source}.*", pretrained=True)
+        detail = f"its pretrained tags are {', '.join(own)}" if own else "it has no pretrained weights yet"
+        raise CheckpointError(
+            f"{source!r} is an architecture, not a pretrained model: {detail} "
+            f"(zoo.create_model({source!r}) builds it untrained)"
+        )
+    close = difflib.get_close_matches(source, tags, n=3, cutoff=0.8)
+    if close:
+        raise CheckpointError(
+            f"{source!r} is not a pretrained tag, a local folder or a Hub repo id ('org/name'); "
+            f"did you mean {', '.join(close)}?"
+        )
 
 
 def from_pretrained(

@@ -31,3 +31,14 @@ def test_a_bundled_rank_space_hmm_fine_tunes_on_other_text(tmp_path, caplog):
     assert RecordVocab.seen == [bundled, bundled]
     assert any(f"vocabulary of {TAG!r} (10,000 tokens), train split: 20.00% of 15" in r.getMessage()
                for r in caplog.records)  # fmt: skip
+
+
+def test_a_bad_init_from_is_one_line(tmp_path, capsys):
+    recipe = str(REPO / "recipes/hmm/ptb-rank-space-small.yaml")
+    for source, message in (
+        (TAG.replace("space", "spce"), f"did you mean {TAG}"),
+        (str(tmp_path / "gone.ckpt"), "no such checkpoint file"),
+    ):
+        assert main(["fit", "--config", recipe, "--model.init_args.init_from", source]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"zoo: error: init_from={source!r}: ") and message in line

@@ -140,7 +140,7 @@ def test_readme_main_job_block_runs():
     import torch
 
     text = (REPO_ROOT / "README.md").read_text()
-    block = re.search(r"## The main job.*?```python\n(.*?)```", text, re.S).group(1)
+    block = re.search(r"## Set-up and the main job.*?```python\n(.*?)```", text, re.S).group(1)
     for tag in re.findall(r'"(\w+\.\w+)"', block):
         if tag not in TAGS:
             pytest.skip(f"{tag} is not bundled")

@@ -277,3 +277,23 @@ def test_parsing_task_fine_tunes_from_a_pretrained_grammar(tmp_path):
     task = ParsingTask(grammar.spec(), init_from=str(folder))
     batch = example_batch(grammar)
     assert torch.equal(scores(task.model, batch), scores(grammar, batch))
+
+
+def test_names_that_are_no_pretrained_model_get_a_hint_before_any_download():
+    with pytest.raises(CheckpointError, match="did you mean hmm_categorical_n4096_d64.ptb_rank_space"):
+        zoo.from_pretrained("hmm_categorical_n4096_d64.ptb_rank_spce")
+    tags = "is an architecture, not a pretrained model: its pretrained tags are hmm_categorical_n4096_d64"
+    with pytest.raises(CheckpointError, match=tags):
+        zoo.from_pretrained("hmm_categorical_n4096_d64")
+    with pytest.raises(CheckpointError, match="it has no pretrained weights yet"):
+        zoo.from_pretrained("hmm_categorical_n16384_d256")
+
+
+def test_an_unreachable_hub_is_not_blamed_on_offline_mode(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(CheckpointError, match=r"the Hub could not be reached \(no network\?\)") as error:
+        zoo.from_pretrained("zoo-tests/missing", cache_dir=tmp_path)
+    assert "HF_HUB_OFFLINE" not in str(error.value)
