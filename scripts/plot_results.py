@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -227,6 +228,7 @@ def save(fig, name: str) -> Path:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help writes nothing
     torch.set_num_threads(2)
     metrics_figure()
     speed_figure()

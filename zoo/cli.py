@@ -93,12 +93,18 @@ def _capabilities(args) -> int:
 
 
 def _models(args) -> int:
+    from zoo.bundled import WEIGHTS
     from zoo.registry import architecture, list_models, pretrained_tag
 
     for name in list_models(args.pattern, pretrained=args.pretrained):
         if args.pretrained:
             tag = pretrained_tag(name)
-            print(f"{name}\t{tag.source}@{tag.revision or 'main'}\t{tag.description}")
+            folder = Path(tag.source).expanduser()
+            if folder.is_dir():  # inside the package: "bundled"; a folder of the user's: its path
+                where = "bundled" if folder.resolve().is_relative_to(WEIGHTS) else str(folder)
+            else:
+                where = f"{tag.source}@{tag.revision or 'main'}"
+            print(f"{name}\t{where}\t{tag.description}")
         else:
             arch = architecture(name)
             backends = ", ".join(arch.backends)

@@ -78,3 +78,10 @@ def test_constructor_validates_the_token_list():
         Vocabulary.from_dict({"words": ["<eos>"]})
     with pytest.raises(ValueError, match="unexpected keys .*'size'"):
         Vocabulary.from_dict({"tokens": ["<eos>", "<unk>"], "size": 2})
+
+
+def test_encode_can_lower_case_as_ptb_expects():
+    vocab = Vocabulary(["<eos>", "<unk>", "the", "company"])
+    assert vocab.encode("The Company", add_eos=True) == [1, 1, 0]
+    assert vocab.encode("The Company", add_eos=True, lower=True) == [2, 3, 0]
+    assert vocab.encode(["THE"], lower=True) == [2]

@@ -124,7 +124,7 @@ def test_pretrained_hook_with_a_local_folder(tmp_path, monkeypatch, capsys):
     register_pretrained(PretrainedTag("pcfg_nt10_pt20_d64.test", str(folder), description="a test"))
     assert zoo.list_models(pretrained=True) == ["pcfg_nt10_pt20_d64.test"]
     assert main(["models", "--pretrained"]) == 0
-    assert capsys.readouterr().out == f"pcfg_nt10_pt20_d64.test\t{folder}@main\ta test\n"
+    assert capsys.readouterr().out == f"pcfg_nt10_pt20_d64.test\t{folder}\ta test\n"
     batch = example_batch(model)
     for loaded in (
         zoo.create_model("pcfg_nt10_pt20_d64.test", pretrained=True),

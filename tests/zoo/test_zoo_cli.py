@@ -113,5 +113,5 @@ def test_models_command(capsys):
         "pcfg_nt10_pt20_d64\tPCFG\t[exact, low-rank, rank-space, randomized]\tsmall PTB PCFG for a CPU"
     ]
     assert main(["models", "--pretrained"]) == 0
-    listed = [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
-    assert listed == sorted(bundled_folders())  # the checkpoints shipped in zoo/weights/
+    listed = [line.split("\t")[:2] for line in capsys.readouterr().out.splitlines()]
+    assert listed == [[name, "bundled"] for name in sorted(bundled_folders())]  # shipped in zoo/weights/

@@ -149,14 +149,17 @@ class Vocabulary:
             raise IndexError(f"token id must be in 0..{self.size - 1}, got {i}")
         return self._tokens[int(i)]
 
-    def encode(self, tokens: str | Sequence[str], add_eos: bool = False) -> list[int]:
-        """Ids of ``tokens`` (a list, or one whitespace-separated string), plus ``eos_id`` if ``add_eos``.
+    def encode(self, tokens: str | Sequence[str], add_eos: bool = False, lower: bool = False) -> list[int]:
+        """Ids of ``tokens`` (a list, or one whitespace-separated string), plus ``eos_id`` if ``add_eos``;
+        ``lower`` lower-cases them first (PTB's text is lower case: "The" is not in its vocabulary).
 
         Unknown tokens map to ``unk_id``; without an unk token they raise ``KeyError`` naming the token
         and its position.
         """
         if isinstance(tokens, str):
             tokens = tokens.split()
+        if lower:
+            tokens = [t.lower() for t in tokens]
         index = self._index
         if self.unk is None:
             missing = [(pos, t) for pos, t in enumerate(tokens) if t not in index]
