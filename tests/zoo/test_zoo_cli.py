@@ -39,7 +39,8 @@ def trained(tmp_path_factory) -> tuple[Path, Path, Path]:
 def test_fit_test_export_load(trained, tmp_path, capsys):
     config, checkpoint, results = trained
     measured = json.loads(results.read_text())
-    assert measured["dataset"] == "ptb" and set(measured["metrics"]) == {"test/nll", "test/ppl"}
+    assert measured["dataset"].startswith("text in zoo-cli")  # the tiny files are not PTB: no card claims so
+    assert set(measured["metrics"]) == {"test/nll", "test/ppl"}
     assert main(["export", str(checkpoint), str(tmp_path / "out"), "--results", str(results)]) == 0
     assert "wrote" in capsys.readouterr().out
     folder = tmp_path / "out"
