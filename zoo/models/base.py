@@ -68,6 +68,9 @@ class ZooModel(nn.Module):
 
     config: dict[str, Any]
     _vocab: Vocabulary | None = None
+    # the longest sequence evaluation takes (events, as ``lengths`` counts them), from the family's cost
+    # model (each family's docstring states it); None: no limit (cost linear in the length)
+    max_eval_length: int | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

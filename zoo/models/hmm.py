@@ -69,6 +69,10 @@ class HMM(ZooModel):
     Subclasses set ``observation_key`` (the batch key of the observations) and build
     ``self.emission`` (a module mapping C x D component vectors and the observations to
     log-probabilities B x T x C).
+
+    Cost model: time ~ B T N^2 (exact), B T N R (low-rank), B T R^2 (rank-space), B T (K1 + K2) N
+    (randomized), memory ~ B T N plus the N x V emission table: linear in the length, no evaluation
+    length limit.
     """
 
     observation_key: str = ""

@@ -62,6 +62,9 @@ from zoo.models.projection import InputProjection
 class GaussianHSMM(ZooModel):
     """A neural HSMM with diagonal Gaussian emissions (module docstring).
 
+    Cost model: time ~ B T D N^2 (exact; low-rank B T D N R, rank-space B T D R^2), memory ~ B T D N
+    (float64 duration windows): linear in the length T, no evaluation length limit.
+
     Args:
         num_states: N.
         feature_dim: F, the size of the frames the Gaussians model (after ``input_projection``).

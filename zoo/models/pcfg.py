@@ -81,6 +81,11 @@ class PCFG(ZooModel):
     """
 
     observation_key = "tokens"
+    # Cost model: the inside pass (and the parse's backward) take time ~ B T^3 (NT + PT)^2 and memory
+    # ~ B T^2 (NT + PT); at the bundled size one 300-word sentence takes ~5 s and ~1 GB to parse on
+    # one CPU thread, a 5,000-word line hours and tens of GB. Evaluation refuses longer sentences
+    # before it starts (``LikelihoodTask(max_eval_length=...)`` sets another limit).
+    max_eval_length = 300
 
     def __init__(
         self,

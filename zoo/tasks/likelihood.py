@@ -46,6 +46,9 @@ class LikelihoodTask(pl.LightningModule):
             (a pretrained-model folder or a Hub repo id, honouring ``HF_HUB_OFFLINE``). The weights
             must fit the model exactly (same class, keys, shapes); nothing is loaded otherwise.
         eval_seeds: seeds of a random evaluation (models with ``evaluation_is_exact() == False``).
+        max_eval_length: validation and test refuse a batch with a longer sequence (events, as
+            ``lengths`` counts them) before computing anything; None: the model family's limit
+            (``model.max_eval_length``: the PCFG's cubic inside has one, chains have none).
     """
 
     def __init__(
@@ -58,6 +61,7 @@ class LikelihoodTask(pl.LightningModule):
         lr_patience: int = 2,
         init_from: str | None = None,
         eval_seeds: int = 5,
+        max_eval_length: int | None = None,
     ):
         super().__init__()
         if not isinstance(eval_seeds, int) or eval_seeds < 2:
@@ -81,8 +85,12 @@ class LikelihoodTask(pl.LightningModule):
                 "lr_patience": lr_patience,
                 "init_from": None,  # the weights are in this checkpoint: reloading reads no other file
                 "eval_seeds": eval_seeds,
+                "max_eval_length": max_eval_length,
             }
         )
+        if max_eval_length is not None and (not isinstance(max_eval_length, int) or max_eval_length < 1):
+            raise ValueError(f"max_eval_length must be a positive int or None, got {max_eval_length!r}")
+        self.max_eval_length = max_eval_length or getattr(model, "max_eval_length", None)
         if init_from is not None:
             weights, vocab = load_model_weights(init_from, self.model)
             load_into(self.model, weights, init_from)
@@ -155,10 +163,23 @@ class LikelihoodTask(pl.LightningModule):
             self.log(f"{stage}/{name}", metric, prog_bar=name == "ppl", batch_size=len(log_p))
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._check_length(batch, "validation", batch_idx)
         self._evaluate(batch, "val", batch_idx)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._check_length(batch, "test", batch_idx)
         self._evaluate(batch, "test", batch_idx)
+
+    def _check_length(self, batch: dict[str, Tensor], stage: str, batch_idx: int) -> None:
+        """ValueError, before any computation, for a sequence longer than ``max_eval_length``."""
+        limit = self.max_eval_length
+        longest = int(batch["lengths"].max())
+        if limit is not None and longest > limit:
+            raise ValueError(
+                f"{stage} batch {batch_idx} holds a sequence of {longest:,} events, over max_eval_length = "
+                f"{limit:,} ({type(self.model).__name__}: see its cost model); drop such sequences from "
+                f"the {stage} data, or raise the limit (--model.init_args.max_eval_length)"
+            )
 
     def _log_seed_statistics(self, stage: str) -> None:
         """Mean and standard deviation over seeds of a random evaluation's NLL (and perplexity)."""

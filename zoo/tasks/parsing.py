@@ -60,8 +60,8 @@ class ParsingTask(LikelihoodTask):
 
     Args:
         model: a ``zoo.models.PCFG`` (or its spec dict); it must have ``parse(batch)``.
-        lr, weight_decay, betas, lr_factor, lr_patience, init_from, eval_seeds: as ``LikelihoodTask``
-            (betas default to Kim et al.'s (0.75, 0.999)).
+        lr, weight_decay, betas, lr_factor, lr_patience, init_from, eval_seeds, max_eval_length: as
+            ``LikelihoodTask`` (betas default to Kim et al.'s (0.75, 0.999)).
         curriculum_start: the longest training sentence (in words) in the first epoch; None: no
             curriculum.
         curriculum_increment: words added to that limit each epoch.
@@ -78,6 +78,7 @@ class ParsingTask(LikelihoodTask):
         lr_patience: int = 2,
         init_from: str | None = None,
         eval_seeds: int = 5,
+        max_eval_length: int | None = None,
         curriculum_start: int | None = None,
         curriculum_increment: int = 1,
         curriculum_final: int | None = None,
@@ -91,6 +92,7 @@ class ParsingTask(LikelihoodTask):
             lr_patience=lr_patience,
             init_from=init_from,
             eval_seeds=eval_seeds,
+            max_eval_length=max_eval_length,
         )
         if not callable(getattr(self.model, "parse", None)):
             raise TypeError(

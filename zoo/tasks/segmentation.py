@@ -49,7 +49,8 @@ class SegmentationTask(LikelihoodTask):
 
     Args:
         model: a ``zoo.models.GaussianHSMM`` (or its spec dict); it must have ``segment(batch)``.
-        lr, weight_decay, betas, lr_factor, lr_patience, init_from, eval_seeds: as ``LikelihoodTask``.
+        lr, weight_decay, betas, lr_factor, lr_patience, init_from, eval_seeds, max_eval_length: as
+            ``LikelihoodTask``.
         boundary_tolerance: frames between a predicted and a known boundary that still match.
         matching: "corpus" (one label map for the whole evaluation set) or "sequence" (one per sequence).
     """
@@ -64,6 +65,7 @@ class SegmentationTask(LikelihoodTask):
         lr_patience: int = 2,
         init_from: str | None = None,
         eval_seeds: int = 5,
+        max_eval_length: int | None = None,
         boundary_tolerance: int = 2,
         matching: str = "corpus",
     ):
@@ -76,6 +78,7 @@ class SegmentationTask(LikelihoodTask):
             lr_patience=lr_patience,
             init_from=init_from,
             eval_seeds=eval_seeds,
+            max_eval_length=max_eval_length,
         )
         if not callable(getattr(self.model, "segment", None)):
             raise TypeError(

@@ -91,6 +91,9 @@ def build_gpt2_encoder(
 class StructuredVAE(ZooModel):
     """The GPT-2-encoded structured VAE (see the module docstring).
 
+    Cost model: the encoder's attention ~ B T^2 a layer, q's chain B T N^2 (exact), the importance-
+    sampled evaluation ``eval_samples`` x B T N; sequences are limited by ``max_positions``.
+
     Args:
         num_states: N, the latent states of the CRF (100 and 2000 in the paper).
         backend: "exact", "randomized" or "low-rank" of q ("rank-space" raises an error saying why not).
