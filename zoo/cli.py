@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-ZOO_COMMANDS = ("capabilities", "models", "export", "card", "push", "state-usage")
+ZOO_COMMANDS = ("capabilities", "models", "export", "card", "push", "state-usage", "plot")
 
 
 def zoo_command(argv: list[str]) -> int:
@@ -75,6 +75,9 @@ def zoo_command(argv: list[str]) -> int:
     usage.add_argument("--split", default="train", choices=("train", "valid", "test"))
     usage.add_argument("--max-batches", type=int, default=None, help="stop after this many batches")
     usage.add_argument("--seed", type=int, default=0, help="seed of the posterior samples")
+    plot = sub.add_parser("plot", help="draw a zoo fit run's learning curves (metrics.csv) to a PNG")
+    plot.add_argument("run_dir", help="the run's folder (or its lightning_logs, a version, a metrics.csv)")
+    plot.add_argument("--out", help="the image to write (default: learning_curves.png beside metrics.csv)")
     for name in LIGHTNING_COMMANDS:
         sub.add_parser(name, help=f"Lightning's {name} (see zoo {name} --help)")
     args = parser.parse_args(argv)
@@ -152,6 +155,13 @@ def _state_usage(args) -> int:
     return 0
 
 
+def _plot(args) -> int:
+    from zoo.plot import plot_learning_curves
+
+    print(f"wrote {plot_learning_curves(args.run_dir, args.out)}")
+    return 0
+
+
 ZOO_HANDLERS = {
     "capabilities": _capabilities,
     "models": _models,
@@ -159,6 +169,7 @@ ZOO_HANDLERS = {
     "card": _card,
     "push": _push,
     "state-usage": _state_usage,
+    "plot": _plot,
 }
 
 

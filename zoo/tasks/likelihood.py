@@ -11,6 +11,7 @@ AdamW; the learning rate is multiplied by ``lr_factor`` when the validation NLL 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,7 @@ class LikelihoodTask(pl.LightningModule):
             }
         )
         self._text = False  # whether the evaluated batches are text (perplexity is reported then)
+        self._events_seen, self._seconds, self._last_step_end = 0, 0.0, None  # learning-curve axes
         self.seed_metrics = torch.nn.ModuleDict(
             {
                 stage: torch.nn.ModuleList(NegativeLogLikelihood() for _ in range(eval_seeds))
@@ -142,6 +144,20 @@ class LikelihoodTask(pl.LightningModule):
         loss = -log_p.sum() / events.sum()
         self.log("train/loss", loss, prog_bar=True, batch_size=len(log_p))
         return loss
+
+    def on_train_batch_end(self, outputs, batch: dict[str, Tensor], batch_idx: int) -> None:
+        """Log the training events seen so far (this process's times the number of processes) and the
+        training seconds, so a run's learning curves can be drawn against tokens and time
+        (``zoo plot``); both go on across a resumed run."""
+        now = time.perf_counter()
+        self._seconds += now - (self._last_step_end or now)
+        self._last_step_end = now
+        self._events_seen += int(self.model.num_events(batch).sum()) * self.trainer.world_size
+        self.log("train/tokens", float(self._events_seen), batch_size=1)
+        self.log("train/seconds", self._seconds, batch_size=1)
+
+    def on_train_epoch_start(self) -> None:
+        self._last_step_end = time.perf_counter()  # validation and data set-up are not training time
 
     def _random_evaluation(self) -> bool:
         return not getattr(self.model, "evaluation_is_exact", lambda: True)()
@@ -217,11 +233,15 @@ class LikelihoodTask(pl.LightningModule):
         (``zoo validate --ckpt_path``); and the model's vocabulary, if any (plain values, for ``zoo
         export``)."""
         checkpoint["zoo_task"] = f"{type(self).__module__}.{type(self).__qualname__}"
+        checkpoint["zoo_progress"] = {"events": self._events_seen, "seconds": self._seconds}
         if self.model.vocab is not None:
             checkpoint["vocab"] = self.model.vocab.to_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Give the model the vocabulary the checkpoint recorded (it must be the data's, if set up)."""
+        """Give the model the vocabulary the checkpoint recorded (it must be the data's, if set up),
+        and take up the events and seconds trained so far."""
+        progress = checkpoint.get("zoo_progress", {})
+        self._events_seen, self._seconds = progress.get("events", 0), progress.get("seconds", 0.0)
         if checkpoint.get("vocab") is not None:
             vocab = Vocabulary.from_dict(checkpoint["vocab"])
             check_same_vocab(vocab, self.model.vocab, "the checkpoint's")

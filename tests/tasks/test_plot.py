@@ -1,0 +1,35 @@
+"""zoo plot RUN_DIR: a run's learning curves against steps, tokens and hours; the task logs the
+tokens and seconds it trained, and a resumed run goes on counting."""
+
+from __future__ import annotations
+
+import torch
+from test_training_cli import recipe, write_ptb
+
+from zoo.cli import main
+from zoo.plot import find_metrics, read_curves
+
+
+def test_a_run_plots_its_learning_curves(tmp_path, capsys):
+    config = recipe(tmp_path, write_ptb(tmp_path), "exact")
+    args = ["fit", "--config", str(config), "--trainer.max_epochs", "3", "--trainer.log_every_n_steps", "1"]
+    assert main(args) == 0
+    curves = read_curves(find_metrics(tmp_path))
+    assert {"train/loss", "val/nll", "val/ppl"} <= set(curves) and "val/nll_std" not in curves
+    steps, tokens, seconds, _ = zip(*curves["train/loss"])
+    for axis in (steps, tokens, seconds):
+        assert list(axis) == sorted(axis)
+    assert tokens[0] > 0 and seconds[-1] > 0
+    at_epochs = [p[1] for p in curves["val/nll"]]  # the tokens trained at each validation
+    assert at_epochs == sorted(at_epochs) and len(at_epochs) == 3
+    assert main(["plot", str(tmp_path)]) == 0
+    written = capsys.readouterr().out.split()[-1]
+    assert written.endswith("learning_curves.png") and open(written, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    (checkpoint,) = tmp_path.rglob("*.ckpt")
+    progress = torch.load(checkpoint, map_location="cpu", weights_only=True)["zoo_progress"]
+    assert progress["events"] == tokens[-1] and progress["seconds"] > 0  # a resumed run goes on from here
+
+
+def test_a_folder_without_logs_is_a_clear_error(tmp_path, capsys):
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "no metrics.csv under" in capsys.readouterr().err
