@@ -436,6 +436,7 @@ def resolve(
 ) -> Path:
     """The local folder of ``source``: the folder itself, a Hub repo's snapshot in the cache, or the
     registered source of a pretrained tag ``arch.tag`` (its pinned revision unless ``revision``).
+    ``"org/name@rev"`` is the repo at revision ``rev`` (how ``init_from`` pins one).
 
     A Hub repo id is downloaded with ``snapshot_download`` (only the checkpoint's files), at
     ``revision`` (branch, tag or commit sha), into ``cache_dir`` (default: the Hub cache); with
@@ -446,6 +447,11 @@ def resolve(
 
     from zoo.registry import list_models, pretrained_tag
 
+    if isinstance(source, str) and "@" in source and not Path(source).expanduser().exists():
+        source, pinned = source.rsplit("@", 1)  # "org/name@rev": a Hub repo at a revision
+        if revision is not None and revision != pinned:
+            raise ValueError(f"{source}@{pinned} pins revision {pinned!r}; revision={revision!r} disagrees")
+        revision = pinned
     if isinstance(source, str) and source in list_models(pretrained=True):
         entry = pretrained_tag(source)  # a registered tag: its bundled folder or pinned Hub repo
         source, revision = entry.source, revision or entry.revision

@@ -101,12 +101,14 @@ assert constants.HF_HUB_OFFLINE
 repo = PARAMS["repo"]
 latest, pinned = zoo.from_pretrained(repo), zoo.from_pretrained(repo, revision=PARAMS["first_sha"])
 task = LikelihoodTask(tiny(5).spec(), init_from=repo)  # fine-tuning from the cached Hub model
+pinned_task = LikelihoodTask(tiny(5).spec(), init_from=f"{repo}@{PARAMS['first_sha']}")  # org/name@rev
 try:
     zoo.from_pretrained("zoo-tests/never-downloaded")
     error = None
 except CheckpointError as e:
     error = str(e)
-emit(latest=logp(latest), pinned=logp(pinned), tuned=logp(task.model), error=error,
+emit(latest=logp(latest), pinned=logp(pinned), tuned=logp(task.model), tuned_pinned=logp(pinned_task.model),
+     error=error,
      vocabs=[vocab_of(latest), vocab_of(pinned)])
 """
 
@@ -153,7 +155,7 @@ def test_push_download_pinned_and_offline(local_hub, pushed, tmp_path):  # noqa:
 
     offline = run(local_hub, cache, OFFLINE, offline=True, repo=REPO, first_sha=pushed["first_sha"])
     assert offline["latest"] == pushed["second"] and offline["pinned"] == pushed["first"]
-    assert offline["tuned"] == pushed["second"]
+    assert offline["tuned"] == pushed["second"] and offline["tuned_pinned"] == pushed["first"]
     assert offline["vocabs"] == [pushed["second_vocab"], pushed["first_vocab"]]
     assert "not in the Hub cache" in offline["error"] and "HF_HUB_OFFLINE" in offline["error"]
 
