@@ -1,0 +1,24 @@
+"""cards/README.md lists every bundled checkpoint with a link to its card, and is current."""
+
+from __future__ import annotations
+
+import re
+
+from scripts.cards_index import INDEX, REPO, render
+from zoo.bundled import bundled_folders
+
+
+def test_the_cards_index_is_current_and_every_link_is_a_card():
+    assert INDEX.read_text() == render(), "run: python scripts/cards_index.py"
+    links = re.findall(r"\[card\]\(\.\./(zoo/weights/([^/]+)/README\.md)\)", INDEX.read_text())
+    assert sorted(tag for _, tag in links) == sorted(bundled_folders())
+    assert all((REPO / path).is_file() for path, _ in links)
+
+
+def test_every_bundled_card_is_what_the_card_code_renders_now():
+    from zoo.pretrained import render_folder_card
+
+    for tag, folder in bundled_folders().items():
+        assert (folder / "README.md").read_text() == str(render_folder_card(folder)), (
+            f"{tag}: run zoo card zoo/weights/{tag}"
+        )
