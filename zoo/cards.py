@@ -64,6 +64,8 @@ def dataset_name(data: dict[str, Any] | None) -> str | None:
         return "chorales" if dataset == "chorales" else Path(dataset).stem
     if short == "PCFGDataModule" and args.get("tree_files"):
         return "ptb-wsj"
+    if short in ("PTBDataModule", "PCFGDataModule") and args.get("hf_dataset"):
+        return _hf_name(args["hf_dataset"])
     if short in ("PTBDataModule", "PCFGDataModule") and args.get("data_dir"):
         return _text_name(Path(args["data_dir"]))
     if short == "PCFGDataModule":
@@ -96,6 +98,18 @@ def _text_name(folder: Path) -> str:
     for f in files:
         digest.update(f.read_bytes())
     return f"text in {folder.name} (sha256 {digest.hexdigest()[:12]})"
+
+
+def _hf_name(source: dict[str, Any]) -> str:
+    """A ``datasets`` source by what it is: the Hub dataset id (and configuration), or a builder's
+    local files by their folder."""
+    path = source.get("path", "?")
+    if path in ("text", "json", "parquet", "csv"):
+        files = source.get("data_files")
+        first = next(iter(files.values())) if isinstance(files, dict) else files
+        first = first[0] if isinstance(first, list) else first
+        return f"{path} files in {Path(str(first)).parent.name}" if first else f"{path} files"
+    return f"{path}/{source['name']}" if source.get("name") else str(path)
 
 
 def read_results(results: str | os.PathLike | dict | list, dataset: str | None = None) -> dict[str, Any]:

@@ -70,7 +70,7 @@ def plot_learning_curves(run_dir: str | os.PathLike, out: str | os.PathLike | No
             ax.set_xlabel(label)
             ax.set_ylabel(name)
             ax.grid(alpha=0.3)
-    fig.suptitle(f"{path.parent}")
+    fig.suptitle("/".join(path.parent.parts[-2:]))  # the run's version folder, not a machine path
     fig.tight_layout()
     out = Path(out) if out is not None else path.parent / "learning_curves.png"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.buckets import collate_tokens
 from zoo.data.datamodule import SequenceDataModule
-from zoo.data.ptb import SPLITS, read_ptb
+from zoo.data.hf_text import check_source
+from zoo.data.ptb import SPLITS, read_text
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.trees import preprocess_trees, read_mrg, spans_to_tensor
 from zoo.data.vocab import EOS, UNK, Vocabulary
@@ -102,6 +103,7 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
             validation and test are never length-filtered (beyond the 2-word minimum).
         predict_split: the split ``zoo predict`` parses ("train", "valid" or "test").
         vocab_from: use this vocabulary instead of the training text's (as ``PTBDataModule``).
+        hf_dataset: read the text through Hugging Face ``datasets`` (as ``PTBDataModule``).
     """
 
     collate_fn = staticmethod(collate_sentences)
@@ -118,6 +120,7 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
         seed: int = 0,
         predict_split: str = "test",
         vocab_from: str | None = None,
+        hf_dataset: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
         if max_length is not None and max_length < 2:
@@ -136,6 +139,9 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
         self.max_length = max_length
         self.predict_split = predict_split
         self.vocab_from = vocab_from
+        if hf_dataset is not None:
+            check_source(hf_dataset)
+        self.hf_dataset = hf_dataset
         self._sentences: dict[str, tuple[list[list[str]], list | None]] = {}
         self.save_hyperparameters()
 
@@ -143,7 +149,7 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
         """The words of each sentence of ``split`` with >= 2 words, and their gold spans (or None)."""
         if split not in self._sentences:
             if self.tree_files is None:
-                words = [s for s in read_ptb(split, self.data_dir) if len(s) >= 2]
+                words = [s for s in read_text(split, self.data_dir, self.hf_dataset) if len(s) >= 2]
                 self._sentences[split] = (words, None)
             else:
                 parsed = preprocess_trees(read_tree_file(self.tree_files[split]), min_length=2)
@@ -156,7 +162,7 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
     def build_vocab(self) -> Vocabulary:
         """The training split's vocabulary (``<eos>`` id 0, ``<unk>`` id 1)."""
         if self.tree_files is None:  # PTB's own 10k vocabulary: every training line counts
-            words, max_size = read_ptb("train", self.data_dir), None
+            words, max_size = read_text("train", self.data_dir, self.hf_dataset), None
         else:
             words, max_size = self.sentences("train")[0], self.max_size
         return Vocabulary.build(words, eos=EOS, unk=UNK, max_size=max_size)

