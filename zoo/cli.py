@@ -25,7 +25,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
+import re
 import sys
+import warnings
 from pathlib import Path
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
@@ -332,20 +335,50 @@ def zoo_cli_class():
     return ZooCLI
 
 
+# Lightning's notices that tell a zoo user nothing they can act on: its advertisement, the default
+# logger's history and a deprecation inside Lightning itself (its own code, not ours)
+LIGHTNING_NOISE = (
+    r"💡 Tip",
+    r"Starting from v1\.9\.0, `tensorboardX` has been removed",
+    r".*isinstance\(treespec, LeafSpec\)` is deprecated",
+)
+
+
+class _DropNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(re.match(pattern, record.getMessage()) for pattern in LIGHTNING_NOISE)
+
+
+@contextlib.contextmanager
+def quiet_lightning():
+    """Lightning's commands without ``LIGHTNING_NOISE`` (its warnings and its info lines)."""
+    lightning_log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    noise = _DropNoise()
+    lightning_log.addFilter(noise)
+    try:
+        with warnings.catch_warnings():
+            for pattern in LIGHTNING_NOISE:
+                warnings.filterwarnings("ignore", message=pattern)
+            yield
+    finally:
+        lightning_log.removeFilter(noise)
+
+
 def lightning_command(argv: list[str] | None) -> int:
     """``fit``, ``validate``, ``test`` or ``predict`` through LightningCLI (None: from sys.argv)."""
     import lightning.pytorch as pl
 
     try:
-        zoo_cli_class()(
-            pl.LightningModule,
-            pl.LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            args=argv,
-            save_config_kwargs={"overwrite": True},
-            auto_configure_optimizers=False,
-        )
+        with quiet_lightning():
+            zoo_cli_class()(
+                pl.LightningModule,
+                pl.LightningDataModule,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                args=argv,
+                save_config_kwargs={"overwrite": True},
+                auto_configure_optimizers=False,
+            )
     except InitFromError as error:
         print(f"zoo: error: {error}", file=sys.stderr)
         return 2

@@ -62,3 +62,18 @@ def test_the_run_keeps_absolute_data_paths_and_its_best_checkpoint_as_best_ckpt(
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["data"]["init_args"]["data_dir"] == str(tmp_path)
     assert saved["data"]["init_args"]["vocab_from"] == TAG
+
+
+def test_lightning_noise_is_left_out(tmp_path, capfd, caplog, recwarn):
+    caplog.set_level("INFO")
+    main([
+        "fit", "--config", str(REPO / "recipes/hmm/ptb-rank-space-small.yaml"),
+        "--data.init_args.data_dir", str(write_text(tmp_path)), "--model.init_args.init_from", TAG,
+        "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(tmp_path),
+        "--trainer.enable_progress_bar", "false",
+    ])  # fmt: skip
+    out, err = capfd.readouterr()
+    logged = [r.getMessage() for r in caplog.records]
+    shown = "\n".join([out, err, *(str(w.message) for w in recwarn), *logged])
+    assert "Tip:" not in shown and "tensorboardX" not in shown and "LeafSpec" not in shown
+    assert "init_from 'hmm_categorical_n4096_d64.ptb_rank_space'" in shown  # what the user needs stays
