@@ -70,6 +70,8 @@ def dataset_name(data: dict[str, Any] | None) -> str | None:
         return _text_name(Path(args["data_dir"]))
     if short == "PCFGDataModule":
         return "ptb"
+    if short == "CaptionsDataModule" and args.get("hf_dataset"):
+        return _hf_name(args["hf_dataset"])
     if short == "CaptionsDataModule":
         source = args.get("source", "ptb-short")
         if source == "text" and args.get("path"):

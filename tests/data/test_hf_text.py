@@ -93,3 +93,21 @@ def test_the_card_names_the_source(tmp_path):
     assert dataset_name({"class_path": "zoo.data.PCFGDataModule", "init_args": {"hf_dataset": hub}}) == (
         "ptb_text_only/penn_treebank"
     )
+
+
+def test_the_captions_data_reads_a_datasets_source_as_gpt2_ids(tmp_path):
+    from zoo.data import CaptionsDataModule
+
+    folder = tmp_path / "text"
+    folder.mkdir()
+    for split, ours in (("train", "train"), ("validation", "valid"), ("test", "test")):
+        (folder / f"{ours}.txt").write_text("\n".join(TEXT[split]) + "\n")
+    reference = CaptionsDataModule(source="text", path=str(folder), max_words=6)
+    given = CaptionsDataModule(hf_dataset=parquet_source(tmp_path / "source"), max_words=6)
+    for data in (reference, given):
+        data.setup()
+    for split in ("train", "valid", "test"):
+        assert [x.tolist() for x in given.datasets[split]] == [x.tolist() for x in reference.datasets[split]]
+    assert len(given.datasets["test"]) == 1  # the 7-word test sentence is over max_words
+    hub = {"hf_dataset": {"path": "mscoco_captions"}}
+    assert dataset_name({"class_path": "zoo.data.CaptionsDataModule", "init_args": hub}) == "mscoco_captions"

@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.gpt2_tokenizer import GPT2_VOCAB_SIZE, gpt2_tokenizer
+from zoo.data.hf_text import check_source, load_sentences
 
 __all__ = ["SOURCES", "CaptionsDataModule", "read_captions", "read_coco_karpathy", "read_caption_lines"]
 
@@ -97,6 +99,8 @@ class CaptionsDataModule(SequenceDataModule):
         max_sentences: keep at most this many sentences of each split (None: all).
         batch_tokens, batch_size, num_workers, seed: as ``SequenceDataModule``.
         tokenizer_cache: where the converted GPT-2 tokenizer is cached (see ``gpt2_tokenizer``).
+        hf_dataset: read the sentences through Hugging Face ``datasets`` instead of ``source`` /
+            ``path``: a Hub dataset id or local text / JSON / parquet files (``zoo.data.hf_text``).
 
     ``vocab_size`` is GPT-2's, 50257.
     """
@@ -115,6 +119,7 @@ class CaptionsDataModule(SequenceDataModule):
         num_workers: int = 0,
         seed: int = 0,
         tokenizer_cache: str | None = None,
+        hf_dataset: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
         if source not in SOURCES:
@@ -125,6 +130,11 @@ class CaptionsDataModule(SequenceDataModule):
         self.source, self.path = source, path
         self.max_words, self.max_sentences = max_words, max_sentences
         self.tokenizer_cache = tokenizer_cache
+        if hf_dataset is not None:
+            check_source(hf_dataset)
+            if path is not None:
+                raise ValueError(f"give path or hf_dataset, not both (got {path!r} and {hf_dataset!r})")
+        self.hf_dataset = hf_dataset
         self.save_hyperparameters()
 
     @property
@@ -134,10 +144,11 @@ class CaptionsDataModule(SequenceDataModule):
 
     def sentences(self, split: str) -> list[str]:
         """The kept sentences of ``split`` (length filter, then ``max_sentences``)."""
-        kept = [
-            s for s in read_captions(self.source, split, self.path)
-            if s and (self.max_words is None or len(s.split()) <= self.max_words)
-        ]  # fmt: skip
+        if self.hf_dataset is not None:
+            lines = [" ".join(words) for words in load_sentences(self.hf_dataset, split)]
+        else:
+            lines = read_captions(self.source, split, self.path)
+        kept = [s for s in lines if s and (self.max_words is None or len(s.split()) <= self.max_words)]
         if self.max_sentences is not None:
             kept = kept[: self.max_sentences]
         if not kept:
