@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from scripts.cards_index import INDEX, REPO, render
 from zoo.bundled import bundled_folders
+from zoo.cards import bundled_cards_index
+
+REPO = Path(__file__).resolve().parents[2]
+INDEX = REPO / "cards" / "README.md"
 
 
 def test_the_cards_index_is_current_and_every_link_is_a_card():
-    assert INDEX.read_text() == render(), "run: python scripts/cards_index.py"
+    assert INDEX.read_text() == bundled_cards_index(), "run: python scripts/cards_index.py"
     links = re.findall(r"\[card\]\(\.\./(zoo/weights/([^/]+)/README\.md)\)", INDEX.read_text())
     assert sorted(tag for _, tag in links) == sorted(bundled_folders())
     assert all((REPO / path).is_file() for path, _ in links)
