@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from zoo.inference import DenseChain, EmbeddingChain, LinearChain, RDPOptions
+from zoo.inference import DenseChain, EmbeddingChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
 from zoo.inference.chain import exact
 from zoo.inference.chain.randomized import KeptStates, proposal_weights, reduced_chain
 
@@ -178,3 +178,33 @@ def test_dense_chain_randomized_matches_its_embedding_form_on_the_same_draw():
     a = estimates(factors, 3, 2, proposal="local", seed=22).log_partition
     b = estimates(dense, 3, 2, proposal="local", seed=22).log_partition
     torch.testing.assert_close(a, b)
+
+
+def test_the_global_proposal_is_the_incoming_mass_and_informative_for_normalized_models():
+    """Eq. 34's global prior: each state's incoming transition mass. The outgoing mass would make it
+    uniform for every locally normalized model (an HMM's rows sum to one)."""
+    from zoo.inference.chain.randomized import proposal_weights
+
+    g = torch.Generator().manual_seed(0)
+    B, T, N, R = 2, 4, 6, 3
+    unary = torch.randn(B, T, N, generator=g, dtype=torch.float64)
+    transition = (torch.randn(N, N, generator=g, dtype=torch.float64) * 2).log_softmax(-1)
+    dense = DenseChain(unary, transition)
+    left, right = (torch.rand(N, R, generator=g, dtype=torch.float64) + 0.1 for _ in range(2))
+    low_rank = LowRankChain(unary, left, right)
+    rank_space = RankSpaceChain(
+        torch.rand(N, generator=g, dtype=torch.float64).softmax(0),
+        torch.rand(N, R, generator=g, dtype=torch.float64).softmax(-1),
+        torch.rand(N, R, generator=g, dtype=torch.float64).softmax(0),
+        torch.randn(B, T, R, generator=g, dtype=torch.float64),
+    )
+    transitions = {  # the row-normalized N x N p(z_t | z_{t-1}) of each (rank space: sum_r U V^T)
+        dense: transition.exp(),
+        low_rank: low_rank.dense().transition.exp(),
+        rank_space: rank_space.U @ rank_space.V.T,
+    }
+    for factors, p in transitions.items():
+        torch.testing.assert_close(p.sum(-1), p.new_ones(N))  # rows sum to one: outgoing mass is uniform
+        torch.testing.assert_close(factors.state_prior()[0], p.sum(0).log())  # incoming: column sums
+        q = proposal_weights(factors, "global")
+        assert q.std(-1).min() > 1e-3, f"{type(factors).__name__}: the global proposal is uniform"

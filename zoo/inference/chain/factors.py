@@ -123,7 +123,9 @@ class ChainFactors:
         raise NotImplementedError
 
     def state_prior(self) -> Tensor:
-        """B x N log-weights of how much mass each state passes on (the "global" RDP proposal)."""
+        """B x N log-weights of the transition mass each state receives (the "global" RDP proposal,
+        Fu et al. 2022 Eq. 34's prior: states that take more mass score higher; the outgoing mass
+        would be uniform for every locally normalized model, an HMM's rows summing to one)."""
         raise NotImplementedError
 
     def dense(self) -> DenseChain:
@@ -200,12 +202,12 @@ class DenseChain(ChainFactors):
         return self.transition[b, t, r, c]
 
     def state_prior(self) -> Tensor:
-        """Outgoing log-mass of each state (averaged over positions when per position)."""
+        """Incoming log-mass of each state (averaged over positions when per position)."""
         if self.shared:
-            return self.transition.logsumexp(-1).expand(self.batch, self.num_states)
+            return self.transition.logsumexp(0).expand(self.batch, self.num_states)
         if self.max_length == 1:
             return torch.zeros_like(self.init)
-        return self.transition.logsumexp(-1).mean(1)
+        return self.transition.logsumexp(-2).mean(1)
 
     def dense(self) -> DenseChain:
         return self
@@ -351,7 +353,7 @@ class LowRankChain(ChainFactors):
         return self.log_scale[rows].unsqueeze(-1) + inner
 
     def state_prior(self) -> Tensor:
-        mass = self.scaled_left() @ self.right.sum(0)
+        mass = self.right @ self.scaled_left().sum(0)  # sum_i c_i L_i . R_j
         return safe_log(mass).expand(self.batch, self.num_states)
 
     def dense(self) -> DenseChain:
@@ -444,7 +446,7 @@ class RankSpaceChain(ChainFactors):
         return self.low_rank_view().transition_blocks(rows, cols)
 
     def state_prior(self) -> Tensor:
-        return safe_log(self.U.sum(-1)).expand(self.batch, self.num_states)
+        return safe_log(self.V @ self.U.sum(0)).expand(self.batch, self.num_states)  # sum_i,r U[i,r] V[j,r]
 
     def dense(self) -> DenseChain:
         return self.low_rank_view().dense()

@@ -47,7 +47,7 @@ class RDPOptions:
         k2: states sampled at each position from the proposal's tail (0: the top-K baseline).
         proposal: None for the structure's default ("local+global" for chains, "local" for
             trees); "uniform" (its top K1 is then an arbitrary fixed set of states: prefer k1 = 0),
-            "local" (softmax of the unary), "global" (each state's outgoing mass;
+            "local" (softmax of the unary), "global" (each state's incoming transition mass;
             the normalized L1 norm of the state embeddings for an EmbeddingChain), "local+global"
             (their average, Eq. 34), or a B x T x N tensor of non-negative proposal weights.
             Trees take "uniform", "local" (leaves by their terms) or a span tensor: see

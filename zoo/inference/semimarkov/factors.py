@@ -153,7 +153,8 @@ class FactorizedSemiMarkov(SemiMarkovFactors):
         raise NotImplementedError
 
     def state_prior(self) -> Tensor:
-        """B x N log outgoing mass of each state (the "global" RDP proposal)."""
+        """B x N log incoming transition mass of each state (the "global" RDP proposal; see the
+        chain's ``ChainFactors.state_prior``)."""
         raise NotImplementedError
 
     def segment_scores(self, b, s, d, prev, z):
@@ -202,7 +203,7 @@ class DenseSemiMarkov(FactorizedSemiMarkov):
         return self.transition[prev]
 
     def state_prior(self):
-        return self.transition.logsumexp(-1).expand(self.batch, self.num_states)
+        return self.transition.logsumexp(0).expand(self.batch, self.num_states)
 
     def dense(self) -> DenseSemiMarkov:
         return self
@@ -310,7 +311,7 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
         return rows.scatter(-1, prev.unsqueeze(-1), float("-inf"))
 
     def state_prior(self):
-        mass = self.scaled_left() @ self.right.sum(0)
+        mass = self.right @ self.scaled_left().sum(0)  # sum_i c_i L_i . R_j
         if not self.self_transitions:
             mass = mass - self.log_scale.exp() * self.diagonal()
         return safe_log(mass.clamp_min(0)).expand(self.batch, self.num_states)
