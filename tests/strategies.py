@@ -6,6 +6,7 @@ import math
 
 import torch
 from bruteforce import ChainSpec
+from containers import chain_container
 from hypothesis import strategies as st
 
 DTYPE = torch.float64
@@ -132,25 +133,7 @@ def combo_id(combo):
 
 
 def build_factors(spec: ChainSpec):
-    from zoo.inference import DenseChain, EmbeddingChain, LowRankChain, RankSpaceChain
-
-    a = spec.args
-    if spec.kind == "dense":
-        return DenseChain(a["unary"], a["transition"], init=a["init"])
-    if spec.kind == "embedding":
-        return EmbeddingChain(a["unary"], a["states"], init=a["init"])
-    if spec.kind == "lowrank":
-        return LowRankChain(
-            a["unary"],
-            a["left"],
-            a["right"],
-            init=a["init"],
-            normalize=a["normalize"],
-            log_rank_weights=a["log_rank_weights"],
-        )
-    if spec.kind == "rankspace":
-        return RankSpaceChain(a["start"], a["U"], a["V"], a["emission"])
-    raise ValueError(spec.kind)
+    return chain_container(spec.kind, spec.args)
 
 
 def build_dist(spec: ChainSpec, backend=None, options=None, generator=None):

@@ -114,17 +114,15 @@ def sanity(name, q64, r64, atol):
         )
 
 
+def operations(structure: str) -> tuple[str, ...]:
+    """The operations the capability table lists for ``structure``: every one is checked here."""
+    from zoo.inference.capabilities import STRUCTURES
+
+    return next(s.operations for s in STRUCTURES if s.name == structure)
+
+
 # =========================================================================== chains
-CHAIN_OPS = (
-    "log_partition",
-    "marginals",
-    "pairwise_marginals",
-    "entropy",
-    "log_prob",
-    "argmax",
-    "sample",
-    "rsample",
-)
+CHAIN_OPS = operations("linear chain")
 # operations that the randomized backend estimates (the others are exact fallbacks on the dense chain)
 CHAIN_ESTIMATES = ("log_partition", "marginals", "entropy", "rsample")
 
@@ -177,12 +175,11 @@ CHAIN_BACKENDS = {
 def chain_dist(case: Case, be: dict, dtype, grad=False):
     from zoo.inference import LinearChain, RDPOptions
 
-    factors = chain_factors(case, dtype)
-    leaf = None
+    leaf, replaced = None, {}
     if grad:
         name = "emission" if case.kind == "rankspace" else "unary"
-        leaf = case.cast(dtype)[name].clone().requires_grad_(True)
-        factors = _chain_factors_with(case, dtype, name, leaf)
+        leaf = replaced[name] = case.cast(dtype)[name].clone().requires_grad_(True)
+    factors = chain_factors(case, dtype, **replaced)
     options = None
     if be["backend"] == "randomized":
         N = case.meta["N"]
@@ -190,27 +187,6 @@ def chain_dist(case: Case, be: dict, dtype, grad=False):
         options = RDPOptions(be["k1"](N), 0, proposal=prop, generator=torch.Generator().manual_seed(0))
     dist = LinearChain(factors, lengths=case.lengths, backend=be["backend"], options=options)
     return (dist, leaf) if grad else dist
-
-
-def _chain_factors_with(case, dtype, name, leaf):
-    from zoo.inference import DenseChain, EmbeddingChain, LowRankChain, RankSpaceChain
-
-    a = case.cast(dtype)
-    a[name] = leaf
-    if case.kind == "dense":
-        return DenseChain(a["unary"], a["transition"], init=a["init"])
-    if case.kind == "embedding":
-        return EmbeddingChain(a["unary"], a["states"], init=a["init"])
-    if case.kind == "lowrank":
-        return LowRankChain(
-            a["unary"],
-            a["left"],
-            a["right"],
-            init=a["init"],
-            normalize=a["normalize"],
-            log_rank_weights=a["log_rank_weights"],
-        )
-    return RankSpaceChain(a["start"], a["U"], a["V"], a["emission"])
 
 
 def _states_mask(lengths, B, T):
@@ -418,16 +394,7 @@ def _check_rsample(name, case, be, low, valid, make, per_position_sum, what):
 
 
 # =========================================================================== semi-Markov chains
-SM_OPS = (
-    "log_partition",
-    "segment_marginals",
-    "marginals",
-    "entropy",
-    "log_prob",
-    "argmax",
-    "sample",
-    "rsample",
-)
+SM_OPS = operations("semi-Markov chain")
 SM_ESTIMATES = ("log_partition", "segment_marginals", "marginals", "entropy")
 
 SM_BACKENDS = CHAIN_BACKENDS  # the same backend names and options
@@ -458,13 +425,11 @@ def sm_refs(case: Case, low, keep=None):
 def sm_dist(case: Case, be: dict, dtype, grad=False):
     from zoo.inference import RDPOptions, SemiMarkovChain
 
-    a = case.cast(dtype)
-    leaf = None
+    leaf, replaced = None, {}
     if grad:
         name = {"rankspace": "emission", "edge": "edge"}.get(case.kind, "unary")
-        leaf = a[name].clone().requires_grad_(True)
-        a[name] = leaf
-    factors = _sm_factors_from(case.kind, a)
+        leaf = replaced[name] = case.cast(dtype)[name].clone().requires_grad_(True)
+    factors = sm_factors(case, dtype, **replaced)
     options = None
     if be["backend"] == "randomized":
         prop = fixed_proposal(case).to(dtype)
@@ -473,26 +438,6 @@ def sm_dist(case: Case, be: dict, dtype, grad=False):
         )
     dist = SemiMarkovChain(factors, lengths=case.lengths, backend=be["backend"], options=options)
     return (dist, leaf) if grad else dist
-
-
-def _sm_factors_from(kind, a):
-    from zoo.inference import DenseSemiMarkov, EdgeSemiMarkov, LowRankSemiMarkov, RankSpaceSemiMarkov
-
-    if kind == "dense":
-        return DenseSemiMarkov(a["unary"], a["transition"], a["duration"], init=a["init"])
-    if kind == "lowrank":
-        return LowRankSemiMarkov(
-            a["unary"],
-            a["left"],
-            a["right"],
-            a["duration"],
-            init=a["init"],
-            normalize=a["normalize"],
-            self_transitions=a["self_transitions"],
-        )
-    if kind == "rankspace":
-        return RankSpaceSemiMarkov(a["start"], a["U"], a["V"], a["duration"], a["emission"])
-    return EdgeSemiMarkov(a["first"], a["edge"])
 
 
 def _check_segmentation_format(name, segs, lengths, N):
@@ -552,17 +497,7 @@ def check_sm(case: Case, backend_name: str, op: str, low=torch.float32):
 
 
 # =========================================================================== trees
-TREE_OPS = (
-    "log_partition",
-    "span_marginals",
-    "marginals",
-    "preterminal_marginals",
-    "entropy",
-    "log_prob",
-    "argmax",
-    "sample",
-    "mbr",
-)
+TREE_OPS = (*operations("tree (CNF grammar)"), "preterminal_marginals")
 
 TREE_BACKENDS = {
     "native": dict(backend=None),

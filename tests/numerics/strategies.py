@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+from containers import chain_container, semimarkov_container
 from hypothesis import strategies as st
 
 F64 = torch.float64
@@ -277,26 +278,9 @@ def chain_case(
     return Case("chain", kind, rounded(args, precision), lengths, meta, call)
 
 
-def chain_factors(case: Case, dtype):
-    from zoo.inference import DenseChain, EmbeddingChain, LowRankChain, RankSpaceChain
-
-    a = case.cast(dtype)
-    if case.kind == "dense":
-        return DenseChain(a["unary"], a["transition"], init=a["init"])
-    if case.kind == "embedding":
-        return EmbeddingChain(a["unary"], a["states"], init=a["init"])
-    if case.kind == "lowrank":
-        return LowRankChain(
-            a["unary"],
-            a["left"],
-            a["right"],
-            init=a["init"],
-            normalize=a["normalize"],
-            log_rank_weights=a["log_rank_weights"],
-        )
-    if case.kind == "rankspace":
-        return RankSpaceChain(a["start"], a["U"], a["V"], a["emission"])
-    raise ValueError(case.kind)
+def chain_factors(case: Case, dtype, **replaced):
+    """The case's chain container in ``dtype``, with ``replaced`` arguments (e.g. a leaf)."""
+    return chain_container(case.kind, {**case.cast(dtype), **replaced})
 
 
 @st.composite
@@ -459,27 +443,9 @@ def sm_case(
     return Case("semimarkov", kind, rounded(args, precision), lengths, meta, call)
 
 
-def sm_factors(case: Case, dtype):
-    from zoo.inference import DenseSemiMarkov, EdgeSemiMarkov, LowRankSemiMarkov, RankSpaceSemiMarkov
-
-    a = case.cast(dtype)
-    if case.kind == "dense":
-        return DenseSemiMarkov(a["unary"], a["transition"], a["duration"], init=a["init"])
-    if case.kind == "lowrank":
-        return LowRankSemiMarkov(
-            a["unary"],
-            a["left"],
-            a["right"],
-            a["duration"],
-            init=a["init"],
-            normalize=a["normalize"],
-            self_transitions=a["self_transitions"],
-        )
-    if case.kind == "rankspace":
-        return RankSpaceSemiMarkov(a["start"], a["U"], a["V"], a["duration"], a["emission"])
-    if case.kind == "edge":
-        return EdgeSemiMarkov(a["first"], a["edge"])
-    raise ValueError(case.kind)
+def sm_factors(case: Case, dtype, **replaced):
+    """The case's semi-Markov container in ``dtype``, with ``replaced`` arguments (e.g. a leaf)."""
+    return semimarkov_container(case.kind, {**case.cast(dtype), **replaced})
 
 
 @st.composite

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+from containers import semimarkov_container
 from hypothesis import strategies as st
 from sm_bruteforce import SMSpec
 
@@ -89,21 +90,7 @@ def combo_id(combo):
 
 
 def build_factors(spec: SMSpec):
-    from zoo.inference import DenseSemiMarkov, EdgeSemiMarkov, LowRankSemiMarkov, RankSpaceSemiMarkov
-
-    a = spec.args
-    if spec.kind == "dense":
-        return DenseSemiMarkov(a["unary"], a["transition"], a["duration"], init=a["init"])
-    if spec.kind == "lowrank":
-        return LowRankSemiMarkov(
-            a["unary"], a["left"], a["right"], a["duration"], init=a["init"], normalize=a["normalize"],
-            self_transitions=a["self_transitions"],
-        )
-    if spec.kind == "rankspace":
-        return RankSpaceSemiMarkov(a["start"], a["U"], a["V"], a["duration"], a["emission"])
-    if spec.kind == "edge":
-        return EdgeSemiMarkov(a["first"], a["edge"])
-    raise ValueError(spec.kind)
+    return semimarkov_container(spec.kind, spec.args)
 
 
 def build_dist(spec: SMSpec, backend=None, options=None, generator=None):
