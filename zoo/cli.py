@@ -234,8 +234,8 @@ def zoo_cli_class():
             self._absolute_paths(config)
             init_from = model.get("init_args", {}).get("init_from") if hasattr(model, "get") else None
             if init_from:
-                self._check_init_from(init_from)
-                self._vocab_from_initial_weights(config.get("data"), init_from)
+                local = self._check_init_from(init_from)
+                self._vocab_from_initial_weights(config.get("data"), init_from, local)
             with weights_follow() if config.get("ckpt_path") or init_from else contextlib.nullcontext():
                 super().instantiate_classes()
 
@@ -255,32 +255,33 @@ def zoo_cli_class():
                         args[name] = _absolute(value)
 
         @staticmethod
-        def _check_init_from(init_from: str) -> None:
-            """A source of initial weights that does not exist is one line (InitFromError), not a
-            traceback through the model's construction."""
+        def _check_init_from(init_from: str) -> Path:
+            """The local checkpoint file or folder of ``init_from``; one that cannot be read is one
+            line (InitFromError), not a traceback through the model's construction."""
             from zoo.pretrained import CheckpointError, resolve
 
             path = Path(init_from).expanduser()
             if path.suffix == ".ckpt":
                 if not path.is_file():
                     raise InitFromError(f"init_from={init_from!r}: no such checkpoint file")
-                return
+                return path
             try:
-                resolve(init_from)
+                return resolve(init_from)
             except CheckpointError as error:
                 raise InitFromError(f"init_from={init_from!r}: {error}") from None
 
         @staticmethod
-        def _vocab_from_initial_weights(data, init_from: str) -> None:
+        def _vocab_from_initial_weights(data, init_from: str, local: Path) -> None:
             """Fine-tuning keeps the initial weights' word ids: a text DataModule that takes
-            ``vocab_from`` and was given none uses ``init_from``'s vocabulary (zoo.data.text_vocab)."""
+            ``vocab_from`` and was given none uses ``init_from``'s vocabulary (zoo.data.text_vocab),
+            read from ``local``, its file or folder here."""
             args = data.get("init_args") if hasattr(data, "get") else None
             if args is None or "vocab_from" not in args or args.get("vocab_from") is not None:
                 return
             from zoo.pretrained import CheckpointError, load_vocab
 
             try:
-                load_vocab(init_from)
+                load_vocab(local)
             except CheckpointError:
                 return  # weights without words (a music or segment model), or init_from's own error later
             args["vocab_from"] = init_from

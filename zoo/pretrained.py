@@ -335,8 +335,6 @@ def read_weights(directory: str | os.PathLike, config: dict[str, Any]) -> dict[s
 def read_vocab(directory: str | os.PathLike, config: dict[str, Any]) -> Vocabulary | None:
     """The vocabulary in ``vocab.json``, verified against ``vocab_sha256`` in ``config.json``; None when
     the config records none (a model of no words, or a folder saved before vocabularies were)."""
-    from zoo.data.vocab import Vocabulary
-
     path = Path(directory) / VOCAB_NAME
     expected = config.get("vocab_sha256")
     if expected is None:
@@ -351,8 +349,15 @@ def read_vocab(directory: str | os.PathLike, config: dict[str, Any]) -> Vocabula
             f"{CONFIG_NAME} records a vocabulary (vocab_sha256) but {directory} has no {VOCAB_NAME}"
         )
     _check_sha256(path, expected)
+    return _vocab_file(path)
+
+
+def _vocab_file(path: Path) -> Vocabulary:
+    """The vocabulary in a ``vocab.json`` (``Vocabulary.to_dict()`` JSON); CheckpointError if unreadable."""
+    from zoo.data.vocab import Vocabulary
+
     try:
-        return Vocabulary.from_dict(json.loads(path.read_text()))
+        return Vocabulary.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError) as error:
         raise CheckpointError(f"{path} is not a readable vocabulary: {error}") from None
 
@@ -365,12 +370,7 @@ def load_vocab(source: str | os.PathLike) -> Vocabulary:
 
     path = Path(source).expanduser()
     if path.suffix == ".json" and path.is_file():
-        try:
-            return Vocabulary.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError) as error:
-            raise CheckpointError(
-                f"{path} is not a readable vocabulary (Vocabulary.to_dict JSON): {error}"
-            ) from None
+        return _vocab_file(path)
     if path.suffix == ".ckpt" and path.is_file():
         recorded = torch.load(path, map_location="cpu", weights_only=True).get("vocab")
         if recorded is None:

@@ -152,8 +152,9 @@ class LikelihoodTask(pl.LightningModule):
         now = time.perf_counter()
         self._seconds += now - (self._last_step_end or now)
         self._last_step_end = now
-        self._events_seen += int(self.model.num_events(batch).sum()) * self.trainer.world_size
-        self.log("train/tokens", float(self._events_seen), batch_size=1)
+        # a tensor on the batch's device: no host synchronization a step (the logger reads it)
+        self._events_seen = self._events_seen + self.model.num_events(batch).sum() * self.trainer.world_size
+        self.log("train/tokens", self._events_seen.float(), batch_size=1)
         self.log("train/seconds", self._seconds, batch_size=1)
 
     def on_train_epoch_start(self) -> None:
@@ -233,7 +234,7 @@ class LikelihoodTask(pl.LightningModule):
         (``zoo validate --ckpt_path``); and the model's vocabulary, if any (plain values, for ``zoo
         export``)."""
         checkpoint["zoo_task"] = f"{type(self).__module__}.{type(self).__qualname__}"
-        checkpoint["zoo_progress"] = {"events": self._events_seen, "seconds": self._seconds}
+        checkpoint["zoo_progress"] = {"events": int(self._events_seen), "seconds": self._seconds}
         if self.model.vocab is not None:
             checkpoint["vocab"] = self.model.vocab.to_dict()
 
