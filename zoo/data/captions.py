@@ -26,7 +26,7 @@ import torch
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.gpt2_tokenizer import GPT2_VOCAB_SIZE, gpt2_tokenizer
-from zoo.data.hf_text import check_source, load_sentences
+from zoo.data.hf_text import load_sentences, replacing
 
 __all__ = ["SOURCES", "CaptionsDataModule", "read_captions", "read_coco_karpathy", "read_caption_lines"]
 
@@ -130,11 +130,7 @@ class CaptionsDataModule(SequenceDataModule):
         self.source, self.path = source, path
         self.max_words, self.max_sentences = max_words, max_sentences
         self.tokenizer_cache = tokenizer_cache
-        if hf_dataset is not None:
-            check_source(hf_dataset)
-            if path is not None:
-                raise ValueError(f"give path or hf_dataset, not both (got {path!r} and {hf_dataset!r})")
-        self.hf_dataset = hf_dataset
+        self.hf_dataset = replacing(hf_dataset, "path", path)
         self.save_hyperparameters()
 
     @property

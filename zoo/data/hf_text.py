@@ -37,6 +37,17 @@ def check_source(source: dict[str, Any]) -> dict[str, Any]:
     return {**source, "column": column, "splits": splits}
 
 
+def replacing(hf_dataset: dict[str, Any] | None, name: str, value) -> dict[str, Any] | None:
+    """A data module's ``hf_dataset``, checked, where it replaces the path argument ``name`` (given
+    both: ValueError)."""
+    if hf_dataset is None:
+        return None
+    check_source(hf_dataset)
+    if value is not None:
+        raise ValueError(f"give {name} or hf_dataset, not both (got {value!r} and {hf_dataset!r})")
+    return hf_dataset
+
+
 def load_sentences(source: dict[str, Any], split: str) -> list[list[str]]:
     """The words of each non-blank line of ``split`` ("train", "valid" or "test") of ``source``."""
     try:

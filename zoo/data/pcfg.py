@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.buckets import collate_tokens
 from zoo.data.datamodule import SequenceDataModule
-from zoo.data.hf_text import check_source
+from zoo.data.hf_text import replacing
 from zoo.data.ptb import SPLITS, read_text
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.trees import preprocess_trees, read_mrg, spans_to_tensor
@@ -139,9 +139,7 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
         self.max_length = max_length
         self.predict_split = predict_split
         self.vocab_from = vocab_from
-        if hf_dataset is not None:
-            check_source(hf_dataset)
-        self.hf_dataset = hf_dataset
+        self.hf_dataset = replacing(hf_dataset, "data_dir", data_dir)
         self._sentences: dict[str, tuple[list[list[str]], list | None]] = {}
         self.save_hyperparameters()
 

@@ -21,7 +21,7 @@ import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
-from zoo.data.hf_text import check_source
+from zoo.data.hf_text import load_sentences, replacing
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.vocab import EOS, UNK, Vocabulary
 
@@ -93,15 +93,9 @@ def read_ptb(split: str, data_dir: str | os.PathLike | None = None) -> list[list
 
 
 def read_text(split: str, data_dir: str | os.PathLike | None = None, hf_dataset: dict | None = None):
-    """The sentences of one split from ``hf_dataset`` (``zoo.data.hf_text``) when given, else
-    ``read_ptb(split, data_dir)``."""
-    if hf_dataset is None:
-        return read_ptb(split, data_dir)
-    if data_dir is not None:
-        raise ValueError(f"give data_dir or hf_dataset, not both (got {data_dir!r} and {hf_dataset!r})")
-    from zoo.data.hf_text import load_sentences
-
-    return load_sentences(hf_dataset, split)
+    """The sentences of one split from ``hf_dataset`` (``zoo.data.hf_text``) when given (it replaces
+    ``data_dir``), else ``read_ptb(split, data_dir)``."""
+    return read_ptb(split, data_dir) if hf_dataset is None else load_sentences(hf_dataset, split)
 
 
 class PTBDataModule(TextVocabulary, SequenceDataModule):
@@ -143,10 +137,8 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
         super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
         if max_length is not None and max_length < 1:
             raise ValueError(f"max_length must be a positive int or None, got {max_length}")
-        if hf_dataset is not None:
-            check_source(hf_dataset)
         self.data_dir = data_dir
-        self.hf_dataset = hf_dataset
+        self.hf_dataset = replacing(hf_dataset, "data_dir", data_dir)
         self.max_length = max_length
         self.vocab_from = vocab_from
         self._sentences: dict[str, list[list[str]]] = {}
