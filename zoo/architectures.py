@@ -64,6 +64,14 @@ _family(
             "PTB HMM at the papers' size: 2^14 states (Chiu et al. 2021; Yang et al. 2022)",
         ),
         (
+            "n1024_d128",
+            _hmm(1024, 128, vocab_size=10000),
+            {"exact": {}},
+            "exact",
+            ("hmm/ptb-exact-cpu-flagship",),
+            "PTB softmax HMM trained for hours on one CPU core: the zoo's CPU flagship",
+        ),
+        (
             "n4096_d64",
             _hmm(4096, 64, vocab_size=10000),
             {"rank-space": {"rank": 256}},
@@ -258,26 +266,26 @@ _family(
     dropout=0.1,
 )
 
-# --- GaussianHSMM: seglearn's smartwatch IMU recordings (12 features, standardized; D = 32 frames) ---
+# --- GaussianHSMM: seglearn's smartwatch IMU recordings (12 features, each recording standardized; one
+# frame per 2 s window, D = 32 frames) ------------------------------------------------------------------
 _family(
     "zoo.models.GaussianHSMM",
     "hsmm_gaussian",
     [
         (
-            *_hsmm(16, 32, 12, 12, 32),
-            {"exact": {}},
+            *_hsmm(8, 32, 12, 12, 32),
+            {
+                "exact": {"self_transitions": False},
+                "low-rank": {"rank": 4, "self_transitions": False},
+                "rank-space": {"rank": 8},  # always allows self-transitions
+                "randomized": {"k1": 2, "k2": 2, "self_transitions": False},
+            },
             "exact",
-            ("hsmm/smartwatch-exact-small",),
-            "small smartwatch softmax HSMM for a CPU",
-        ),
-        (
-            *_hsmm(64, 32, 12, 12, 32),
-            {"low-rank": {"rank": 8}, "rank-space": {"rank": 16}, "randomized": {"k1": 8, "k2": 8}},
-            "rank-space",
-            tuple(f"hsmm/smartwatch-{b}-small" for b in ("low-rank", "rank-space", "randomized")),
-            "small smartwatch LHSMM / rank-space / randomized HSMM for a CPU",
+            tuple(f"hsmm/smartwatch-{b}-small" for b in ("exact", "low-rank", "rank-space", "randomized")),
+            "smartwatch exercise segmentation for a CPU: 8 states, durations up to 64 s",
         ),
     ],
+    standardize_sequences=True,
 )
 
 

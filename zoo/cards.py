@@ -36,12 +36,14 @@ METRICS = {
     "nll_sequence": ("nll", "negative log-likelihood (nats per sequence)"),
     "frame_accuracy": ("accuracy", "frame accuracy under the best one-to-one label map"),
     "boundary_f1": ("f1", "segment boundary F1"),
+    "segment_ratio": ("segment_ratio", "predicted segments over known segments"),
     "nll_sentence": ("nll", "negative log-likelihood (nats per sentence)"),
     "neg_elbo_sentence": ("neg_elbo", "negative ELBO (nats per sentence)"),
 }
-# Optional notes kept beside the metrics: how the model was trained (hardware, minutes) and the quick
-# reproducibility check (the metric on the first held-out batches, re-measured by the tests).
-NOTES = ("training", "quick_check")
+# Optional notes kept beside the metrics: how the model was trained (hardware, minutes), the quick
+# reproducibility check (the metric on the first held-out batches, re-measured by the tests), and
+# baselines measured on the same data and split ({model: {metric: value}}).
+NOTES = ("training", "quick_check", "baselines")
 SPLITS = {"val": "validation", "test": "test"}
 # The Hub's task type of each family's model index (it has none for unsupervised segmentation).
 TASK_TYPES = {
@@ -189,6 +191,7 @@ def render_card(
     results: dict[str, Any] | None = None,
     training_config: str | None = None,
     repo_id: str | None = None,
+    learning_curve: bool = False,
 ):
     """The ``huggingface_hub.ModelCard`` of a pretrained-model folder's ``config.json`` contents.
 
@@ -196,6 +199,7 @@ def render_card(
         results: measured results (``read_results``'s format, or anything it accepts).
         training_config: the YAML text of the ``zoo fit`` configuration that trained the model.
         repo_id: the Hub repo the card is for (usage examples name it; default: a local folder).
+        learning_curve: whether the folder has ``learning_curve.png`` (the card shows it).
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -230,6 +234,7 @@ def render_card(
         "results": results,
         "papers": papers or paper_results(model_class),
         "papers_on_other_data": bool(dataset) and not papers,
+        "learning_curve": learning_curve,
     }
     for part in ("intro.md", "metric.md", "limitations.md", "citation.bib"):
         context[part.split(".")[0]] = _family_part(model_class, part, context)

@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
 from zoo.data.vocab import Vocabulary
 from zoo.models.base import ZooModel, weights_follow
+from zoo.plot import plot_learning_curves
 from zoo.pretrained import CheckpointError, load_into, save_pretrained
 
 
-def run_config(checkpoint: Path) -> Path | None:
-    """The ``config.yaml`` LightningCLI saved for the run that wrote ``checkpoint``, if found."""
+def run_file(checkpoint: Path, name: str) -> Path | None:
+    """A file the run that wrote ``checkpoint`` left in its log folder, next to ``checkpoints/``
+    (LightningCLI's ``config.yaml``, the CSV logger's ``metrics.csv``), if found."""
     for folder in (checkpoint.parent, checkpoint.parent.parent):
-        if (folder / "config.yaml").is_file():
-            return folder / "config.yaml"
+        if (folder / name).is_file():
+            return folder / name
     return None
 
 
@@ -34,6 +37,7 @@ def export_checkpoint(
     results: str | os.PathLike | dict | None = None,
     training_config: str | os.PathLike | None = None,
     storage_dtype: str | torch.dtype | None = None,
+    learning_curve: str | os.PathLike | None = None,
 ) -> Path:
     """Write the model of a ``zoo fit`` checkpoint as a pretrained-model folder; returns its path.
 
@@ -41,6 +45,8 @@ def export_checkpoint(
         results: measured metrics (a JSON path or dict, ``zoo.cards.read_results``'s formats).
         training_config: the YAML file that trained it (default: the run's ``config.yaml``, if found).
         storage_dtype: the dtype to store the weights in (``save_pretrained``; default: the model's).
+        learning_curve: a PNG of the run's curves (default: drawn from the run's ``metrics.csv``, if
+            found beside the checkpoint: ``zoo.plot``).
     """
     checkpoint = Path(checkpoint)
     if not checkpoint.is_file():
@@ -69,9 +75,15 @@ def export_checkpoint(
         except (TypeError, ValueError) as error:
             raise CheckpointError(f"{checkpoint}: the recorded vocabulary does not fit: {error}") from None
     if training_config is None:
-        training_config = run_config(checkpoint)
+        training_config = run_file(checkpoint, "config.yaml")
         if training_config is None:
             print(f"zoo export: no config.yaml found beside {checkpoint}: the card has no training command",
                   file=sys.stderr)  # fmt: skip
     text = Path(training_config).read_text() if training_config is not None else None
-    return save_pretrained(model, out_dir, results=results, training_config=text, storage_dtype=storage_dtype)
+    with tempfile.TemporaryDirectory() as scratch:
+        if learning_curve is None and (metrics := run_file(checkpoint, "metrics.csv")) is not None:
+            learning_curve = plot_learning_curves(metrics, Path(scratch) / "curve.png")
+        return save_pretrained(
+            model, out_dir, results=results, training_config=text, storage_dtype=storage_dtype,
+            learning_curve=learning_curve,
+        )  # fmt: skip

@@ -31,20 +31,36 @@ def find_metrics(run_dir: str | os.PathLike) -> Path:
     return found[-1]
 
 
+def progress_at(anchors: list[tuple[float, float, float]], step: float) -> tuple[float, float]:
+    """(tokens, seconds) trained by ``step``, linear between the training rows' ``anchors`` (step,
+    tokens, seconds; from (0, 0, 0)), past the last one at the last interval's rate."""
+    points = [(0.0, 0.0, 0.0), *anchors]
+    if len(points) == 1:
+        return math.nan, math.nan
+    for (s0, *at0), (s1, *at1) in zip(points, points[1:]):
+        if step <= s1 or (s1, *at1) == points[-1]:
+            w = (step - s0) / (s1 - s0) if s1 > s0 else 1.0
+            return tuple(a + w * (b - a) for a, b in zip(at0, at1))
+    raise AssertionError("unreachable")
+
+
 def read_curves(path: Path) -> dict[str, list[tuple[float, float, float, float]]]:
-    """Each metric's points as (step, tokens, seconds, value), in step order."""
+    """Each metric's points as (step, tokens, seconds, value), in step order; tokens and seconds of a
+    point between two training rows (logged every few steps) are interpolated (``progress_at``)."""
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+        rows = sorted(csv.DictReader(f), key=lambda r: float(r.get("step") or 0))
+    anchors = [
+        (float(r.get("step") or 0), float(r["train/tokens"]), float(r.get("train/seconds") or math.nan))
+        for r in rows
+        if r.get("train/tokens")
+    ]
     curves: dict[str, list] = {}
-    position = (0.0, math.nan, math.nan)  # the last training row's step, tokens, seconds
-    for row in sorted(rows, key=lambda r: float(r.get("step") or 0)):
+    for row in rows:
         step = float(row.get("step") or 0)
-        if row.get("train/tokens"):
-            position = (step, float(row["train/tokens"]), float(row.get("train/seconds") or math.nan))
         for name, value in row.items():
             wanted = name == "train/loss" or (name.startswith("val/") and not name.endswith("_std"))
             if wanted and value:
-                curves.setdefault(name, []).append((step, position[1], position[2], float(value)))
+                curves.setdefault(name, []).append((step, *progress_at(anchors, step), float(value)))
     if not curves:
         raise ValueError(f"{path} holds no train/loss or val/* values yet")
     return curves

@@ -46,7 +46,10 @@ CARD_NAME = "README.md"
 RESULTS_NAME = "results.json"
 TRAINING_CONFIG_NAME = "training_config.yaml"
 VOCAB_NAME = "vocab.json"
-CHECKPOINT_FILES = (CONFIG_NAME, WEIGHTS_NAME, CARD_NAME, RESULTS_NAME, TRAINING_CONFIG_NAME, VOCAB_NAME)
+LEARNING_CURVE_NAME = "learning_curve.png"
+CHECKPOINT_FILES = (
+    CONFIG_NAME, WEIGHTS_NAME, CARD_NAME, RESULTS_NAME, TRAINING_CONFIG_NAME, VOCAB_NAME, LEARNING_CURVE_NAME
+)  # fmt: skip
 
 
 class CheckpointError(ValueError):
@@ -116,6 +119,7 @@ def save_pretrained(
     training_config: str | None = None,
     architecture: str | None = None,
     storage_dtype: str | torch.dtype | None = None,
+    learning_curve: str | os.PathLike | None = None,
 ) -> Path:
     """Write ``model`` as a pretrained-model folder (module docstring) and return its path.
 
@@ -128,9 +132,12 @@ def save_pretrained(
         storage_dtype: write the floating weights in this dtype (e.g. ``torch.float16``: half the
             file) while the model keeps running in its own dtype, recorded as ``compute_dtype``
             (format 2): ``from_pretrained`` casts the stored weights back up. Default: the model's.
+        learning_curve: a PNG of the training run's curves (``zoo.plot.plot_learning_curves``), kept as
+            ``learning_curve.png`` and shown on the card.
     The model's vocabulary (``model.vocab``, a text model's) is written as ``vocab.json``. Files of an
-    earlier save in the same folder are replaced; its ``results.json``, ``training_config.yaml`` and
-    ``vocab.json`` are removed unless given again, so the folder describes this model only.
+    earlier save in the same folder are replaced; its ``results.json``, ``training_config.yaml``,
+    ``vocab.json`` and ``learning_curve.png`` are removed unless given again, so the folder describes
+    this model only.
     """
     from safetensors.torch import save_file
 
@@ -143,6 +150,7 @@ def save_pretrained(
     if architecture is not None:
         registered(architecture)  # an unknown name is an error before anything is written
     results = read_results(results) if results is not None else None
+    curve = _read_png(learning_curve) if learning_curve is not None else None
     compute_dtype = _floating_dtype(model)
     stored = (
         compute_dtype if storage_dtype is None else _dtype_name(parse_dtype(storage_dtype, "storage_dtype"))
@@ -169,16 +177,28 @@ def save_pretrained(
         "vocab_sha256": vocab_sha256,
     }
     _write_json(directory / CONFIG_NAME, config)
-    for name, content in ((RESULTS_NAME, results), (TRAINING_CONFIG_NAME, training_config)):
+    for name, content in (
+        (RESULTS_NAME, results), (TRAINING_CONFIG_NAME, training_config), (LEARNING_CURVE_NAME, curve)
+    ):  # fmt: skip
         path = directory / name
         if content is None:
             path.unlink(missing_ok=True)
         elif name == RESULTS_NAME:
             save_results(directory, content)
+        elif name == LEARNING_CURVE_NAME:
+            _write_atomic(path, lambda p, data=content: Path(p).write_bytes(data))
         else:
             _write_atomic(path, lambda p, text=content: Path(p).write_text(text))
     write_card(directory)
     return directory
+
+
+def _read_png(path: str | os.PathLike) -> bytes:
+    """The bytes of a PNG file (checked by its signature: a card shows it as an image)."""
+    data = Path(path).read_bytes()
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        raise ValueError(f"learning_curve must be a PNG image, got {path} (no PNG signature)")
+    return data
 
 
 def render_folder_card(directory: str | os.PathLike, repo_id: str | None = None):
@@ -194,6 +214,7 @@ def render_folder_card(directory: str | os.PathLike, repo_id: str | None = None)
         results=results if results.is_file() else None,
         training_config=training.read_text() if training.is_file() else None,
         repo_id=repo_id,
+        learning_curve=(directory / LEARNING_CURVE_NAME).is_file(),
     )
 
 

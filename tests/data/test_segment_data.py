@@ -110,6 +110,21 @@ def test_npy_folder_reads_sequences_and_labels(tmp_path):
     assert dm.predict_names() == ["seq0", "seq1"]
 
 
+def test_fit_feature_transform_per_sequence_sees_each_file_standardized(tmp_path):
+    """The transform of a per-sequence projection is fitted on every training sequence standardized by
+    its own statistics (read whole from its file), so on those frames it is the identity up to the
+    rounding of the fit."""
+    root = write_npy_folder(tmp_path)
+    for i, path in enumerate(sorted((root / "train").glob("seq?.npy"))):
+        np.save(path, np.load(path) * (i + 2.0) + 10.0 * i)  # each file its own offset and scale
+    dm = NpyFolderDataModule(str(root), batch_size=8)
+    mean, matrix = dm.fit_feature_transform(3, per_sequence=True)
+    torch.testing.assert_close(mean, torch.zeros(3), atol=1e-5, rtol=0)
+    torch.testing.assert_close(matrix, torch.eye(3), atol=1e-4, rtol=0)
+    mean, _ = dm.fit_feature_transform(3)
+    assert float(mean.abs().max()) > 1.0  # the corpus fit sees the offsets
+
+
 def test_npy_folder_errors(tmp_path):
     root = write_npy_folder(tmp_path / "a", labelled=False)
     dm = NpyFolderDataModule(str(root))

@@ -106,5 +106,5 @@ def test_load_vocab_reads_every_kind_of_source(tmp_path):
     with pytest.raises(CheckpointError, match="bad.json is not a readable vocabulary"):
         load_vocab(tmp_path / "bad.json")
     with pytest.raises(CheckpointError, match="records no vocabulary"):
-        load_vocab("hsmm_gaussian_n16_dur32_in12_f12_d32.smartwatch_exact")
+        load_vocab("hsmm_gaussian_n8_dur32_in12_f12_d32.smartwatch_exact")
 

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zoo.metrics import BoundaryF1, MatchedFrameAccuracy
+from zoo.metrics import BoundaryF1, MatchedFrameAccuracy, SegmentRatio
 from zoo.metrics.segmentation import boundaries, match_boundaries
 
 FAST = settings(max_examples=30, deadline=None)
@@ -111,6 +111,22 @@ def test_boundary_f1_by_hand_and_merging():
     assert float(nothing.compute()) == 1.0
     with pytest.warns(UserWarning, match="before the ``update``"):
         assert torch.isnan(BoundaryF1(2).compute())
+
+
+def test_segment_ratio_by_hand_and_merging():
+    preds = torch.tensor([[3, 3, 5, 5, 5, 1, 1, -1], [0, 0, 0, 0, 2, 2, 2, 2]])
+    target = torch.tensor([[0, 0, 0, 1, 1, 1, 2, -1], [4, 4, 4, 4, 4, 4, 4, 4]])
+    lengths = torch.tensor([7, 8])
+    metric = SegmentRatio()
+    metric.update(preds, target, lengths)
+    assert float(metric.compute()) == pytest.approx((3 + 2) / (3 + 1))  # the padding frame is not counted
+    halves, other = SegmentRatio(), SegmentRatio()
+    halves.update(preds[:1], target[:1], lengths[:1])
+    other.update(preds[1:], target[1:], lengths[1:])
+    halves.merge_state(other)
+    assert float(halves.compute()) == float(metric.compute())
+    with pytest.warns(UserWarning, match="before the ``update``"):
+        assert torch.isnan(SegmentRatio().compute())
 
 
 def test_errors():

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "semimarkov"))
 import sm_bruteforce as bf  # noqa: E402
 
 from zoo.models import GaussianHSMM  # noqa: E402
+from zoo.models.projection import standardize_each  # noqa: E402
 
 BACKENDS = {
     "exact": {"backend": "exact"},
@@ -203,6 +204,38 @@ def test_input_projection_is_applied_and_survives_the_state_dict():
         m.input_projection.set(mean, matrix.T)
 
 
+def test_standardize_each_uses_each_sequences_own_frames():
+    raw = ragged_batch(F=3)
+    raw["features"][:, :, 2] = 4.0  # constant within every sequence: scale 1, centred to 0
+    out = standardize_each(raw["features"], raw["lengths"])
+    for b, L in enumerate(raw["lengths"].tolist()):
+        x = raw["features"][b, :L]
+        expected = (x - x.mean(0)) / torch.where(x.std(0, unbiased=False) > 0, x.std(0, unbiased=False), 1.0)
+        torch.testing.assert_close(out[b, :L], expected)
+        assert bool((out[b, L:] == 0).all())  # padding
+    torch.testing.assert_close(standardize_each(raw["features"][0]), out[0])  # T x F: every frame counts
+
+
+def test_standardize_sequences_removes_each_recordings_offset_and_scale():
+    """With standardize_sequences the model scores a recording and the same recording shifted and
+    scaled per dimension (another subject, another sensor gain) alike; padding does not enter the
+    statistics, so a sequence scores the same alone and in a ragged batch."""
+    raw = ragged_batch(F=4)
+    m = model(input_dim=4, standardize_sequences=True)
+    m.input_projection.set(torch.zeros(4, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64))
+    moved = {"features": raw["features"] * torch.tensor([3.0, 0.5, 2.0, 7.0], dtype=torch.float64) + 11.0,
+             "lengths": raw["lengths"]}  # fmt: skip
+    torch.testing.assert_close(m.log_likelihood(moved), m.log_likelihood(raw))
+    alone = {"features": raw["features"][1:2, :2], "lengths": raw["lengths"][1:2]}
+    torch.testing.assert_close(m.log_likelihood(alone), m.log_likelihood(raw)[1:2])
+    again = GaussianHSMM(**m.config).double().eval()
+    again.load_state_dict(m.state_dict())
+    torch.testing.assert_close(again.log_likelihood(moved), m.log_likelihood(raw))
+    plain = model(input_dim=4)
+    plain.load_state_dict(m.state_dict())
+    assert not torch.allclose(plain.log_likelihood(moved), m.log_likelihood(moved))
+
+
 def test_config_holds_plain_values_and_rebuilds_the_model():
     m = model(**BACKENDS["rank-space"], input_dim=5)
     assert m.config["backend"] == "rank-space" and m.config["input_dim"] == 5
@@ -230,6 +263,8 @@ def test_config_holds_plain_values_and_rebuilds_the_model():
         ({"min_variance": 0.0}, ValueError, "min_variance must be a positive float"),
         ({"dropout": 1.0}, ValueError, "dropout must be a float in"),
         ({"self_transitions": "no"}, TypeError, "self_transitions must be a bool"),
+        ({"standardize_sequences": True}, ValueError, "standardize_sequences=True needs input_dim"),
+        ({"standardize_sequences": 1, "input_dim": 2}, TypeError, "standardize_sequences must be a bool"),
     ],
 )
 def test_constructor_errors(kwargs, error, match):

@@ -110,6 +110,21 @@ def test_crosstask_with_pca_end_to_end(tmp_path):
     assert all(0 <= z < 3 for r in rows for _, _, z in r["segments"])  # rank components label the segments
 
 
+def test_fit_fits_a_per_sequence_projection_on_standardized_sequences(tmp_path):
+    path = recipe(tmp_path, SMARTWATCH, "exact", feature_dim=12)
+    config = yaml.safe_load(path.read_text())
+    config["model"]["init_args"]["model"]["init_args"]["standardize_sequences"] = True
+    path.write_text(yaml.safe_dump(config))
+    assert main(["fit", "--config", str(path), "--trainer.max_steps", "1"]) == 0
+    (ckpt,) = tmp_path.rglob("*.ckpt")
+    projection = SegmentationTask.load_from_checkpoint(ckpt).model.input_projection
+    assert projection.per_sequence and projection.fitted
+    mean, matrix = SmartwatchDataModule(window=100).fit_feature_transform(12, per_sequence=True)
+    torch.testing.assert_close(projection.mean, mean)
+    torch.testing.assert_close(projection.matrix, matrix)
+    assert float(mean.abs().max()) < 0.1  # fitted on standardized recordings, not on the raw ones
+
+
 def test_npy_folder_fast_dev_run_without_projection(tmp_path):
     data = {
         "class_path": "zoo.data.NpyFolderDataModule",

@@ -3,11 +3,13 @@ tokens and seconds it trained, and a resumed run goes on counting."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 from test_training_cli import recipe, write_ptb
 
 from zoo.cli import main
-from zoo.plot import find_metrics, read_curves
+from zoo.plot import find_metrics, progress_at, read_curves
 
 
 def test_a_run_plots_its_learning_curves(tmp_path, capsys):
@@ -33,3 +35,17 @@ def test_a_run_plots_its_learning_curves(tmp_path, capsys):
 def test_a_folder_without_logs_is_a_clear_error(tmp_path, capsys):
     assert main(["plot", str(tmp_path)]) == 2
     assert "no metrics.csv under" in capsys.readouterr().err
+
+
+def test_validation_points_between_training_rows_get_interpolated_progress(tmp_path):
+    """Training rows are logged every few steps, validation more often: a validation point's tokens and
+    seconds are interpolated between the training rows around it (from 0 at step 0), and past the last
+    row they go on at the last interval's rate."""
+    (tmp_path / "metrics.csv").write_text(
+        "epoch,step,train/loss,train/tokens,train/seconds,val/nll\n"
+        "0,10,5.0,1000,10,\n0,4,,,,7.0\n0,14,,,,6.0\n0,20,4.0,2000,30,\n0,24,,,,5.5\n"
+    )
+    curves = read_curves(find_metrics(tmp_path))
+    assert [p[:3] for p in curves["val/nll"]] == [(4, 400, 4), (14, 1400, 18), (24, 2400, 38)]
+    assert [p[:3] for p in curves["train/loss"]] == [(10, 1000, 10), (20, 2000, 30)]
+    assert all(map(math.isnan, progress_at([], 3.0)))

@@ -107,6 +107,22 @@ def test_segmentation_card_has_its_metrics_and_the_papers_video_nll(tmp_path):
     assert "`frame_accuracy` is the fraction of frames" in text and "`boundary_f1`" in text
 
 
+def test_smartwatch_card_shows_the_baseline_on_the_same_data_and_the_segment_ratio(tmp_path):
+    metrics = {"test/frame_accuracy": 0.77, "test/boundary_f1": 0.65, "test/segment_ratio": 1.71}
+    baseline = {"test/frame_accuracy": 0.68, "test/boundary_f1": 0.5, "test/segment_ratio": 2.9}
+    results = {"dataset": "smartwatch", "metrics": metrics, "baselines": {"plain HMM (EM)": baseline}}
+    config = config_of("hsmm_gaussian_n8_dur32_in12_f12_d32", "exact", tmp_path)
+    text = render_card(config, results=results).text
+    assert "Baselines measured on the same data and split" in text
+    assert "| plain HMM (EM) | `test/segment_ratio` | 2.9 |" in text
+    assert "| `test/segment_ratio` | 1.71 |" in text
+    assert "`segment_ratio` is the number of predicted segments" in text
+    assert "standardized by its own mean and standard deviation" in text  # the recipe's standardize_sequences
+    assert "self-transitions are not allowed" in text
+    with pytest.raises(ValueError, match="results 'baselines' must be a dict"):
+        read_results({"metrics": metrics, "baselines": [baseline]})
+
+
 def test_vae_card_names_its_encoder_and_the_papers_table(tmp_path):
     config = config_of("vae_crf_n100_enc12x768_lstm256_d256", "randomized", tmp_path)
     config["init_args"].update(k1=2, k2=0)  # the top-K baseline

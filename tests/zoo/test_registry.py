@@ -77,7 +77,7 @@ def test_every_architecture_round_trips_save_load(tmp_path, name, backend):
         "hmm_categorical_n512_d64",
         "hmm_bernoulli_n256_d64",
         "pcfg_nt10_pt20_d64",
-        "hsmm_gaussian_n16_dur32_in12_f12_d32",
+        "hsmm_gaussian_n8_dur32_in12_f12_d32",
     ],
 )
 def test_small_architectures_round_trip_at_full_size(tmp_path, name):

@@ -45,7 +45,8 @@ def test_fit_test_export_load(trained, tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
     folder = tmp_path / "out"
     names = ["README.md", "config.json", "model.safetensors", "results.json", "training_config.yaml"]
-    assert sorted(p.name for p in folder.iterdir()) == sorted([*names, "vocab.json"])
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*names, "vocab.json", "learning_curve.png"])
+    assert (folder / "learning_curve.png").read_bytes().startswith(b"\x89PNG")  # from the run's metrics.csv
     task = LikelihoodTask.load_from_checkpoint(checkpoint)
     model = zoo.from_pretrained(folder)
     assert model.config == task.model.config
@@ -59,7 +60,13 @@ def test_fit_test_export_load(trained, tmp_path, capsys):
     value = card.data.to_dict()["model-index"][0]["results"][0]["metrics"][0]["value"]
     assert value in measured["metrics"].values()
     assert "zoo fit --config training_config.yaml" in card.text
+    assert "](learning_curve.png)" in card.text
     assert "class_path: zoo.models.CategoricalHMM" in (folder / "training_config.yaml").read_text()
+    model.save_pretrained(folder)  # a save without a curve removes the old one, and the card's image
+    assert not (folder / "learning_curve.png").exists()
+    assert "learning_curve.png" not in (folder / "README.md").read_text()
+    with pytest.raises(ValueError, match="learning_curve must be a PNG image"):
+        model.save_pretrained(folder, learning_curve=folder / "config.json")
 
 
 def test_fit_fine_tunes_from_an_exported_folder(trained, tmp_path):

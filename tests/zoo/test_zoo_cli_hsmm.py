@@ -43,6 +43,7 @@ def test_fit_test_export_load(trained, tmp_path):
         "test/nll_sequence",
         "test/frame_accuracy",
         "test/boundary_f1",
+        "test/segment_ratio",
     }
     folder = tmp_path / "out"
     assert main(["export", str(checkpoint), str(folder), "--results", str(results)]) == 0

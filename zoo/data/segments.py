@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.features import collate_features, fit_feature_transform
+from zoo.models.projection import standardize_each
 
 __all__ = ["SegmentDataModule", "SequenceFeatures", "load_feature_file"]
 
@@ -94,8 +95,10 @@ class SequenceFeatures(Dataset):
         labels = None if self.labels is None else self.labels[i]
         return {"features": self.features(i), "labels": labels, "index": i}
 
-    def sample_frames(self, max_frames: int, seed: int) -> np.ndarray:
-        """Up to ``max_frames`` frames drawn uniformly without replacement over all sequences: n x F."""
+    def sample_frames(self, max_frames: int, seed: int, per_sequence: bool = False) -> np.ndarray:
+        """Up to ``max_frames`` frames drawn uniformly without replacement over all sequences: n x F
+        (``per_sequence``: from each sequence standardized by its own statistics,
+        ``zoo.models.projection.standardize_each``)."""
         total = int(self.lengths.sum())
         rng = np.random.default_rng(seed)
         chosen = np.sort(rng.choice(total, size=min(total, max_frames), replace=False))
@@ -107,6 +110,8 @@ class SequenceFeatures(Dataset):
                 rows = self.sources[i]
                 if isinstance(rows, (str, Path)):
                     rows = load_feature_file(Path(rows), mmap=True)
+                if per_sequence:
+                    rows = standardize_each(torch.as_tensor(np.asarray(rows, dtype=np.float32))).numpy()
                 parts.append(np.asarray(rows[mine], dtype=np.float32))
         return np.concatenate(parts)
 
@@ -150,11 +155,13 @@ class SegmentDataModule(SequenceDataModule):
         self.setup()
         return self.datasets["train"].dim
 
-    def fit_feature_transform(self, output_dim: int) -> tuple[Tensor, Tensor]:
+    def fit_feature_transform(self, output_dim: int, per_sequence: bool = False) -> tuple[Tensor, Tensor]:
         """(mean F, matrix F x output_dim) fitted on the training split: standardization when
-        output_dim == F, else whitened PCA (``zoo.data.features.fit_feature_transform``)."""
+        output_dim == F, else whitened PCA (``zoo.data.features.fit_feature_transform``); with
+        ``per_sequence``, on training sequences each standardized by its own statistics (the input
+        projection's ``per_sequence``)."""
         self.setup()
-        frames = self.datasets["train"].sample_frames(self.transform_frames, self.seed)
+        frames = self.datasets["train"].sample_frames(self.transform_frames, self.seed, per_sequence)
         log.info(
             "fitting the input transform (%d -> %d) on %d training frames",
             frames.shape[1],

@@ -2,7 +2,7 @@
 
 from zoo.metrics.likelihood import NegativeLogLikelihood, Perplexity
 from zoo.metrics.parsing import CorpusF1, SentenceF1, span_sets
-from zoo.metrics.segmentation import BoundaryF1, MatchedFrameAccuracy
+from zoo.metrics.segmentation import BoundaryF1, MatchedFrameAccuracy, SegmentRatio
 
 __all__ = [
     "BoundaryF1",
@@ -10,6 +10,7 @@ __all__ = [
     "MatchedFrameAccuracy",
     "NegativeLogLikelihood",
     "Perplexity",
+    "SegmentRatio",
     "SentenceF1",
     "span_sets",
 ]

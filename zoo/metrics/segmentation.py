@@ -15,6 +15,9 @@ segment label of each frame, ``ignore_index`` (-1) where unknown and past each l
   one-to-one to a true boundary at most ``tolerance`` frames away (the maximum matching, computed
   greedily in time order, which is optimal for equal windows on a line). F1 = 2 tp / (#pred + #true)
   summed over the set (micro-averaged), 1 when neither side has a boundary.
+* ``SegmentRatio``: predicted segments over true segments, summed over the set (segments = boundaries
+  + 1 a sequence): 1 when a model cuts as often as the known segmentation, above 1 when it
+  over-segments.
 
 Values are fractions in [0, 1]; ``nan`` before any update.
 """
@@ -26,7 +29,7 @@ from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 from torchmetrics import Metric
 
-__all__ = ["BoundaryF1", "MatchedFrameAccuracy", "boundaries", "match_boundaries"]
+__all__ = ["BoundaryF1", "MatchedFrameAccuracy", "SegmentRatio", "boundaries", "match_boundaries"]
 
 
 def _check(preds: Tensor, target: Tensor, lengths: Tensor) -> None:
@@ -191,3 +194,29 @@ class BoundaryF1(Metric):
             return torch.tensor(float("nan"))
         denominator = int(self.predicted + self.true)
         return torch.tensor(1.0 if denominator == 0 else 2 * int(self.matched) / denominator)
+
+
+class SegmentRatio(Metric):
+    """Predicted segments over true segments, summed over the set (module docstring)."""
+
+    is_differentiable = False
+    higher_is_better = None
+    full_state_update = False
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        for name in ("predicted", "true"):
+            self.add_state(name, torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, preds: Tensor, target: Tensor, lengths: Tensor) -> None:
+        """Add a batch: preds, target B x T, lengths B (module docstring)."""
+        _check(preds, target, lengths)
+        preds, target = preds.cpu(), target.cpu()
+        for b, n in enumerate(lengths.tolist()):
+            self.predicted += len(boundaries(preds[b], n)) + 1
+            self.true += len(boundaries(target[b], n)) + 1
+
+    def compute(self) -> Tensor:
+        if int(self.true) == 0:
+            return torch.tensor(float("nan"))
+        return torch.tensor(int(self.predicted) / int(self.true))

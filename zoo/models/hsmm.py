@@ -33,8 +33,9 @@ max-product DP over rank nodes with the states summed out (``SemiMarkovChain.ran
 the rank component that emits the segment. ``num_labels`` is N or R accordingly.
 
 Raw features can be mapped to the model's F dimensions by a fitted linear ``input_projection`` (PCA or
-standardization, ``input_dim`` = the raw size) that is part of the state dict: a trained model scores new
-raw sequences as its training data were scored.
+standardization, ``input_dim`` = the raw size), optionally after standardizing each sequence by its own
+statistics (``standardize_sequences``), that is part of the model: a trained model scores new raw
+sequences as its training data were scored.
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ class GaussianHSMM(ZooModel):
         input_dim: the raw feature size when the model owns a fitted projection to F dimensions
             (``input_projection``); None: batches already hold F-dimensional features.
         min_variance: floor of every Gaussian variance.
+        standardize_sequences: standardize each sequence by its own mean and standard deviation before
+            the input projection (``InputProjection(per_sequence=True)``; needs ``input_dim``): removes a
+            recording's offsets and scale (a subject's, a sensor's), so that states model what
+            recordings share.
     """
 
     observation_key = "features"
@@ -106,6 +111,7 @@ class GaussianHSMM(ZooModel):
         exact_max_states: int = 4096,
         input_dim: int | None = None,
         min_variance: float = 1e-3,
+        standardize_sequences: bool = False,
     ):
         super().__init__()
         for name, value in (
@@ -152,6 +158,13 @@ class GaussianHSMM(ZooModel):
             unit="per segment boundary",
             example="k1 = k2 = num_states // 10",
         )
+        if not isinstance(standardize_sequences, bool):
+            raise TypeError(f"standardize_sequences must be a bool, got {standardize_sequences!r}")
+        if standardize_sequences and input_dim is None:
+            raise ValueError(
+                "standardize_sequences=True needs input_dim (the raw feature size): the standardized "
+                "sequences go through the model's fitted input projection"
+            )
         if input_dim is not None:
             check_int("input_dim", input_dim)
             if feature_dim > input_dim:
@@ -167,7 +180,9 @@ class GaussianHSMM(ZooModel):
         self.k1, self.k2, self.proposal = k1, k2, proposal
         self.exact_max_states = exact_max_states
         self.input_dim = input_dim
-        self.input_projection = InputProjection(input_dim, feature_dim) if input_dim is not None else None
+        self.input_projection = (
+            InputProjection(input_dim, feature_dim, standardize_sequences) if input_dim is not None else None
+        )
 
         E = embedding_dim
 
@@ -283,7 +298,7 @@ class GaussianHSMM(ZooModel):
             bad = (~torch.isfinite(features)).flatten(1).any(-1).nonzero().flatten().tolist()
             raise ValueError(f"batch['features'] must be finite, got NaN or inf in sequences {bad}")
         if self.input_projection is not None:
-            features = self.input_projection(features)
+            features = self.input_projection(features, lengths)
         return features, lengths
 
     def evaluation_is_exact(self) -> bool:

@@ -1,6 +1,7 @@
 """``InputProjection``: the fitted linear map from raw frame features to the model's features, kept in
 the model's state dict so that a trained model scores new raw sequences (e.g. 3200-dimensional CrossTask
-video features -> 200 PCA dimensions) exactly as its training data were scored.
+video features -> 200 PCA dimensions) exactly as its training data were scored; optionally after
+standardizing each sequence by its own statistics (``standardize_each``).
 """
 
 from __future__ import annotations
@@ -9,19 +10,41 @@ import torch
 from torch import Tensor, nn
 
 
+def standardize_each(features: Tensor, lengths: Tensor | None = None) -> Tensor:
+    """Each sequence minus its own mean, divided by its own standard deviation, per dimension over its
+    frames before its length (a dimension constant within a sequence keeps scale 1; padding frames
+    become 0): B x T x F, or T x F for one whole sequence. lengths: B (None: every frame counts)."""
+    x = features.unsqueeze(0) if features.dim() == 2 else features
+    B, T, _ = x.shape
+    if lengths is None:
+        lengths = torch.full((B,), T, device=x.device)
+    within = (torch.arange(T, device=x.device).view(1, T) < lengths.to(x.device).view(B, 1)).unsqueeze(-1)
+    count = within.sum(1, keepdim=True).clamp(min=1)
+    mean = (x * within).sum(1, keepdim=True) / count
+    centered = (x - mean) * within
+    std = (centered.square().sum(1, keepdim=True) / count).sqrt()
+    scaled = centered / torch.where(std > 0, std, 1.0)
+    return scaled.squeeze(0) if features.dim() == 2 else scaled
+
+
 class InputProjection(nn.Module):
     """y = (x - mean) @ matrix: ... x F_in -> ... x F_out, with ``mean`` (F_in) and ``matrix``
     (F_in x F_out) buffers fitted on the training data (``zoo.data.features.fit_feature_transform``)
     and set with ``set``. Until then ``fitted`` is False and ``forward`` raises.
 
+    With ``per_sequence`` each sequence is first standardized by its own statistics
+    (``standardize_each``: a recording's offsets and scale, e.g. a subject's or a sensor's, are removed
+    before the fitted map, which is then fitted on sequences standardized the same way).
+
     Args:
         input_dim: F_in, the raw feature size.
         output_dim: F_out, the model's feature size.
+        per_sequence: standardize each sequence by its own mean and standard deviation first.
     """
 
-    def __init__(self, input_dim: int, output_dim: int):
+    def __init__(self, input_dim: int, output_dim: int, per_sequence: bool = False):
         super().__init__()
-        self.input_dim, self.output_dim = input_dim, output_dim
+        self.input_dim, self.output_dim, self.per_sequence = input_dim, output_dim, per_sequence
         self.register_buffer("mean", torch.zeros(input_dim))
         self.register_buffer("matrix", torch.zeros(input_dim, output_dim))
         self.register_buffer("is_fitted", torch.tensor(False))
@@ -45,7 +68,9 @@ class InputProjection(nn.Module):
         self.matrix.copy_(matrix)
         self.is_fitted.fill_(True)
 
-    def forward(self, features: Tensor) -> Tensor:
+    def forward(self, features: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """... x F_in -> ... x F_out; lengths (B) mark each sequence's frames for ``per_sequence``
+        (None: every frame)."""
         if not self.fitted:
             raise RuntimeError(
                 f"the model's input projection ({self.input_dim} -> {self.output_dim} features) has not been "
@@ -57,7 +82,11 @@ class InputProjection(nn.Module):
                 f"features must have {self.input_dim} dimensions (the model's input_dim) in the last axis, "
                 f"got shape {tuple(features.shape)}"
             )
-        return (features.to(self.matrix.dtype) - self.mean) @ self.matrix
+        features = features.to(self.matrix.dtype)
+        if self.per_sequence:
+            features = standardize_each(features, lengths)
+        return (features - self.mean) @ self.matrix
 
     def extra_repr(self) -> str:
-        return f"{self.input_dim} -> {self.output_dim}, fitted={self.fitted}"
+        each = ", per_sequence=True" if self.per_sequence else ""
+        return f"{self.input_dim} -> {self.output_dim}{each}, fitted={self.fitted}"

@@ -8,7 +8,9 @@ On top of maximum likelihood (loss -sum log p(x) / sum frames; ``val/nll`` in na
   modules of ``zoo.data`` provide them when they have them): ``val/frame_accuracy``, the frame accuracy
   under the best one-to-one map from the model's labels (states, or rank components for rank-space) to
   the known ones (``zoo.metrics.MatchedFrameAccuracy``, one map for the whole set or per sequence), and
-  ``val/boundary_f1``, boundaries matched within ``boundary_tolerance`` frames (``zoo.metrics.BoundaryF1``);
+  ``val/boundary_f1``, boundaries matched within ``boundary_tolerance`` frames (``zoo.metrics.BoundaryF1``),
+  and ``val/segment_ratio``, the model's segments over the known ones (``zoo.metrics.SegmentRatio``;
+  above 1: over-segmentation);
 * the input projection: when ``zoo fit`` starts with a model whose ``input_projection`` is not fitted yet,
   the data module fits it on its training split (standardization, or whitened PCA to the model's
   ``feature_dim``) and it becomes part of the model's weights (checkpoints carry it);
@@ -26,7 +28,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 
-from zoo.metrics import BoundaryF1, MatchedFrameAccuracy, NegativeLogLikelihood
+from zoo.metrics import BoundaryF1, MatchedFrameAccuracy, NegativeLogLikelihood, SegmentRatio
 from zoo.models.base import ZooModel
 from zoo.tasks.likelihood import LikelihoodTask
 
@@ -121,7 +123,8 @@ class SegmentationTask(LikelihoodTask):
                     f"and the data module {type(data).__name__} cannot fit one (no fit_feature_transform): "
                     "use a zoo.data segmentation data module or set model.input_projection first"
                 )
-            model.input_projection.set(*fit(model.feature_dim))
+            each = {"per_sequence": True} if model.input_projection.per_sequence else {}
+            model.input_projection.set(*fit(model.feature_dim, **each))
         num_classes = getattr(data, "num_classes", None)
         if num_classes:
             h = self.hparams
@@ -132,6 +135,7 @@ class SegmentationTask(LikelihoodTask):
                     for name, metric in (
                         ("frame_accuracy", MatchedFrameAccuracy(model.num_labels, num_classes, h.matching)),
                         ("boundary_f1", BoundaryF1(h.boundary_tolerance)),
+                        ("segment_ratio", SegmentRatio()),
                     )
                 }
             ).to(self.device)
@@ -152,7 +156,7 @@ class SegmentationTask(LikelihoodTask):
         if self.segmentation_metrics is None or labels is None or not bool((labels >= 0).any()):
             return
         _, predicted = self.model.segment(batch)
-        for name in ("frame_accuracy", "boundary_f1"):
+        for name in ("frame_accuracy", "boundary_f1", "segment_ratio"):
             metric = self.segmentation_metrics[f"{stage}_{name}"]
             metric.update(predicted, labels, batch["lengths"])
             self.log(f"{stage}/{name}", metric, prog_bar=name == "frame_accuracy", batch_size=len(labels))
