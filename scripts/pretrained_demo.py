@@ -116,7 +116,9 @@ def hsmm(tag: str) -> None:
     length = int(batch["lengths"][0])
     found = runs(frames[0, :length].tolist())
     gold = runs(batch["labels"][0, :length].tolist())
-    print(f"HSMM {tag} ({model.config['backend']}): a held-out recording of {length} frames (2 a second)")
+    seconds = bundled_data(tag).window / 50  # SmartwatchDataModule: samples at 50 Hz per frame
+    backend = model.config["backend"]
+    print(f"HSMM {tag} ({backend}): a held-out recording of {length} frames ({seconds:g} s each)")
     print(f"  {len(found)} segments found (state x frames): " + " ".join(f"{s}x{n}" for s, n in found[:12]))
     print(f"  {len(gold)} gold exercise segments (label x frames): " + " ".join(f"{s}x{n}" for s, n in gold))
 

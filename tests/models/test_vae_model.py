@@ -41,8 +41,22 @@ def all_sequences(length, size):
     return torch.tensor(list(itertools.product(range(size), repeat=length)))
 
 
-def test_decoder_joint_normalizes_over_states_and_words():
-    decoder = tiny().decoder
+def with_shortlist(model: StructuredVAE, shortlist: int | None) -> StructuredVAE:
+    """``model`` itself (shortlist None), or the same tiny VAE with a fitted 2-word shortlist: ids 1 and
+    <|endoftext|> (V - 1) listed, 0, 2 and 3 pooled."""
+    if shortlist is None:
+        return model
+    torch.manual_seed(0)
+    model = StructuredVAE(**{**model.config, "decoder_vocab": shortlist}).double().train(model.training)
+    assert model.decoder.fit_shortlist(torch.tensor([0, 5, 1, 1, 0])).tolist() == [1, V - 1]
+    return model
+
+
+@pytest.mark.parametrize("shortlist", [None, 2])
+def test_decoder_joint_normalizes_over_states_and_words(shortlist):
+    """p(z, y) sums to one over every state and word sequence; with a shortlist the pooled ids share
+    their class's mass, so the distribution is still one over all V ids."""
+    decoder = with_shortlist(tiny(), shortlist).decoder
     T = 2
     z, y = all_sequences(T, N), all_sequences(T, V)
     zz, yy = z.repeat_interleave(len(y), 0), y.repeat(len(z), 1)
@@ -247,10 +261,13 @@ def test_config_rebuilds_the_model():
         torch.testing.assert_close(model.log_likelihood(b, g[0]), again.log_likelihood(b, g[1]))
 
 
-def test_samples_follow_the_generative_model():
+@pytest.mark.parametrize("shortlist", [None, 2])
+def test_samples_follow_the_generative_model(shortlist):
     """Ancestral samples of p(z, y): the frequency of every complete (ending with <|endoftext|>,
-    id V - 1) sentence of 1 or 2 tokens with its states is exp(log_joint), in a fixed-seed draw."""
-    model = tiny(dropout=0.3).train()  # sampling switches dropout off, and restores the mode
+    id V - 1) sentence of 1 or 2 tokens with its states is exp(log_joint), in a fixed-seed draw (with
+    a shortlist: pooled ids drawn uniformly within their class)."""
+    model = with_shortlist(tiny(dropout=0.3).train(), shortlist)  # sampling switches dropout off, and
+    assert model.training  # restores the mode
     with torch.no_grad():
         for weight in model.decoder.parameters():  # peaked, state-dependent distributions
             weight.mul_(4)
@@ -277,3 +294,24 @@ def test_samples_follow_the_generative_model():
         assert counts.get((words, zs), 0) / 20000 == pytest.approx(p, abs=4 * math.sqrt(p / 20000) + 1e-3)
     with pytest.raises(ValueError, match="max_length must be an int >= 1, got 0"):
         model.sample(2, max_length=0)
+
+
+def test_shortlist_is_fitted_from_counts_and_required():
+    model = tiny(decoder_vocab=3)
+    b = batch()
+    with pytest.raises(RuntimeError, match="shortlist of 3 words has not been fitted"):
+        model.decoder.log_joint(b["tokens"], b["lengths"], torch.zeros_like(b["tokens"]))
+    with pytest.raises(RuntimeError, match="has not been fitted"):
+        model.sample(2)
+    ids = model.decoder.fit_shortlist(torch.tensor([7, 2, 2, 1, 0]))  # eos (4) always; a tie: the smaller id
+    assert ids.tolist() == [0, 1, V - 1] and model.decoder.word_index.tolist() == [0, 1, 3, 3, 2]
+    again = StructuredVAE.from_config(model.spec()).double()
+    again.load_state_dict(model.state_dict())  # the fitted list is part of the weights
+    assert torch.equal(again.decoder.word_index, model.decoder.word_index)
+    assert tuple(model.decoder.word_emb.weight.shape) == (4, 8)  # K + 1 classes, not V words
+    with pytest.raises(ValueError, match="counts must be 5 non-negative numbers"):
+        model.decoder.fit_shortlist(torch.ones(4))
+    with pytest.raises(ValueError, match="there is no shortlist to fit"):
+        tiny().decoder.fit_shortlist(torch.ones(V))
+    with pytest.raises(ValueError, match=r"shortlist must be in 1..4"):
+        tiny(decoder_vocab=V)

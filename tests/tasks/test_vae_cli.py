@@ -10,7 +10,9 @@ import torch
 import yaml
 from cli_testlib import config_with_ddp, cpu_trainer, logged, recipes
 
+import zoo
 from zoo.cli import main
+from zoo.data import CaptionsDataModule
 from zoo.tasks import VAETask
 
 RECIPES = recipes("vae")
@@ -88,6 +90,24 @@ def test_fit_reload_validate_and_plot_state_usage(tmp_path):
     png = tmp_path / "usage.png"
     assert main(["state-usage", str(ckpt), "--out", str(png), "--split", "valid"]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fit_fits_the_decoder_shortlist_on_the_training_tokens(tmp_path):
+    """With decoder_vocab, zoo fit fits the shortlist on the training split's token counts before the
+    first step; the checkpoint keeps it, and the exported folder scores as the checkpoint does."""
+    path = recipe(tmp_path, "exact", decoder_vocab=20)
+    assert main(["fit", "--config", str(path), "--trainer.max_steps", "1"]) == 0
+    (ckpt,) = tmp_path.rglob("*.ckpt")
+    decoder = VAETask.load_from_checkpoint(ckpt).model.decoder
+    data = CaptionsDataModule(source="text", path=str(tmp_path), tokenizer_cache=str(tmp_path / "tok"))
+    counts = data.token_counts("train")
+    listed = (decoder.word_index < 20).nonzero().flatten()
+    assert len(listed) == 20 and 50256 in listed.tolist()
+    assert counts[listed].min() >= counts[decoder.word_index == 20].max()  # the most frequent ids
+    assert main(["export", str(ckpt), str(tmp_path / "out")]) == 0
+    model = zoo.from_pretrained(tmp_path / "out")
+    assert torch.equal(model.decoder.word_index, decoder.word_index)
+    assert model.sample(2, max_length=5, generator=torch.Generator().manual_seed(0))["tokens"].max() < 50257
 
 
 def test_vocabulary_mismatch_is_a_clear_error(tmp_path):

@@ -160,6 +160,11 @@ class CaptionsDataModule(SequenceDataModule):
         eos = tokenizer.eos_token_id
         return [ids + [eos] for ids in tokenizer(sentences, add_special_tokens=False)["input_ids"]]
 
+    def token_counts(self, split: str = "train") -> torch.Tensor:
+        """How often each GPT-2 id occurs in ``split`` (``<|endoftext|>`` counted): (vocab_size,) long."""
+        self.setup()
+        return torch.bincount(self.datasets[split].data, minlength=self.vocab_size)
+
     def setup(self, stage: str | None = None) -> None:
         """Encode the three splits (once) into ``datasets[split]``: ``PackedSequences`` of GPT-2 ids."""
         if self.datasets:

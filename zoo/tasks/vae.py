@@ -12,11 +12,15 @@ samples of batch i are seeded with i, so an evaluation is reproducible. Logged w
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import Tensor
 
 from zoo.metrics import NegativeLogLikelihood
 from zoo.tasks.likelihood import LikelihoodTask
+
+log = logging.getLogger(__name__)
 
 
 class VAETask(LikelihoodTask):
@@ -36,6 +40,26 @@ class VAETask(LikelihoodTask):
                 for name in ("nll", "elbo")
             }
         )
+
+    def setup(self, stage: str) -> None:
+        """Before training, fit the decoder's shortlist (``decoder_vocab``) on the training split's
+        token counts when the model has one that is not fitted yet."""
+        super().setup(stage)
+        decoder = self.model.decoder
+        data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if stage != "fit" or decoder.fitted or data is None:
+            return
+        counts = getattr(data, "token_counts", None)
+        if counts is None:
+            raise ValueError(
+                f"the decoder's shortlist ({decoder.shortlist} words) is not fitted and the data module "
+                f"{type(data).__name__} cannot count tokens (no token_counts): use "
+                "zoo.data.CaptionsDataModule or call model.decoder.fit_shortlist(counts) first"
+            )
+        train = counts("train")
+        ids = decoder.fit_shortlist(train)
+        kept = train[ids].sum() / train.sum()
+        log.info("decoder shortlist: %d ids cover %.2f %% of the training tokens", len(ids), 100 * kept)
 
     def _random_evaluation(self) -> bool:
         return False  # the importance samples are seeded per batch: one reproducible estimate

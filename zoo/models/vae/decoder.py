@@ -9,9 +9,20 @@
 s_i the decoder's own state embeddings (N x d), w_v its word embeddings (V x d). States may be hard
 (B x T long) or relaxed one-hot rows (B x T x N float, Gumbel-softmax samples): a relaxed row enters
 as sum_i x_t(i) s_i and scores sum_i x_t(i) log p(z_t = i | ...) (Eq. 33's log p(x~(theta), y)).
+
+Shortlist (``shortlist=K``): the words are scored over K + 1 classes, the K ids of a fitted shortlist
+(the training corpus's most frequent ids, ``<|endoftext|>`` among them) and one class for all the
+V - K others, spread uniformly over them: p(y) = p(class of y) / (V - K) for an id off the list. The
+distribution stays one over all V ids (any text can be scored), the output layer and the embeddings
+are (K + 1) x d instead of V x d: on a CPU the V-way softmax is most of the decoder's cost. The list is
+a buffer of the model (``word_index``: each id's class), fitted once from the training data's token
+counts (``fit_shortlist``) and saved with the weights.
 """
 
+
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
@@ -28,6 +39,7 @@ class LSTMDecoder(nn.Module):
         hidden_dim: the LSTM's hidden size (256 in the paper).
         num_layers: LSTM layers.
         dropout: on the embeddings and the LSTM outputs (training mode only).
+        shortlist: K < V, the words scored one by one (module docstring); None: all V.
     """
 
     def __init__(
@@ -38,10 +50,16 @@ class LSTMDecoder(nn.Module):
         hidden_dim: int,
         num_layers: int = 1,
         dropout: float = 0.0,
+        shortlist: int | None = None,
     ):
         super().__init__()
-        self.vocab_size, self.num_states = vocab_size, num_states
-        self.word_emb = nn.Embedding(vocab_size, dim)
+        if shortlist is not None and not 1 <= shortlist < vocab_size:
+            raise ValueError(f"shortlist must be in 1..{vocab_size - 1} (below vocab_size), got {shortlist}")
+        self.vocab_size, self.num_states, self.shortlist = vocab_size, num_states, shortlist
+        classes = vocab_size if shortlist is None else shortlist + 1
+        if shortlist is not None:  # -1: not fitted yet
+            self.register_buffer("word_index", torch.full((vocab_size,), -1, dtype=torch.long))
+        self.word_emb = nn.Embedding(classes, dim)
         nn.init.normal_(self.word_emb.weight, std=dim**-0.5)
         self.state_emb = nn.Parameter(torch.randn(num_states, dim) / dim**0.5)
         self.start = nn.Parameter(torch.zeros(2, dim))  # y_0 and z_0
@@ -51,7 +69,51 @@ class LSTMDecoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.state_head = nn.Sequential(nn.Linear(hidden_dim, dim), nn.Tanh(), nn.Linear(dim, num_states))
         self.word_head = nn.Sequential(nn.Linear(hidden_dim + dim, dim), nn.Tanh())
-        self.word_bias = nn.Parameter(torch.zeros(vocab_size))
+        self.word_bias = nn.Parameter(torch.zeros(classes))
+
+    @torch.no_grad()
+    def fit_shortlist(self, counts: Tensor) -> Tensor:
+        """Fit the shortlist from the training data's token counts (V): the K most frequent ids, ties
+        to the smaller id, ``<|endoftext|>`` (id V - 1) always among them; returns them (K, sorted)."""
+        if self.shortlist is None:
+            raise ValueError("this decoder scores every word (shortlist=None): there is no shortlist to fit")
+        counts = torch.as_tensor(counts).to(torch.float64).cpu()
+        if counts.shape != (self.vocab_size,) or bool((counts < 0).any()):
+            raise ValueError(
+                f"counts must be {self.vocab_size} non-negative numbers (one per id), got shape "
+                f"{tuple(counts.shape)}"
+            )
+        counts = counts.clone()
+        counts[-1] = math.inf  # <|endoftext|> ends every sentence
+        ids = torch.argsort(-counts, stable=True)[: self.shortlist].sort().values  # ties: the smaller id
+        index = torch.full((self.vocab_size,), self.shortlist, dtype=torch.long)
+        index[ids] = torch.arange(self.shortlist)
+        self.word_index.copy_(index.to(self.word_index.device))
+        return ids
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the words can be scored: always without a shortlist, after ``fit_shortlist`` with one."""
+        return self.shortlist is None or bool((self.word_index >= 0).all())
+
+    def _classes(self, tokens: Tensor) -> Tensor:
+        """Each id's output class: itself, or its shortlist position (K for the pooled ids)."""
+        if self.shortlist is None:
+            return tokens
+        if not self.fitted:
+            raise RuntimeError(
+                f"the decoder's shortlist of {self.shortlist} words has not been fitted: train with zoo fit "
+                "(the task fits it on the training split's token counts), load a trained checkpoint, or "
+                "call model.decoder.fit_shortlist(counts)"
+            )
+        return self.word_index[tokens]
+
+    def _pooled_log_mass(self, classes: Tensor, dtype: torch.dtype) -> Tensor:
+        """-log(V - K) where a class is the pooled one (its mass spread over V - K ids), else 0."""
+        zero = torch.zeros(classes.shape, dtype=dtype, device=classes.device)
+        if self.shortlist is None:
+            return zero
+        return zero.masked_fill(classes == self.shortlist, -math.log(self.vocab_size - self.shortlist))
 
     def _state_vectors(self, states: Tensor) -> Tensor:
         if states.dtype == torch.long:
@@ -67,8 +129,9 @@ class LSTMDecoder(nn.Module):
             states: B x T long (hard; values past each length ignored) or B x T x N float (relaxed).
         """
         B, T = tokens.shape
+        classes = self._classes(tokens)
         z = self._state_vectors(states)  # B x T x d
-        y = self.word_emb(tokens)
+        y = self.word_emb(classes)
         start_y, start_z = (s.expand(B, 1, -1) for s in self.start)
         inputs = torch.cat([torch.cat([start_y, y[:, :-1]], 1), torch.cat([start_z, z[:, :-1]], 1)], -1)
         h, _ = self.lstm(self.dropout(inputs))
@@ -78,8 +141,9 @@ class LSTMDecoder(nn.Module):
             state_term = state_log_probs.gather(-1, states.clamp_min(0).unsqueeze(-1)).squeeze(-1)
         else:
             state_term = (states * state_log_probs).sum(-1)
-        logits = self.word_head(torch.cat([h, z], -1)) @ self.word_emb.weight.T + self.word_bias  # B x T x V
-        word_term = -F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none").view(B, T)
+        logits = self.word_head(torch.cat([h, z], -1)) @ self.word_emb.weight.T + self.word_bias  # B x T x C
+        word_term = -F.cross_entropy(logits.flatten(0, 1), classes.flatten(), reduction="none").view(B, T)
+        word_term = word_term + self._pooled_log_mass(classes, word_term.dtype)
         valid = torch.arange(T, device=tokens.device) < lengths.unsqueeze(-1)
         return torch.where(valid, state_term + word_term, 0.0).sum(-1)
 
@@ -95,6 +159,12 @@ class LSTMDecoder(nn.Module):
             T <= max_length.
         """
         device = self.word_emb.weight.device
+        self._classes(torch.zeros(1, dtype=torch.long, device=device))  # a shortlist must be fitted
+        if self.shortlist is not None:  # class -> id: the listed ids by position, the pooled ids apart
+            listed = self.word_index < self.shortlist
+            ids_of = torch.empty(self.shortlist, dtype=torch.long, device=device)
+            ids_of[self.word_index[listed]] = listed.nonzero().flatten()
+            pooled = (~listed).nonzero().flatten()
         tokens = torch.zeros(n, max_length, dtype=torch.long, device=device)
         states = torch.full((n, max_length), -1, dtype=torch.long, device=device)
         lengths = torch.full((n,), max_length, dtype=torch.long, device=device)
@@ -106,11 +176,15 @@ class LSTMDecoder(nn.Module):
             state = torch.multinomial(torch.softmax(self.state_head(h), -1), 1, generator=generator)[:, 0]
             z = self.state_emb[state]
             logits = self.word_head(torch.cat([h, z], -1)) @ self.word_emb.weight.T + self.word_bias
-            word = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[:, 0]
+            cls = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[:, 0]
+            word = cls
+            if self.shortlist is not None:  # a listed class is its id; the pooled class a uniform other id
+                draw = pooled[torch.randint(len(pooled), (n,), generator=generator, device=device)]
+                word = torch.where(cls == self.shortlist, draw, ids_of[cls.clamp_max(self.shortlist - 1)])
             tokens[:, t], states[:, t] = torch.where(running, word, 0), torch.where(running, state, -1)
             lengths = torch.where(running & (word == end), t + 1, lengths)
             running &= word != end
             if not running.any():
                 return tokens[:, : t + 1], states[:, : t + 1], lengths
-            y = self.word_emb(word)
+            y = self.word_emb(cls)
         return tokens, states, lengths

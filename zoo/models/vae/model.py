@@ -105,6 +105,9 @@ class StructuredVAE(ZooModel):
         encoder_layers, encoder_dim, encoder_heads, max_positions: the random encoder's ``GPT2Config``.
         state_dim: D, the CRF state embeddings (and r_t).
         decoder_dim, decoder_hidden, decoder_layers: the LSTM decoder (embeddings, hidden size, layers).
+        decoder_vocab: K < V: the decoder scores the K most frequent training ids one by one and pools
+            the rest in one class spread uniformly over them (``LSTMDecoder``'s shortlist, fitted by
+            ``zoo fit`` from the training split and saved with the weights); None: all V ids.
         dropout: encoder and decoder dropout (training mode only).
         temperature: of the relaxed samples.
         eval_samples: importance samples of ``log_likelihood``.
@@ -129,6 +132,7 @@ class StructuredVAE(ZooModel):
         decoder_dim: int = 128,
         decoder_hidden: int = 256,
         decoder_layers: int = 1,
+        decoder_vocab: int | None = None,
         dropout: float = 0.1,
         temperature: float = 1.0,
         eval_samples: int = 100,
@@ -150,8 +154,10 @@ class StructuredVAE(ZooModel):
             pretrained_encoder, vocab_size, encoder_layers, encoder_dim, encoder_heads, max_positions, dropout
         )
         self.project = nn.Linear(self.encoder.config.n_embd, state_dim)
+        if decoder_vocab is not None:
+            check_int("decoder_vocab", decoder_vocab)
         self.decoder = LSTMDecoder(
-            vocab_size, num_states, decoder_dim, decoder_hidden, decoder_layers, dropout
+            vocab_size, num_states, decoder_dim, decoder_hidden, decoder_layers, dropout, decoder_vocab
         )
         self.num_states, self.backend, self.vocab_size = num_states, self.inference.backend, vocab_size
         self.temperature, self.eval_samples, self.eval_chunk_tokens = (
