@@ -184,6 +184,49 @@ def test_aggregated_state_usage_counts_every_token():
     assert counts.shape == (N,) and counts.sum() == 2 * b["lengths"].sum()
 
 
+def test_posterior_collapse_diagnostics_by_hand():
+    from zoo.models.vae import posterior_collapse
+
+    model, b = tiny(), batch()
+    out = posterior_collapse(model, [b])
+    q = model.eval().posterior(b, exact=True)
+    within = torch.arange(3) < b["lengths"].unsqueeze(-1)
+    tokens = q.marginals[within].double()
+    mean = tokens.mean(0)
+    expected = (tokens * (tokens / mean).log()).sum(-1).mean()
+    assert out["token_state_information"] == pytest.approx(float(expected), rel=1e-9)
+    runs = [len(set(row[:n].tolist())) for row, n in zip(q.argmax, b["lengths"].tolist())]
+    assert out["distinct_map_states"] == pytest.approx(sum(runs) / len(runs))
+    assert out["states_used"] == int((mean >= 0.1 / N).sum())
+    with torch.no_grad():  # potentials e_i . r_t and e_i . e_j all zero: q is uniform whatever y is
+        model.inference.states.zero_()
+    collapsed = posterior_collapse(model, [b])
+    assert collapsed["token_state_information"] == pytest.approx(0.0, abs=1e-12)
+    assert collapsed["states_used"] == N
+    with pytest.raises(ValueError, match="at least one batch"):
+        posterior_collapse(model, [])
+
+
+def test_log_joint_parts_and_word_dropout():
+    model, b = tiny(word_dropout=0.5), batch()
+    decoder = model.decoder
+    z = torch.randint(N, b["tokens"].shape, generator=torch.Generator().manual_seed(1))
+    decoder.eval()
+    states, words = decoder.log_joint_parts(b["tokens"], b["lengths"], z)
+    torch.testing.assert_close(states + words, decoder.log_joint(b["tokens"], b["lengths"], z))
+    plain = tiny()
+    plain.decoder.load_state_dict({k: v for k, v in decoder.state_dict().items() if k != "blank"})
+    torch.testing.assert_close(plain.decoder.eval().log_joint(b["tokens"], b["lengths"], z),
+                               decoder.log_joint(b["tokens"], b["lengths"], z))  # fmt: skip
+    decoder.train()
+    torch.manual_seed(0)
+    dropped = torch.stack([decoder.log_joint(b["tokens"], b["lengths"], z) for _ in range(20)])
+    assert not torch.allclose(dropped, dropped[0].expand_as(dropped))  # blanks drawn per call
+    parts = model.train().elbo(b, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(parts["reconstruction"], parts["states"] + parts["words"])
+    torch.testing.assert_close(parts["elbo"], parts["reconstruction"] + parts["entropy"])
+
+
 def test_rank_space_explains_and_points_to_low_rank():
     with pytest.raises(ValueError, match="contextual.*backend='low-rank'"):
         tiny("rank-space")

@@ -110,6 +110,19 @@ def test_fit_fits_the_decoder_shortlist_on_the_training_tokens(tmp_path):
     assert model.sample(2, max_length=5, generator=torch.Generator().manual_seed(0))["tokens"].max() < 50257
 
 
+def test_kl_warmup_ramps_the_kl_weight_and_word_dropout_trains(tmp_path):
+    path = recipe(tmp_path, "exact", word_dropout=0.3)
+    args = ["fit", "--config", str(path), "--model.init_args.kl_warmup_steps", "4", "--trainer.max_steps",
+            "6", "--trainer.max_epochs", "10", "--trainer.log_every_n_steps", "1"]  # fmt: skip
+    assert main(args) == 0
+    assert logged(tmp_path, "train/kl_weight") == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0, 1.0])
+    (ckpt,) = tmp_path.rglob("*.ckpt")
+    task = VAETask.load_from_checkpoint(ckpt)
+    assert task.kl_warmup_steps == 4 and task.model.decoder.word_dropout == 0.3
+    with pytest.raises(ValueError, match="kl_warmup_steps must be an int >= 0"):
+        VAETask(task.model, kl_warmup_steps=-1)
+
+
 def test_vocabulary_mismatch_is_a_clear_error(tmp_path):
     path = recipe(tmp_path, vocab_size=100)
     with pytest.raises(ValueError, match="vocab_size = 100 but the data has 50257"):

@@ -7,7 +7,12 @@ report the importance-sampled NLL (``model.log_likelihood``, ``eval_samples`` sa
 sentence: the paper's Table 5 metric) and -ELBO per sentence ``val/neg_elbo_sentence`` beside it (the
 run's own training estimator: relaxed sample, randomized entropy for RDP). The importance
 samples of batch i are seeded with i, so an evaluation is reproducible. Logged while training:
-``train/loss``, ``train/elbo``, ``train/reconstruction``, ``train/entropy`` (per sentence).
+``train/loss``, ``train/elbo``, ``train/reconstruction``, ``train/entropy``, ``train/states``,
+``train/words`` (per sentence) and ``train/kl_weight``.
+
+KL warm-up (``kl_warmup_steps`` S > 0; Bowman et al. 2016): for the first S steps the training loss
+weighs the KL part of the ELBO, log p(x~) + H(q), by beta = step / S (then 1), against posterior
+collapse; the logged ELBO and every evaluation are the true ones.
 """
 
 from __future__ import annotations
@@ -25,14 +30,19 @@ log = logging.getLogger(__name__)
 
 class VAETask(LikelihoodTask):
     """ELBO training and importance-sampled evaluation of a ``zoo.models.StructuredVAE``; arguments
-    as ``LikelihoodTask`` (``eval_seeds`` is unused: one seeded estimate per batch)."""
+    as ``LikelihoodTask`` (``eval_seeds`` is unused: one seeded estimate per batch), and
+    ``kl_warmup_steps`` (module docstring; 0: none)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, kl_warmup_steps: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         if not hasattr(self.model, "elbo"):
             raise TypeError(
                 f"VAETask trains a model with an elbo(batch) method, got {type(self.model).__name__}"
             )
+        if not isinstance(kl_warmup_steps, int) or isinstance(kl_warmup_steps, bool) or kl_warmup_steps < 0:
+            raise ValueError(f"kl_warmup_steps must be an int >= 0, got {kl_warmup_steps!r}")
+        self.kl_warmup_steps = kl_warmup_steps
+        self.save_hyperparameters({**dict(self.hparams), "kl_warmup_steps": kl_warmup_steps})
         self.sentence_metrics = torch.nn.ModuleDict(
             {
                 f"{stage}_{name}": NegativeLogLikelihood()
@@ -64,12 +74,22 @@ class VAETask(LikelihoodTask):
     def _random_evaluation(self) -> bool:
         return False  # the importance samples are seeded per batch: one reproducible estimate
 
+    def kl_weight(self) -> float:
+        """beta of the current training step (module docstring)."""
+        if self.kl_warmup_steps == 0:
+            return 1.0
+        return min(1.0, self.global_step / self.kl_warmup_steps)
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         parts = self.model.elbo(batch)
         events = self.model.num_events(batch)
-        loss = -parts["elbo"].sum() / events.sum()
+        beta = self.kl_weight()
+        kl_part = parts["states"] + parts["entropy"]  # minus KL(q || p(z)), weighed by beta while warming up
+        objective = parts["elbo"] if beta == 1.0 else parts["words"] + beta * kl_part
+        loss = -objective.sum() / events.sum()
         B = len(events)
         self.log("train/loss", loss, prog_bar=True, batch_size=B)
+        self.log("train/kl_weight", beta, batch_size=B)
         for name, value in parts.items():
             self.log(f"train/{name}", value.detach().mean(), batch_size=B)
         return loss

@@ -4,7 +4,7 @@ from zoo.models.vae.decoder import LSTMDecoder
 from zoo.models.vae.importance import importance_sampled_log_likelihood
 from zoo.models.vae.inference_network import RANK_SPACE_ERROR, CRFInferenceNetwork
 from zoo.models.vae.model import StructuredVAE
-from zoo.models.vae.state_usage import aggregated_state_usage, plot_state_usage
+from zoo.models.vae.state_usage import aggregated_state_usage, plot_state_usage, posterior_collapse
 
 __all__ = [
     "RANK_SPACE_ERROR",
@@ -14,4 +14,5 @@ __all__ = [
     "aggregated_state_usage",
     "importance_sampled_log_likelihood",
     "plot_state_usage",
+    "posterior_collapse",
 ]

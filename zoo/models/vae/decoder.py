@@ -40,6 +40,9 @@ class LSTMDecoder(nn.Module):
         num_layers: LSTM layers.
         dropout: on the embeddings and the LSTM outputs (training mode only).
         shortlist: K < V, the words scored one by one (module docstring); None: all V.
+        word_dropout: in training, each previous word the LSTM reads is replaced by a learned blank
+            vector with this probability (Bowman et al. 2016): the decoder must take the context from
+            the states, which keeps q(z | y) from collapsing onto one state.
     """
 
     def __init__(
@@ -51,8 +54,10 @@ class LSTMDecoder(nn.Module):
         num_layers: int = 1,
         dropout: float = 0.0,
         shortlist: int | None = None,
+        word_dropout: float = 0.0,
     ):
         super().__init__()
+        self.word_dropout = word_dropout
         if shortlist is not None and not 1 <= shortlist < vocab_size:
             raise ValueError(f"shortlist must be in 1..{vocab_size - 1} (below vocab_size), got {shortlist}")
         self.vocab_size, self.num_states, self.shortlist = vocab_size, num_states, shortlist
@@ -63,6 +68,8 @@ class LSTMDecoder(nn.Module):
         nn.init.normal_(self.word_emb.weight, std=dim**-0.5)
         self.state_emb = nn.Parameter(torch.randn(num_states, dim) / dim**0.5)
         self.start = nn.Parameter(torch.zeros(2, dim))  # y_0 and z_0
+        if word_dropout > 0:
+            self.blank = nn.Parameter(torch.zeros(dim))  # a dropped previous word
         self.lstm = nn.LSTM(
             2 * dim, hidden_dim, num_layers, batch_first=True, dropout=dropout if num_layers > 1 else 0
         )
@@ -121,7 +128,13 @@ class LSTMDecoder(nn.Module):
         return states @ self.state_emb
 
     def log_joint(self, tokens: Tensor, lengths: Tensor, states: Tensor) -> Tensor:
-        """log p(z, y) per sequence: (B,).
+        """log p(z, y) per sequence: (B,) (arguments as ``log_joint_parts``)."""
+        states_term, words_term = self.log_joint_parts(tokens, lengths, states)
+        return states_term + words_term
+
+    def log_joint_parts(self, tokens: Tensor, lengths: Tensor, states: Tensor) -> tuple[Tensor, Tensor]:
+        """log p(z | ...) and log p(y | z, ...) per sequence, summed over each sequence's positions:
+        (B,) each; their sum is log p(z, y).
 
         Args:
             tokens: B x T word ids (values past each length are ignored).
@@ -132,6 +145,9 @@ class LSTMDecoder(nn.Module):
         classes = self._classes(tokens)
         z = self._state_vectors(states)  # B x T x d
         y = self.word_emb(classes)
+        if self.training and self.word_dropout > 0:
+            dropped = torch.rand(B, T, 1, device=y.device) < self.word_dropout
+            y = torch.where(dropped, self.blank.to(y.dtype), y)
         start_y, start_z = (s.expand(B, 1, -1) for s in self.start)
         inputs = torch.cat([torch.cat([start_y, y[:, :-1]], 1), torch.cat([start_z, z[:, :-1]], 1)], -1)
         h, _ = self.lstm(self.dropout(inputs))
@@ -145,7 +161,7 @@ class LSTMDecoder(nn.Module):
         word_term = -F.cross_entropy(logits.flatten(0, 1), classes.flatten(), reduction="none").view(B, T)
         word_term = word_term + self._pooled_log_mass(classes, word_term.dtype)
         valid = torch.arange(T, device=tokens.device) < lengths.unsqueeze(-1)
-        return torch.where(valid, state_term + word_term, 0.0).sum(-1)
+        return torch.where(valid, state_term, 0.0).sum(-1), torch.where(valid, word_term, 0.0).sum(-1)
 
     @torch.no_grad()
     def sample(

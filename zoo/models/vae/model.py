@@ -109,6 +109,8 @@ class StructuredVAE(ZooModel):
             the rest in one class spread uniformly over them (``LSTMDecoder``'s shortlist, fitted by
             ``zoo fit`` from the training split and saved with the weights); None: all V ids.
         dropout: encoder and decoder dropout (training mode only).
+        word_dropout: decoder word dropout (``LSTMDecoder``; training mode only): a guard against
+            posterior collapse.
         temperature: of the relaxed samples.
         eval_samples: importance samples of ``log_likelihood``.
         eval_chunk_tokens: tokens the decoder scores at once while importance sampling (memory bound).
@@ -134,6 +136,7 @@ class StructuredVAE(ZooModel):
         decoder_layers: int = 1,
         decoder_vocab: int | None = None,
         dropout: float = 0.1,
+        word_dropout: float = 0.0,
         temperature: float = 1.0,
         eval_samples: int = 100,
         eval_chunk_tokens: int = 1024,
@@ -148,6 +151,7 @@ class StructuredVAE(ZooModel):
         ):  # fmt: skip
             check_int(name, value)
         check_probability("dropout", dropout)
+        check_probability("word_dropout", word_dropout)
         check_positive("temperature", temperature)
         self.inference = CRFInferenceNetwork(num_states, state_dim, backend, k1, k2, proposal, rank)
         self.encoder = build_gpt2_encoder(
@@ -157,7 +161,8 @@ class StructuredVAE(ZooModel):
         if decoder_vocab is not None:
             check_int("decoder_vocab", decoder_vocab)
         self.decoder = LSTMDecoder(
-            vocab_size, num_states, decoder_dim, decoder_hidden, decoder_layers, dropout, decoder_vocab
+            vocab_size, num_states, decoder_dim, decoder_hidden, decoder_layers, dropout, decoder_vocab,
+            word_dropout,
         )
         self.num_states, self.backend, self.vocab_size = num_states, self.inference.backend, vocab_size
         self.temperature, self.eval_samples, self.eval_chunk_tokens = (
@@ -207,13 +212,20 @@ class StructuredVAE(ZooModel):
     # --- objectives -------------------------------------------------------------------------
     def elbo(self, batch: dict, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """The ELBO (Eq. 32) per sequence and its parts, each (B,): ``elbo`` = ``reconstruction``
-        (log p(x~, y) of one relaxed sample x~ of q) + ``entropy`` (H(q)); all differentiable."""
+        (log p(x~, y) of one relaxed sample x~ of q) + ``entropy`` (H(q)), and ``reconstruction`` =
+        ``states`` (log p(x~)) + ``words`` (log p(y | x~)); all differentiable."""
         tokens, lengths = self._inputs(batch)
         q = self.inference.posterior(self.encode(tokens, lengths), lengths, generator=generator)
         relaxed = q.rsample(self.temperature, generator)  # B x T x N
-        reconstruction = self.decoder.log_joint(tokens, lengths, relaxed)
-        entropy = q.entropy
-        return {"elbo": reconstruction + entropy, "reconstruction": reconstruction, "entropy": entropy}
+        states, words = self.decoder.log_joint_parts(tokens, lengths, relaxed)
+        reconstruction, entropy = states + words, q.entropy
+        return {
+            "elbo": reconstruction + entropy,
+            "reconstruction": reconstruction,
+            "entropy": entropy,
+            "states": states,
+            "words": words,
+        }
 
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """log p(y) per sequence by importance sampling with q as the proposal: (B,); ``eval_samples``

@@ -1,6 +1,8 @@
 """The aggregated posterior's state usage (Mathieu et al. 2019; Fu et al. 2022, Fig. 2): one exact
 sample of q(z | y) for every sentence, then how often each of the N states occurs over all tokens.
-A collapsed posterior leaves many states unused (frequency 0)."""
+A collapsed posterior leaves many states unused (frequency 0). ``posterior_collapse`` measures the
+same from q's exact marginals and MAP sequences: how many distinct states a sentence's MAP labelling
+uses, and how much a token's state depends on its sentence."""
 
 from __future__ import annotations
 
@@ -32,6 +34,46 @@ def aggregated_state_usage(
     finally:
         model.train(was_training)
     return counts
+
+
+@torch.no_grad()
+def posterior_collapse(model, batches: Iterable[dict], max_batches: int | None = None) -> dict[str, float]:
+    """Collapse diagnostics of q(z | y) over the sentences of ``batches`` (computed exactly):
+
+    * ``distinct_map_states``: the mean number of distinct states in a sentence's MAP state sequence
+      (1 for a posterior that puts every token in one state);
+    * ``token_state_information``: the mean over tokens of KL(q(z_t | y) || q_bar), q_bar the mean of
+      the tokens' marginals: the mutual information between a token's state and its sentence when a
+      token is drawn uniformly (nats; 0 when q ignores y, at most log N);
+    * ``states_used``: states with at least 1 / (10 N) of the aggregated marginal mass.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    marginals, distinct = [], []
+    try:
+        for i, batch in enumerate(batches):
+            if max_batches is not None and i >= max_batches:
+                break
+            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            q = model.posterior(batch, exact=True)
+            lengths = batch["lengths"].to(device)
+            within = torch.arange(q.marginals.shape[1], device=device) < lengths.unsqueeze(-1)
+            marginals.append(q.marginals[within].double().cpu())  # tokens x N
+            for row, n in zip(q.argmax, lengths.tolist()):
+                distinct.append(len(set(row[:n].tolist())))
+    finally:
+        model.train(was_training)
+    if not distinct:
+        raise ValueError("posterior_collapse needs at least one batch")
+    tokens = torch.cat(marginals)
+    mean = tokens.mean(0)
+    information = (tokens * (tokens.clamp_min(1e-300).log() - mean.clamp_min(1e-300).log())).sum(-1)
+    return {
+        "distinct_map_states": sum(distinct) / len(distinct),
+        "token_state_information": float(information.mean()),
+        "states_used": int((mean >= 0.1 / len(mean)).sum()),
+    }
 
 
 def plot_state_usage(counts: Tensor, path: str | os.PathLike, title: str = "") -> None:
