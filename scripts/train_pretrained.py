@@ -85,8 +85,11 @@ VAE = "vae_crf_n100_enc2x64_lstm128_d56"  # 6.4M parameters: 24.5 MiB in float32
 
 
 JOBS = [
-    # the CPU flagship: hours on one core, its recipe's checkpoints (best.ckpt by val/nll is released)
+    # the CPU flagships: hours on one core, their recipes' checkpoints (best.ckpt by val/nll is released)
     Job("hmm_categorical_n1024_d128.ptb_exact", "hmm/ptb-exact-cpu-flagship", 135, threads=1),
+    Job(
+        "vae_crf_n100_enc2x128_lstm128_v8000_d64.ptb_exact", "vae/ptb-short-exact-cpu-flagship", 60, threads=1
+    ),
     Job("hmm_categorical_n512_d64.ptb_exact", "hmm/ptb-exact-small", 4),
     Job("hmm_categorical_n1024_d64.ptb_low_rank", "hmm/ptb-low-rank-small", 4),
     Job("hmm_categorical_n4096_d64.ptb_rank_space", "hmm/ptb-rank-space-small", 4),

@@ -289,9 +289,12 @@ _family(
 )
 
 
-def _vae(states: int, layers: int, encoder: int, heads: int, lstm: int, width: int) -> tuple[str, dict]:
-    """(size, config) of a StructuredVAE: ``n<states>_enc<layers>x<encoder width>_lstm<decoder hidden>``
-    and ``d<width>`` (state and decoder embeddings); GPT-2 ids, 1024 positions."""
+def _vae(
+    states: int, layers: int, encoder: int, heads: int, lstm: int, width: int, shortlist: int | None = None
+) -> tuple[str, dict]:
+    """(size, config) of a StructuredVAE: ``n<states>_enc<layers>x<encoder width>_lstm<decoder hidden>``,
+    ``_v<K>`` with a decoder shortlist of K words, and ``d<width>`` (state and decoder embeddings); GPT-2
+    ids, 1024 positions."""
     config = {
         "num_states": states,
         "vocab_size": 50257,
@@ -304,7 +307,10 @@ def _vae(states: int, layers: int, encoder: int, heads: int, lstm: int, width: i
         "decoder_hidden": lstm,
         "decoder_layers": 1,
     }
-    return f"n{states}_enc{layers}x{encoder}_lstm{lstm}_d{width}", config
+    if shortlist is not None:
+        config["decoder_vocab"] = shortlist
+    vocab = f"_v{shortlist}" if shortlist is not None else ""
+    return f"n{states}_enc{layers}x{encoder}_lstm{lstm}{vocab}_d{width}", config
 
 
 # --- StructuredVAE: MSCOCO captions with GPT-2 base as the encoder (Fu et al. 2022, Sec. 5.2) --------
@@ -338,11 +344,15 @@ _family(
     "vae_crf",
     [
         (
-            *_vae(100, 2, 128, 2, 128, 64),
+            *_vae(100, 2, 128, 2, 128, 64, shortlist=8000),
             {"exact": {}, "low-rank": {"rank": 32}, "randomized": {"k1": 10, "k2": 10}},
             "randomized",
-            tuple(f"vae/ptb-short-{b}-small" for b in ("exact", "low-rank", "rdp", "topk")),
-            "small structured VAE on short PTB sentences for a CPU (random GPT-2 encoder)",
+            (
+                *(f"vae/ptb-short-{b}-small" for b in ("exact", "low-rank", "rdp", "topk")),
+                "vae/ptb-short-exact-cpu-flagship",
+            ),
+            "small structured VAE on short PTB sentences for a CPU (random GPT-2 encoder, 8,000-word "
+            "decoder shortlist)",
         ),
         (
             *_vae(100, 2, 64, 2, 128, 56),
@@ -353,4 +363,21 @@ _family(
         ),
     ],
     dropout=0.1,
+)
+
+# --- StructuredVAE with one latent state: the plain LSTM language model beside the CPU flagship VAE ---
+_family(
+    "zoo.models.StructuredVAE",
+    "vae_crf",
+    [
+        (
+            *_vae(1, 1, 16, 2, 128, 64, shortlist=8000),
+            {"exact": {}},
+            "exact",
+            ("vae/ptb-short-lstm-baseline-cpu",),
+            "the LSTM language model of the CPU flagship VAE's decoder size (one state: log p(y) is exact)",
+        ),
+    ],
+    dropout=0.1,
+    eval_samples=1,
 )

@@ -3,6 +3,7 @@ validate from a checkpoint, the state-usage plot, the paper and CPU recipes, and
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,10 @@ def test_fit_reload_validate_and_plot_state_usage(tmp_path):
     val = logged(tmp_path, "val/nll_sentence")
     assert len(val) == 2 and all(v > 0 for v in val)
     assert len(logged(tmp_path, "val/neg_elbo_sentence")) == 2  # the ELBO is logged beside the NLL
+    distinct = logged(tmp_path, "val/distinct_map_states")  # q's state usage
+    information = logged(tmp_path, "val/token_state_information")
+    assert len(distinct) == 2 and all(d >= 1 for d in distinct)
+    assert len(information) == 2 and all(0 <= i <= math.log(6) for i in information)
     assert logged(tmp_path, "train/entropy")
 
     task = VAETask.load_from_checkpoint(ckpt).eval()

@@ -131,9 +131,10 @@ def test_vae_card_names_its_encoder_and_the_papers_table(tmp_path):
     assert (
         "| RDP-2000 | 2000 states, K1 = K2 = 200 | mscoco | `test/nll_sentence` | 39.48 | Fu et al." in text
     )
-    text = render_card(read_config(zoo.create_model("vae_crf_n100_enc2x128_lstm128_d64").save_pretrained(
-        tmp_path / "small"))).text  # fmt: skip
+    small = zoo.create_model("vae_crf_n100_enc2x128_lstm128_v8000_d64")
+    text = render_card(read_config(small.save_pretrained(tmp_path / "small"))).text
     assert "2 layers of 128, randomly initialised" in text and "K1 = 10 top and K2 = 10 sampled" in text
+    assert "(the 8000 most frequent ids of its training data scored one by one" in text
 
 
 def test_papers_on_other_data_are_shown_marked_as_not_comparable(tmp_path):

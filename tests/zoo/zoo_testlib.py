@@ -50,12 +50,18 @@ def small_overrides(name: str, backend: str) -> dict:
     family = architecture(name).class_path.rsplit(".", 1)[-1]
     if family not in SMALL:
         raise KeyError(f"tests/zoo/zoo_testlib.py: add test sizes for the family {family} to SMALL")
-    return {**SMALL[family], **SMALL_BACKEND.get(backend, {})}
+    shortlist = {"decoder_vocab": 6} if "decoder_vocab" in architecture(name).config else {}
+    return {**SMALL[family], **shortlist, **SMALL_BACKEND.get(backend, {})}
 
 
 def fit_inputs(model, seed: int = 0):
     """``model`` with what ``zoo fit`` fits from data before training: an HSMM's input projection
-    (a random mean and matrix, as a data module's ``fit_feature_transform`` would give)."""
+    (a random mean and matrix, as a data module's ``fit_feature_transform`` would give), a VAE decoder's
+    shortlist (from random token counts)."""
+    decoder = getattr(model, "decoder", None)
+    if getattr(decoder, "shortlist", None) is not None:
+        counts = torch.randint(100, (decoder.vocab_size,), generator=torch.Generator().manual_seed(seed))
+        decoder.fit_shortlist(counts)
     projection = getattr(model, "input_projection", None)
     if projection is not None:
         g = torch.Generator().manual_seed(seed)

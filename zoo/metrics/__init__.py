@@ -2,6 +2,7 @@
 
 from zoo.metrics.likelihood import NegativeLogLikelihood, Perplexity
 from zoo.metrics.parsing import CorpusF1, SentenceF1, span_sets
+from zoo.metrics.posterior import PosteriorUsage
 from zoo.metrics.segmentation import BoundaryF1, MatchedFrameAccuracy, SegmentRatio
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "MatchedFrameAccuracy",
     "NegativeLogLikelihood",
     "Perplexity",
+    "PosteriorUsage",
     "SegmentRatio",
     "SentenceF1",
     "span_sets",

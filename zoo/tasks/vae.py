@@ -5,7 +5,9 @@ A ``LikelihoodTask`` (same optimizer, scheduler, checkpoints, ``init_from``) who
 report the importance-sampled NLL (``model.log_likelihood``, ``eval_samples`` samples of q):
 ``val/nll`` (nats per token, ``<|endoftext|>`` counted), ``val/ppl``, ``val/nll_sentence`` (nats per
 sentence: the paper's Table 5 metric) and -ELBO per sentence ``val/neg_elbo_sentence`` beside it (the
-run's own training estimator: relaxed sample, randomized entropy for RDP). The importance
+run's own training estimator: relaxed sample, randomized entropy for RDP), and q's state usage
+(``zoo.metrics.PosteriorUsage``, q computed exactly): ``val/distinct_map_states``,
+``val/token_state_information`` and ``val/states_used``, which tell a collapsed posterior. The importance
 samples of batch i are seeded with i, so an evaluation is reproducible. Logged while training:
 ``train/loss``, ``train/elbo``, ``train/reconstruction``, ``train/entropy``, ``train/states``,
 ``train/words`` (per sentence) and ``train/kl_weight``.
@@ -22,7 +24,7 @@ import logging
 import torch
 from torch import Tensor
 
-from zoo.metrics import NegativeLogLikelihood
+from zoo.metrics import NegativeLogLikelihood, PosteriorUsage
 from zoo.tasks.likelihood import LikelihoodTask
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,9 @@ class VAETask(LikelihoodTask):
                 for stage in ("val", "test")
                 for name in ("nll", "elbo")
             }
+        )
+        self.posterior_usage = torch.nn.ModuleDict(
+            {stage: PosteriorUsage(self.model.num_states) for stage in ("val", "test")}
         )
 
     def setup(self, stage: str) -> None:
@@ -109,3 +114,19 @@ class VAETask(LikelihoodTask):
         for name, metric, values, counts in updates:
             metric.update(values, counts)
             self.log(f"{stage}/{name}", metric, prog_bar=name == "nll_sentence", batch_size=len(events))
+        self.posterior_usage[stage].update(*self.model.posterior_summary(batch), batch["lengths"])
+
+    def _log_posterior_usage(self, stage: str) -> None:
+        usage = self.posterior_usage[stage]
+        if usage.update_called:  # compute() syncs the sums across processes under DDP
+            for name, value in usage.compute().items():
+                self.log(f"{stage}/{name}", value.float())
+        usage.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        super().on_validation_epoch_end()
+        self._log_posterior_usage("val")
+
+    def on_test_epoch_end(self) -> None:
+        super().on_test_epoch_end()
+        self._log_posterior_usage("test")

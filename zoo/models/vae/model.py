@@ -209,6 +209,15 @@ class StructuredVAE(ZooModel):
         tokens, lengths = self._inputs(batch)
         return self.inference.posterior(self.encode(tokens, lengths), lengths, exact, generator)
 
+    def posterior_summary(self, batch: dict) -> tuple[Tensor, Tensor]:
+        """q(z | y)'s marginals (B x T x N, zero past each length) and MAP state sequences (B x T, -1
+        past each length), q computed exactly; detached (marginals are a gradient of log Z: computed
+        outside Lightning's inference mode)."""
+        with torch.inference_mode(False), torch.enable_grad():
+            batch = {k: v.clone() if isinstance(v, Tensor) else v for k, v in batch.items()}
+            q = self.posterior(batch, exact=True)
+            return q.marginals.detach(), q.argmax.detach()
+
     # --- objectives -------------------------------------------------------------------------
     def elbo(self, batch: dict, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """The ELBO (Eq. 32) per sequence and its parts, each (B,): ``elbo`` = ``reconstruction``

@@ -38,42 +38,27 @@ def aggregated_state_usage(
 
 @torch.no_grad()
 def posterior_collapse(model, batches: Iterable[dict], max_batches: int | None = None) -> dict[str, float]:
-    """Collapse diagnostics of q(z | y) over the sentences of ``batches`` (computed exactly):
+    """The collapse diagnostics of q(z | y) (``zoo.metrics.PosteriorUsage``: distinct MAP states per
+    sentence, token-state information in nats, states used) over the sentences of ``batches``, q
+    computed exactly."""
+    from zoo.metrics import PosteriorUsage
 
-    * ``distinct_map_states``: the mean number of distinct states in a sentence's MAP state sequence
-      (1 for a posterior that puts every token in one state);
-    * ``token_state_information``: the mean over tokens of KL(q(z_t | y) || q_bar), q_bar the mean of
-      the tokens' marginals: the mutual information between a token's state and its sentence when a
-      token is drawn uniformly (nats; 0 when q ignores y, at most log N);
-    * ``states_used``: states with at least 1 / (10 N) of the aggregated marginal mass.
-    """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    marginals, distinct = [], []
+    usage = PosteriorUsage(model.num_states)
     try:
         for i, batch in enumerate(batches):
             if max_batches is not None and i >= max_batches:
                 break
             batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-            q = model.posterior(batch, exact=True)
-            lengths = batch["lengths"].to(device)
-            within = torch.arange(q.marginals.shape[1], device=device) < lengths.unsqueeze(-1)
-            marginals.append(q.marginals[within].double().cpu())  # tokens x N
-            for row, n in zip(q.argmax, lengths.tolist()):
-                distinct.append(len(set(row[:n].tolist())))
+            marginals, best = model.posterior_summary(batch)
+            usage.update(marginals.cpu(), best.cpu(), batch["lengths"].cpu())
     finally:
         model.train(was_training)
-    if not distinct:
+    if float(usage.sequences) == 0:
         raise ValueError("posterior_collapse needs at least one batch")
-    tokens = torch.cat(marginals)
-    mean = tokens.mean(0)
-    information = (tokens * (tokens.clamp_min(1e-300).log() - mean.clamp_min(1e-300).log())).sum(-1)
-    return {
-        "distinct_map_states": sum(distinct) / len(distinct),
-        "token_state_information": float(information.mean()),
-        "states_used": int((mean >= 0.1 / len(mean)).sum()),
-    }
+    return {name: float(value) for name, value in usage.compute().items()}
 
 
 def plot_state_usage(counts: Tensor, path: str | os.PathLike, title: str = "") -> None:
