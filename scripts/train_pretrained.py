@@ -90,6 +90,7 @@ JOBS = [
     Job(
         "vae_crf_n100_enc2x128_lstm128_v8000_d64.ptb_exact", "vae/ptb-short-exact-cpu-flagship", 60, threads=1
     ),
+    Job("hmm_bernoulli_n1024_d128.chorales_exact", "hmm/chorales-exact-cpu-flagship", 15, threads=1),
     Job("hmm_categorical_n512_d64.ptb_exact", "hmm/ptb-exact-small", 4),
     Job("hmm_categorical_n1024_d64.ptb_low_rank", "hmm/ptb-low-rank-small", 4),
     Job("hmm_categorical_n4096_d64.ptb_rank_space", "hmm/ptb-rank-space-small", 4),
@@ -139,6 +140,58 @@ FAMILIES = {  # class -> (table title, metrics shown)
         ("test/nll_sentence", "test/nll", "test/ppl"),
     ),
 }
+
+
+# Each family's flagship checkpoint (issue 19): its target on the test split, as (metric, bound, at most?)
+FLAGSHIPS = {
+    "hmm_categorical_n1024_d128.ptb_exact": ("PTB HMM", [("test/ppl", 180.0, True)]),
+    "hmm_bernoulli_n1024_d128.chorales_exact": ("chorales HMM", [("test/nll", 6.5, True)]),
+    "hsmm_gaussian_n8_dur32_in12_f12_d32.smartwatch_exact": (
+        "smartwatch HSMM",
+        [
+            ("test/frame_accuracy", 0.75, False),
+            ("test/boundary_f1", 0.5, False),
+            ("test/segment_ratio", 2.0, True),  # within 2x of the known segments
+            ("test/segment_ratio", 0.5, False),
+        ],
+    ),
+    "vae_crf_n100_enc2x128_lstm128_v8000_d64.ptb_exact": (
+        "structured VAE (short PTB)",
+        [("test/distinct_map_states", 3.0, False)],
+    ),
+}
+
+
+def flagship_rows() -> list[str]:
+    """One row per bundled flagship: its targets met or missed, the baseline beside it on the target
+    metrics, its training time and learning curve."""
+    rows = []
+    for tag, (title, targets) in FLAGSHIPS.items():
+        folder = WEIGHTS / tag
+        if not (folder / "results.json").is_file():
+            continue
+        results = json.loads((folder / "results.json").read_text())
+        checks = []
+        for metric, bound, at_most in targets:
+            value = results["metrics"].get(metric)
+            met = value is not None and (value <= bound if at_most else value >= bound)
+            shown = "-" if value is None else f"{value:.4g}"
+            relation = "≤" if at_most else "≥"
+            checks.append(f"`{metric}` {shown} ({relation} {bound:g}: {'met' if met else 'missed'})")
+        names = [metric for metric, _, _ in targets]
+        baselines = "; ".join(
+            f"{name}: " + ", ".join(f"`{m}` {values[m]:.4g}" for m in names if m in values)
+            for name, values in results.get("baselines", {}).items()
+        )
+        training = results.get("training", {})
+        curve = "-"
+        if (folder / "learning_curve.png").is_file():
+            curve = f"[curve](../zoo/weights/{tag}/learning_curve.png)"
+        rows.append(
+            f"| {title} | `{tag}` | {'; '.join(checks)} | {baselines or '-'} | "
+            f"{training.get('minutes', '-')} min, {training.get('hardware', '-')} | {curve} |"
+        )
+    return rows
 
 
 PICTURES = [
@@ -400,6 +453,19 @@ def report() -> str:
         "training. The top-K baseline is a variant of the randomized backend (tag `randomized_topk`: "
         "K1 = 20, K2 = 0). MiB: 2^20 bytes.",
     ]
+    flagships = flagship_rows()
+    if flagships:
+        parts += [
+            "",
+            "### Flagship checkpoints: the targets of issue 19",
+            "",
+            "Each family's flagship, trained on this CPU as long as it kept improving within the session; "
+            "its card has the learning curve against steps, tokens and hours.",
+            "",
+            "| family | tag | test targets | baseline on the same data | training | learning curve |",
+            "| --- | --- | --- | --- | --- | --- |",
+            *flagships,
+        ]
     for family, lines in rows.items():
         title, metrics = FAMILIES.get(family, (family, ("test/nll",)))
         parts += [

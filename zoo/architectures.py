@@ -117,6 +117,14 @@ _family(
             "music HMM at the paper's size: 2^11 states, LHMM rank 2^9 (Chiu et al. 2021, Fig. 2)",
         ),
         (
+            "n1024_d128",
+            _hmm(1024, 128, num_keys=88),
+            {"exact": {}},
+            "exact",
+            ("hmm/chorales-exact-cpu-flagship",),
+            "Bach-chorales HMM with state dropout trained on one CPU core: the zoo's CPU music flagship",
+        ),
+        (
             "n256_d64",
             _hmm(256, 64, num_keys=88),
             {
