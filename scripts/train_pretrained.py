@@ -68,14 +68,16 @@ SYNTHETIC_NOTE = (
 @dataclass(frozen=True)
 class Job:
     """One bundled checkpoint: its tag, the recipe (recipes/<recipe>.yaml), the training budget,
-    extra ``zoo fit`` arguments (they enter the run's config, hence the card's training command) and
-    the CPU threads it trains with."""
+    extra ``zoo fit`` arguments (they enter the run's config, hence the card's training command), the
+    CPU threads it trains with, and optionally a baseline recipe trained with the same budget and
+    tested on the same data (``add_trained_baseline``)."""
 
     tag: str
     recipe: str
     minutes: float
     fit_args: tuple[str, ...] = ()
     threads: int = 2
+    baseline: tuple[str, str] | None = None  # (name, recipe) of a plain model trained alike
 
 
 # the VAE's validation is the importance-sampled NLL (100 samples a sentence), about 10 minutes over the
@@ -88,7 +90,11 @@ JOBS = [
     # the CPU flagships: hours on one core, their recipes' checkpoints (best.ckpt by val/nll is released)
     Job("hmm_categorical_n1024_d128.ptb_exact", "hmm/ptb-exact-cpu-flagship", 135, threads=1),
     Job(
-        "vae_crf_n100_enc2x128_lstm128_v8000_d64.ptb_exact", "vae/ptb-short-exact-cpu-flagship", 60, threads=1
+        "vae_crf_n100_enc2x128_lstm128_v8000_d64.ptb_exact",
+        "vae/ptb-short-exact-cpu-flagship",
+        60,
+        threads=1,
+        baseline=("LSTM language model of the decoder's size", "vae/ptb-short-lstm-baseline-cpu"),
     ),
     Job("hmm_bernoulli_n1024_d128.chorales_exact", "hmm/chorales-exact-cpu-flagship", 15, threads=1),
     Job("hmm_categorical_n512_d64.ptb_exact", "hmm/ptb-exact-small", 4),
@@ -142,7 +148,8 @@ FAMILIES = {  # class -> (table title, metrics shown)
 }
 
 
-# Each family's flagship checkpoint (issue 19): its target on the test split, as (metric, bound, at most?)
+# Each family's flagship checkpoint (issue 19): its targets on the test split, as (metric, bound, at most?);
+# a bound of None shows the metric beside the baseline without a target
 FLAGSHIPS = {
     "hmm_categorical_n1024_d128.ptb_exact": ("PTB HMM", [("test/ppl", 180.0, True)]),
     "hmm_bernoulli_n1024_d128.chorales_exact": ("chorales HMM", [("test/nll", 6.5, True)]),
@@ -157,7 +164,7 @@ FLAGSHIPS = {
     ),
     "vae_crf_n100_enc2x128_lstm128_v8000_d64.ptb_exact": (
         "structured VAE (short PTB)",
-        [("test/distinct_map_states", 3.0, False)],
+        [("test/distinct_map_states", 3.0, False), ("test/nll_sentence", None, True)],
     ),
 }
 
@@ -174,8 +181,11 @@ def flagship_rows() -> list[str]:
         checks = []
         for metric, bound, at_most in targets:
             value = results["metrics"].get(metric)
-            met = value is not None and (value <= bound if at_most else value >= bound)
             shown = "-" if value is None else f"{value:.4g}"
+            if bound is None:  # reported beside the baseline, no target
+                checks.append(f"`{metric}` {shown}")
+                continue
+            met = value is not None and (value <= bound if at_most else value >= bound)
             relation = "≤" if at_most else "≥"
             checks.append(f"`{metric}` {shown} ({relation} {bound:g}: {'met' if met else 'missed'})")
         names = [metric for metric, _, _ in targets]
@@ -333,10 +343,12 @@ def add_synthetic_f1(folder: Path, work: Path) -> None:
     write_card(folder)
 
 
-def run(job: Job, scale: float, work: Path, resume: bool = False) -> None:
-    """Train (or with ``resume``, reuse the run's checkpoint), export, evaluate and record ``job``."""
-    minutes = job.minutes * scale
-    run_dir = work / job.tag
+def train(
+    recipe: str, run_dir: Path, minutes: float, fit_args: tuple[str, ...], threads: int, resume: bool
+) -> tuple[Path, float, float]:
+    """``zoo fit`` of recipes/<recipe>.yaml into ``run_dir`` for ``minutes`` (with ``resume``, reuse a
+    finished run there): its checkpoint (the recipe's best.ckpt, else the last), the budget and the
+    minutes it trained."""
     done = sorted(run_dir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime) if resume else []
     if done:  # the run's span: from LightningCLI's config.yaml to its last checkpoint
         config_yaml = done[-1].parent.parent / "config.yaml"  # the fit's (zoo test writes one in run_dir)
@@ -345,12 +357,39 @@ def run(job: Job, scale: float, work: Path, resume: bool = False) -> None:
     else:
         shutil.rmtree(run_dir, ignore_errors=True)
         started = time.time()
-        zoo_cli("fit", "--config", f"recipes/{job.recipe}.yaml", "--trainer.max_time", max_time(minutes),
+        zoo_cli("fit", "--config", f"recipes/{recipe}.yaml", "--trainer.max_time", max_time(minutes),
                 "--trainer.max_epochs", "1000", "--trainer.default_root_dir", str(run_dir),
-                "--trainer.enable_progress_bar", "false", *job.fit_args, threads=job.threads)  # fmt: skip
+                "--trainer.enable_progress_bar", "false", *fit_args, threads=threads)  # fmt: skip
         train_minutes = (time.time() - started) / 60
     best = sorted(run_dir.rglob("best.ckpt"))  # a recipe's ModelCheckpoint(filename=best), else the last
     (checkpoint,) = best[-1:] or sorted(run_dir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)[-1:]
+    return checkpoint, minutes, train_minutes
+
+
+def add_trained_baseline(folder: Path, job: Job, work: Path, resume: bool) -> None:
+    """Train ``job.baseline``'s recipe with the job's budget and threads, test it on the same data, and
+    record its test metrics beside the bundled model's (results.json ``baselines``, the card)."""
+    from zoo.pretrained import save_results, write_card
+
+    name, recipe = job.baseline
+    run_dir = work / f"{job.tag}.baseline"
+    checkpoint, _, minutes = train(recipe, run_dir, job.minutes, job.fit_args, job.threads, resume)
+    measured = run_dir / "test.json"
+    zoo_cli("test", "--config", f"recipes/{recipe}.yaml", "--ckpt_path", str(checkpoint), "--trainer.logger",
+            "false", "--results", str(measured), threads=job.threads)  # fmt: skip
+    results = json.loads((folder / "results.json").read_text())
+    metrics = json.loads(measured.read_text())["metrics"]
+    results["baselines"] = {f"{name} (recipes/{recipe}.yaml, {minutes:.0f} min)": metrics}
+    save_results(folder, results)
+    write_card(folder)
+
+
+def run(job: Job, scale: float, work: Path, resume: bool = False) -> None:
+    """Train (or with ``resume``, reuse the run's checkpoint), export, evaluate and record ``job``."""
+    run_dir = work / job.tag
+    checkpoint, minutes, train_minutes = train(
+        job.recipe, run_dir, job.minutes * scale, job.fit_args, job.threads, resume
+    )
     folder = WEIGHTS / job.tag
     shutil.rmtree(folder, ignore_errors=True)
     zoo_cli("export", str(checkpoint), str(folder))
@@ -370,6 +409,8 @@ def run(job: Job, scale: float, work: Path, resume: bool = False) -> None:
         add_synthetic_f1(folder, run_dir / "synthetic")
     if model.config.get("max_duration"):  # an HSMM: the plain HMM on the same frames
         add_hmm_baseline(folder)
+    if job.baseline is not None:
+        add_trained_baseline(folder, job, work, resume)
 
 
 def finish(folder: Path, training: dict, run_dir: Path):
