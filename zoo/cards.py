@@ -61,19 +61,17 @@ def dataset_name(data: dict[str, Any] | None) -> str | None:
         return None
     args = data.get("init_args") or {}
     short = data["class_path"].rsplit(".", 1)[-1]
+    if args.get("hf_dataset"):
+        return _hf_name(args["hf_dataset"])
     if short == "MusicDataModule":
-        dataset = args.get("dataset", "chorales")
+        dataset = args.get("dataset") or "chorales"
         return "chorales" if dataset == "chorales" else Path(dataset).stem
     if short == "PCFGDataModule" and args.get("tree_files"):
         return "ptb-wsj"
-    if short in ("PTBDataModule", "PCFGDataModule") and args.get("hf_dataset"):
-        return _hf_name(args["hf_dataset"])
     if short in ("PTBDataModule", "PCFGDataModule") and args.get("data_dir"):
         return _text_name(Path(args["data_dir"]))
     if short == "PCFGDataModule":
         return "ptb"
-    if short == "CaptionsDataModule" and args.get("hf_dataset"):
-        return _hf_name(args["hf_dataset"])
     if short == "CaptionsDataModule":
         source = args.get("source", "ptb-short")
         if source == "text" and args.get("path"):

@@ -26,7 +26,7 @@ import torch
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.gpt2_tokenizer import GPT2_VOCAB_SIZE, gpt2_tokenizer
-from zoo.data.hf_text import load_sentences, replacing
+from zoo.data.hf_source import load_sentences, replacing
 
 __all__ = ["SOURCES", "CaptionsDataModule", "read_captions", "read_coco_karpathy", "read_caption_lines"]
 
@@ -100,7 +100,7 @@ class CaptionsDataModule(SequenceDataModule):
         batch_tokens, batch_size, num_workers, seed: as ``SequenceDataModule``.
         tokenizer_cache: where the converted GPT-2 tokenizer is cached (see ``gpt2_tokenizer``).
         hf_dataset: read the sentences through Hugging Face ``datasets`` instead of ``source`` /
-            ``path``: a Hub dataset id or local text / JSON / parquet files (``zoo.data.hf_text``).
+            ``path``: a Hub dataset id or local text / JSON / parquet files (``zoo.data.hf_source``).
 
     ``vocab_size`` is GPT-2's, 50257.
     """

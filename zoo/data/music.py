@@ -38,6 +38,7 @@ from torch import Tensor
 
 from zoo.data.buckets import PackedSequences, collate_frames
 from zoo.data.datamodule import SequenceDataModule
+from zoo.data.hf_source import load_pieces, replacing
 
 __all__ = [
     "CACHE_VERSION",
@@ -283,7 +284,9 @@ class MusicDataModule(SequenceDataModule):
         dataset: ``"chorales"`` (music21's Bach chorales, converted once and cached, split by
             ``split_pieces`` with ``split_seed``) or the path of a Boulanger-Lewandowski pickle
             (``JSB_Chorales.pickle``, ``Nottingham.pickle``, ``MuseData.pickle``, ``Piano-midi.de.pickle``)
-            whose own train / valid / test split is used.
+            whose own train / valid / test split is used. Default: "chorales", unless ``hf_dataset``.
+        hf_dataset: instead of ``dataset``, a ``datasets`` source of one piece a row as its frames of
+            MIDI pitches (``zoo.data.hf_source``: the ``notes`` column, the pickles' layout).
         cache_dir: the chorales' piano-roll cache (default ``~/.cache/structured-zoo``).
         batch_frames: at most this many padded frames (``B x T``) a batch.
         batch_size: at most this many pieces a batch.
@@ -298,16 +301,21 @@ class MusicDataModule(SequenceDataModule):
 
     def __init__(
         self,
-        dataset: str = "chorales",
+        dataset: str | None = None,
         cache_dir: str | None = None,
         batch_frames: int | None = None,
         batch_size: int | None = 16,
         num_workers: int = 0,
         seed: int = 0,
         split_seed: int = 0,
+        hf_dataset: dict | None = None,
     ) -> None:
         super().__init__(batch_tokens=batch_frames, batch_size=batch_size, num_workers=num_workers, seed=seed)
-        if dataset == "chorales":
+        self.hf_dataset = replacing(hf_dataset, "dataset", dataset)
+        if self.hf_dataset is not None:
+            self.name = str(self.hf_dataset["path"])
+        elif dataset is None or dataset == "chorales":
+            dataset = "chorales"
             if importlib.util.find_spec("music21") is None:
                 raise ImportError(
                     f"dataset='chorales' needs the music21 package, which is not installed: {INSTALL_HINT}"
@@ -329,7 +337,15 @@ class MusicDataModule(SequenceDataModule):
         """Load (or convert and cache) the rolls once and fill ``datasets``."""
         if self.datasets:
             return
-        if self.dataset == "chorales":
+        if self.hf_dataset is not None:
+            splits = {
+                split: [
+                    frames_to_piano_roll(piece, f"hf_dataset {split} row {i}")
+                    for i, piece in enumerate(load_pieces(self.hf_dataset, split))
+                ]
+                for split in ("train", "valid", "test")
+            }
+        elif self.dataset == "chorales":
             rolls = load_chorales(self.cache_dir)
             splits = {
                 s: [rolls[i] for i in idx] for s, idx in split_pieces(len(rolls), self.split_seed).items()

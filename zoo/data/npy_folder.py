@@ -4,7 +4,9 @@ Layout: ``data_dir/train/``, ``data_dir/valid/``, ``data_dir/test/``, each holdi
 sequence (a frames x dims numeric array, the same dims everywhere) and, optionally, ``NAME.labels.npy``
 beside it: one integer per frame, the known segment label (0, 1, ...; -1 where unknown), which the
 segmentation metrics score against. Files are read when a batch needs them (memory-mapped headers give
-the lengths), so folders larger than memory work.
+the lengths), so folders larger than memory work. The same sequences can come through Hugging Face
+``datasets`` instead (``hf_dataset``: a Hub id or local JSON / parquet files with one sequence a row,
+``zoo.data.hf_source``); they are then held in memory.
 """
 
 from __future__ import annotations
@@ -14,11 +16,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from zoo.data.hf_source import load_feature_sequences, replacing
 from zoo.data.segments import SPLITS, SegmentDataModule, SequenceFeatures
 
 __all__ = ["NpyFolderDataModule", "read_npy_folder"]
 
 LABEL_SUFFIX = ".labels.npy"
+
+
+def frame_labels(values: np.ndarray, where: str, frames: int | None = None) -> torch.Tensor:
+    """Known segment labels as a long tensor: one integer >= -1 per frame (``frames`` of them, when
+    given); ValueError naming ``where`` otherwise."""
+    shape_ok = values.ndim == 1 and (frames is None or len(values) == frames)
+    if not shape_ok or not np.issubdtype(values.dtype, np.integer) or (values < -1).any():
+        expected = "(1-D)" if frames is None else f"({frames})"
+        raise ValueError(
+            f"{where}: expected one integer label >= -1 per frame {expected}, got shape {values.shape}, "
+            f"dtype {values.dtype}"
+        )
+    return torch.as_tensor(values.astype(np.int64))
 
 
 def read_npy_folder(folder: str | Path) -> SequenceFeatures:
@@ -37,22 +53,41 @@ def read_npy_folder(folder: str | Path) -> SequenceFeatures:
         if not label_path.exists():
             labels.append(None)
             continue
-        values = np.load(label_path, allow_pickle=False)
-        if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer) or (values < -1).any():
-            raise ValueError(
-                f"{label_path}: expected one integer label >= -1 per frame (1-D), got shape {values.shape}, "
-                f"dtype {values.dtype}"
-            )
-        labels.append(torch.as_tensor(values.astype(np.int64)))
+        labels.append(frame_labels(np.load(label_path, allow_pickle=False), str(label_path)))
     any_labels = any(lab is not None for lab in labels)
     return SequenceFeatures(files, labels if any_labels else None, [p.stem for p in files])
 
 
+def read_feature_rows(source: dict, split: str) -> SequenceFeatures:
+    """The sequences of one split of a ``datasets`` source (``zoo.data.hf_source``), named by their row
+    number, with their labels if the source names a labels column."""
+    rows, label_rows = load_feature_sequences(source, split)
+    if not rows:
+        raise ValueError(f"hf_dataset split {split!r} holds no sequence")
+    features, labels = [], []
+    for i, row in enumerate(rows):
+        array = np.asarray(row, dtype=np.float32)
+        if array.ndim != 2 or len(array) == 0:
+            raise ValueError(
+                f"hf_dataset {split} row {i}: expected frames x dims numbers, got shape {array.shape}"
+            )
+        features.append(torch.from_numpy(array))
+        if label_rows is None:
+            continue
+        labels.append(frame_labels(np.asarray(label_rows[i]), f"hf_dataset {split} row {i}", len(array)))
+    return SequenceFeatures(
+        features, labels if label_rows is not None else None, [str(i) for i in range(len(rows))]
+    )
+
+
 class NpyFolderDataModule(SegmentDataModule):
-    """Feature sequences from ``data_dir/{train,valid,test}/*.npy`` (module docstring).
+    """Feature sequences from ``data_dir/{train,valid,test}/*.npy`` or a ``datasets`` source (module
+    docstring).
 
     Args:
         data_dir: the folder with the three split folders.
+        hf_dataset: instead of ``data_dir``, a ``datasets`` source of one sequence a row
+            (``zoo.data.hf_source``: the ``features`` column, optional ``labels``).
         batch_frames, batch_size, num_workers, seed, transform_frames, predict_split: as
             ``SegmentDataModule``.
 
@@ -61,7 +96,8 @@ class NpyFolderDataModule(SegmentDataModule):
 
     def __init__(
         self,
-        data_dir: str,
+        data_dir: str | None = None,
+        hf_dataset: dict | None = None,
         batch_frames: int | None = 20_000,
         batch_size: int | None = None,
         num_workers: int = 0,
@@ -70,19 +106,29 @@ class NpyFolderDataModule(SegmentDataModule):
         predict_split: str = "test",
     ):
         super().__init__(batch_frames, batch_size, num_workers, seed, transform_frames, predict_split)
-        missing = [s for s in SPLITS if not (Path(data_dir) / s).is_dir()]
-        if missing:
-            raise FileNotFoundError(
-                f"{data_dir} must hold the folders {list(SPLITS)} of NAME.npy sequences; missing {missing}"
-            )
+        self.hf_dataset = replacing(hf_dataset, "data_dir", data_dir)
+        if self.hf_dataset is None:
+            if data_dir is None:
+                raise ValueError(
+                    "give data_dir (a folder of train / valid / test .npy sequences) or hf_dataset"
+                )
+            missing = [s for s in SPLITS if not (Path(data_dir) / s).is_dir()]
+            if missing:
+                raise FileNotFoundError(
+                    f"{data_dir} must hold the folders {list(SPLITS)} of NAME.npy sequences; "
+                    f"missing {missing}"
+                )
         self.data_dir = data_dir
-        self.name = Path(data_dir).name
+        self.name = Path(data_dir).name if data_dir is not None else str(self.hf_dataset["path"])
         self.save_hyperparameters()
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        datasets = {split: read_npy_folder(Path(self.data_dir) / split) for split in SPLITS}
+        if self.hf_dataset is not None:
+            datasets = {split: read_feature_rows(self.hf_dataset, split) for split in SPLITS}
+        else:
+            datasets = {split: read_npy_folder(Path(self.data_dir) / split) for split in SPLITS}
         dims = {split: d.dim for split, d in datasets.items()}
         if len(set(dims.values())) != 1:
             raise ValueError(f"every split needs the same feature size, got {dims}")

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.buckets import collate_tokens
 from zoo.data.datamodule import SequenceDataModule
-from zoo.data.hf_text import replacing
+from zoo.data.hf_source import replacing
 from zoo.data.ptb import SPLITS, read_text
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.trees import preprocess_trees, read_mrg, spans_to_tensor

@@ -21,7 +21,7 @@ import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
-from zoo.data.hf_text import load_sentences, replacing
+from zoo.data.hf_source import load_sentences, replacing
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.vocab import EOS, UNK, Vocabulary
 
@@ -93,7 +93,7 @@ def read_ptb(split: str, data_dir: str | os.PathLike | None = None) -> list[list
 
 
 def read_text(split: str, data_dir: str | os.PathLike | None = None, hf_dataset: dict | None = None):
-    """The sentences of one split from ``hf_dataset`` (``zoo.data.hf_text``) when given (it replaces
+    """The sentences of one split from ``hf_dataset`` (``zoo.data.hf_source``) when given (it replaces
     ``data_dir``), else ``read_ptb(split, data_dir)``."""
     return read_ptb(split, data_dir) if hf_dataset is None else load_sentences(hf_dataset, split)
 
@@ -110,7 +110,7 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
         num_workers: DataLoader worker processes.
         seed: the training shuffle's seed.
         hf_dataset: read the text through Hugging Face ``datasets`` instead: a Hub dataset id or
-            local text / JSON / parquet files (``zoo.data.hf_text`` describes the dict).
+            local text / JSON / parquet files (``zoo.data.hf_source`` describes the dict).
         vocab_from: use this vocabulary instead of building one from the training split: a
             ``vocab.json``, a ``zoo fit`` checkpoint or a ``from_pretrained`` source (``zoo fit`` passes
             ``init_from``'s); words it lacks map to ``<unk>`` (``coverage`` says how many).

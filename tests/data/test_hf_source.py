@@ -5,12 +5,13 @@ clear errors; the card names the data by its source."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 datasets = pytest.importorskip("datasets")
 
 from zoo.cards import dataset_name  # noqa: E402
 from zoo.data import PCFGDataModule, PTBDataModule  # noqa: E402
-from zoo.data.hf_text import check_source  # noqa: E402
+from zoo.data.hf_source import check_source  # noqa: E402
 
 TEXT = {
     "train": ["the cat sat on the mat", "a dog sat on a log", "the dog ran"],
@@ -111,3 +112,81 @@ def test_the_captions_data_reads_a_datasets_source_as_gpt2_ids(tmp_path):
     assert len(given.datasets["test"]) == 1  # the 7-word test sentence is over max_words
     hub = {"hf_dataset": {"path": "mscoco_captions"}}
     assert dataset_name({"class_path": "zoo.data.CaptionsDataModule", "init_args": hub}) == "mscoco_captions"
+
+
+PIECES = {  # frames of MIDI pitches, the Boulanger-Lewandowski layout
+    "train": [[[60, 64, 67], [62], []], [[21], [108, 60]]],
+    "validation": [[[55, 59]]],
+    "test": [[[], [72, 76], [72]], [[40]]],
+}
+
+
+def test_the_music_data_reads_pieces_of_midi_pitches(tmp_path):
+    from zoo.data import MusicDataModule
+    from zoo.data.music import frames_to_piano_roll
+
+    files = {}
+    for split, pieces in PIECES.items():
+        datasets.Dataset.from_dict({"notes": pieces}).to_json(tmp_path / f"{split}.json")
+        files[split] = str(tmp_path / f"{split}.json")
+    data = MusicDataModule(hf_dataset={"path": "json", "data_files": files}, batch_size=2)
+    data.setup()
+    for split, ours in (("train", "train"), ("validation", "valid"), ("test", "test")):
+        rolls = [x.tolist() for x in data.datasets[ours]]
+        assert rolls == [frames_to_piano_roll(p).tolist() for p in PIECES[split]]
+    batch = next(iter(data.train_dataloader()))
+    assert batch["frames"].shape[-1] == 88
+    with pytest.raises(ValueError, match="give dataset or hf_dataset, not both"):
+        MusicDataModule(dataset="chorales", hf_dataset={"path": "json", "data_files": files})
+    bad = {**files, "test": str(tmp_path / "bad.json")}
+    datasets.Dataset.from_dict({"notes": [[[20]]]}).to_json(tmp_path / "bad.json")
+    with pytest.raises(
+        ValueError, match=r"hf_dataset test row 0, frame 0: expected integer MIDI pitches 21..108"
+    ):
+        MusicDataModule(hf_dataset={"path": "json", "data_files": bad}).setup()
+    name = dataset_name(
+        {
+            "class_path": "zoo.data.MusicDataModule",
+            "init_args": {"hf_dataset": {"path": "json", "data_files": files}},
+        }
+    )
+    assert name.startswith("json files in")
+
+
+def test_feature_sequences_read_as_the_same_npy_folder(tmp_path):
+    import numpy as np
+
+    from zoo.data import NpyFolderDataModule
+
+    rng = np.random.default_rng(0)
+    rows = {
+        split: [rng.normal(size=(n, 3)).astype(np.float32) for n in (4, 6)]
+        for split in ("train", "valid", "test")
+    }
+    labels = {
+        split: [np.array([0, 0, 1, 1] + [2] * (len(x) - 4)) for x in seqs] for split, seqs in rows.items()
+    }
+    files = {}
+    for split in rows:
+        (tmp_path / "npy" / split).mkdir(parents=True)
+        for i, (x, y) in enumerate(zip(rows[split], labels[split])):
+            np.save(tmp_path / "npy" / split / f"{i}.npy", x)
+            np.save(tmp_path / "npy" / split / f"{i}.labels.npy", y)
+        table = {"frames": [x.tolist() for x in rows[split]], "segment": [y.tolist() for y in labels[split]]}
+        datasets.Dataset.from_dict(table).to_parquet(tmp_path / f"{split}.parquet")
+        files[split] = str(tmp_path / f"{split}.parquet")
+    source = {"path": "parquet", "data_files": {"train": files["train"], "validation": files["valid"],
+              "test": files["test"]}, "column": "frames", "labels": "segment"}  # fmt: skip
+    reference, given = NpyFolderDataModule(str(tmp_path / "npy")), NpyFolderDataModule(hf_dataset=source)
+    for data in (reference, given):
+        data.setup()
+    assert given.num_classes == reference.num_classes == 3 and given.input_dim == 3
+    for split in ("train", "valid", "test"):
+        for a, b in zip(given.datasets[split], reference.datasets[split]):
+            torch.testing.assert_close(torch.as_tensor(a["features"]), torch.as_tensor(b["features"]))
+            assert torch.equal(a["labels"], b["labels"])
+    torch.testing.assert_close(given.fit_feature_transform(3)[1], reference.fit_feature_transform(3)[1])
+    with pytest.raises(ValueError, match="has no column 'segmnt'"):
+        NpyFolderDataModule(hf_dataset={**source, "labels": "segmnt"}).setup()
+    with pytest.raises(ValueError, match="give data_dir or hf_dataset, not both"):
+        NpyFolderDataModule(str(tmp_path / "npy"), hf_dataset=source)

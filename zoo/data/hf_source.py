@@ -1,0 +1,108 @@
+"""Data through Hugging Face ``datasets``: a Hub dataset id, or local text / JSON / parquet files,
+loaded (cached, memory-mapped). Text is split into words with a batched ``map`` (cached too); music
+and feature sequences are read from their columns.
+
+A source is a dict, as a recipe writes it::
+
+    hf_dataset:
+      path: ptb_text_only            # a Hub dataset id, or a builder: "text", "json", "parquet", "csv"
+      name: null                     # the dataset's configuration, if it has several
+      revision: null                 # a branch, tag or commit of a Hub dataset
+      data_files: null               # the builders' files: {"train": ..., "validation": ..., "test": ...}
+      column: sentence               # the data column (below)
+      labels: null                   # feature sequences only: a column of per-frame labels
+      splits: {train: train, valid: validation, test: test}   # our split -> the dataset's split
+
+Columns by kind (the default name in brackets): text, one sentence a row (``sentence``; ``text`` for
+the "text" builder); music, one piece a row as its frames of MIDI pitches, ``[[60, 64, 67], [], ...]``
+(``notes``, the Boulanger-Lewandowski layout); feature sequences, one sequence a row as its frames of
+numbers (``features``), with optional per-frame integer labels (-1 unknown) in ``labels``.
+``HF_DATASETS_OFFLINE=1`` reads only the cache (and local files).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SPLIT_NAMES = {"train": "train", "valid": "validation", "test": "test"}
+INSTALL_HINT = 'pip install "structured-zoo[data]"  (or: pip install datasets)'
+KEYS = {"path", "name", "revision", "data_files", "column", "labels", "splits"}
+
+
+def check_source(source: dict[str, Any], column: str = "sentence") -> dict[str, Any]:
+    """The source with its defaults (``column``: the kind's default data column); ValueError naming
+    what is wrong."""
+    if not isinstance(source, dict) or "path" not in source:
+        raise ValueError(
+            f"hf_dataset must be a dict with at least 'path' (a Hub id or a builder), got {source!r}"
+        )
+    unknown = set(source) - KEYS
+    if unknown:
+        raise ValueError(f"hf_dataset has unknown keys {sorted(unknown)}; it takes {sorted(KEYS)}")
+    column = source.get("column") or ("text" if source["path"] == "text" else column)
+    splits = {**SPLIT_NAMES, **(source.get("splits") or {})}
+    return {**source, "column": column, "splits": splits}
+
+
+def replacing(hf_dataset: dict[str, Any] | None, name: str, value) -> dict[str, Any] | None:
+    """A data module's ``hf_dataset``, checked, where it replaces the path argument ``name`` (given
+    both: ValueError)."""
+    if hf_dataset is None:
+        return None
+    check_source(hf_dataset)
+    if value is not None:
+        raise ValueError(f"give {name} or hf_dataset, not both (got {value!r} and {hf_dataset!r})")
+    return hf_dataset
+
+
+def load_split(source: dict[str, Any], split: str, column: str = "sentence"):
+    """``split`` ("train", "valid" or "test") of ``source`` as a ``datasets.Dataset`` that has the data
+    column (``column``: the kind's default name) and the ``labels`` column if the source names one."""
+    try:
+        import datasets
+    except ImportError as error:
+        raise ImportError(f"hf_dataset needs the datasets package: {INSTALL_HINT}") from error
+    source = check_source(source, column)
+    wanted = source["splits"][split]
+    data = datasets.load_dataset(
+        source["path"],
+        source.get("name"),
+        data_files=source.get("data_files"),
+        revision=source.get("revision"),
+        split=wanted,
+    )
+    for key in ("column", "labels"):
+        if source.get(key) is not None and source[key] not in data.column_names:
+            raise ValueError(
+                f"hf_dataset {source['path']!r} split {wanted!r} has no column {source[key]!r} (its "
+                f"columns: {data.column_names}); set hf_dataset.{key}"
+            )
+    return data
+
+
+def load_sentences(source: dict[str, Any], split: str) -> list[list[str]]:
+    """The words of each non-blank line of ``split`` ("train", "valid" or "test") of ``source``."""
+    data = load_split(source, split)
+    column = check_source(source)["column"]
+    words = data.map(
+        lambda rows: {"words": [line.split() for line in rows[column]]},
+        batched=True,
+        remove_columns=data.column_names,
+        desc=f"words of {split}",
+    )
+    return [w for w in words["words"] if w]
+
+
+def load_pieces(source: dict[str, Any], split: str) -> list[list[list[int]]]:
+    """The pieces of ``split`` of a music ``source``: each a list of frames of MIDI pitches."""
+    data = load_split(source, split, "notes")
+    return list(data[check_source(source, "notes")["column"]])
+
+
+def load_feature_sequences(source: dict[str, Any], split: str) -> tuple[list, list | None]:
+    """The sequences of ``split`` of a feature ``source`` (each a list of frames of numbers) and their
+    per-frame labels (None when the source names no ``labels`` column)."""
+    data = load_split(source, split, "features")
+    checked = check_source(source, "features")
+    labels = checked.get("labels")
+    return list(data[checked["column"]]), (list(data[labels]) if labels is not None else None)
