@@ -373,13 +373,15 @@ def add_trained_baseline(folder: Path, job: Job, work: Path, resume: bool) -> No
 
     name, recipe = job.baseline
     run_dir = work / f"{job.tag}.baseline"
-    checkpoint, _, minutes = train(recipe, run_dir, job.minutes, job.fit_args, job.threads, resume)
+    checkpoint, budget, _ = train(recipe, run_dir, job.minutes, job.fit_args, job.threads, resume)
     measured = run_dir / "test.json"
     zoo_cli("test", "--config", f"recipes/{recipe}.yaml", "--ckpt_path", str(checkpoint), "--trainer.logger",
-            "false", "--results", str(measured), threads=job.threads)  # fmt: skip
+            "false", "--trainer.default_root_dir", str(run_dir), "--results", str(measured),
+            threads=job.threads)  # fmt: skip
     results = json.loads((folder / "results.json").read_text())
     metrics = json.loads(measured.read_text())["metrics"]
-    results["baselines"] = {f"{name} (recipes/{recipe}.yaml, {minutes:.0f} min)": metrics}
+    label = f"{name} (recipes/{recipe}.yaml, the same {budget:.0f}-minute budget, best validation checkpoint)"
+    results["baselines"] = {label: metrics}
     save_results(folder, results)
     write_card(folder)
 
