@@ -188,7 +188,7 @@ def flagship_rows() -> list[str]:
             met = value is not None and (value <= bound if at_most else value >= bound)
             relation = "≤" if at_most else "≥"
             checks.append(f"`{metric}` {shown} ({relation} {bound:g}: {'met' if met else 'missed'})")
-        names = [metric for metric, _, _ in targets]
+        names = list(dict.fromkeys(metric for metric, _, _ in targets))
         baselines = "; ".join(
             f"{name}: " + ", ".join(f"`{m}` {values[m]:.4g}" for m in names if m in values)
             for name, values in results.get("baselines", {}).items()
