@@ -19,7 +19,6 @@ a buffer of the model (``word_index``: each id's class), fitted once from the tr
 counts (``fit_shortlist``) and saved with the weights.
 """
 
-
 from __future__ import annotations
 
 import math
