@@ -37,6 +37,17 @@ def weights_follow() -> Iterator[None]:
         _WEIGHTS_FOLLOW.reset(token)
 
 
+@contextlib.contextmanager
+def gradients_in_evaluation(batch: dict) -> Iterator[dict]:
+    """Marginals are gradients of log Z: inside Lightning's evaluation (inference mode, no_grad) they
+    need gradients back on and a copy of the batch (tensors made in inference mode cannot enter
+    autograd). Yields that copy."""
+    import torch
+
+    with torch.inference_mode(False), torch.enable_grad():
+        yield {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
 def weights_will_follow() -> bool:
     """Whether the model being built will receive saved weights (inside ``weights_follow``)."""
     return _WEIGHTS_FOLLOW.get()

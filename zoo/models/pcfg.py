@@ -53,7 +53,7 @@ from zoo.inference import (
 from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.randomized import TREE_PROPOSALS
 from zoo.models.arguments import check_int, check_probability, check_randomized, check_rank
-from zoo.models.base import ZooModel
+from zoo.models.base import ZooModel, gradients_in_evaluation
 from zoo.models.layers import ResidualMLP, embedding_table, orthogonal_random_features
 
 
@@ -303,9 +303,7 @@ class PCFG(ZooModel):
     def parse(self, batch: dict) -> tuple[Tensor, Tensor]:
         """MBR trees (CKY over span marginals) of the batch: B x (2T-1) x 2 long (start, end) rows in
         pre-order (-1 padding), and the word counts n (B,)."""
-        # span marginals are the gradient of log Z: leave Lightning's inference mode / no_grad
-        with torch.inference_mode(False), torch.enable_grad():
-            batch = {k: v.clone() if isinstance(v, Tensor) else v for k, v in batch.items()}
+        with gradients_in_evaluation(batch) as batch:  # span marginals are the gradient of log Z
             dist = self.distribution(batch)
             return dist.mbr().detach(), dist.lengths.detach()
 

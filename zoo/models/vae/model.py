@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from zoo.inference import LinearChain
 from zoo.models.arguments import check_int, check_positive, check_probability
-from zoo.models.base import ZooModel, weights_will_follow
+from zoo.models.base import ZooModel, gradients_in_evaluation, weights_will_follow
 from zoo.models.vae.decoder import LSTMDecoder
 from zoo.models.vae.importance import importance_sampled_log_likelihood
 from zoo.models.vae.inference_network import CRFInferenceNetwork
@@ -211,10 +211,8 @@ class StructuredVAE(ZooModel):
 
     def posterior_summary(self, batch: dict) -> tuple[Tensor, Tensor]:
         """q(z | y)'s marginals (B x T x N, zero past each length) and MAP state sequences (B x T, -1
-        past each length), q computed exactly; detached (marginals are a gradient of log Z: computed
-        outside Lightning's inference mode)."""
-        with torch.inference_mode(False), torch.enable_grad():
-            batch = {k: v.clone() if isinstance(v, Tensor) else v for k, v in batch.items()}
+        past each length), q computed exactly; detached (``gradients_in_evaluation``)."""
+        with gradients_in_evaluation(batch) as batch:
             q = self.posterior(batch, exact=True)
             return q.marginals.detach(), q.argmax.detach()
 

@@ -7,10 +7,25 @@ uses, and how much a token's state depends on its sentence."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import Tensor
+
+
+def _evaluation_batches(model, batches: Iterable[dict], max_batches: int | None) -> Iterator[dict]:
+    """The first ``max_batches`` of ``batches`` moved to the model's device, the model in eval mode
+    meanwhile (its mode restored after)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    try:
+        for i, batch in enumerate(batches):
+            if max_batches is not None and i >= max_batches:
+                break
+            yield {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    finally:
+        model.train(was_training)
 
 
 @torch.no_grad()
@@ -19,20 +34,11 @@ def aggregated_state_usage(
 ) -> Tensor:
     """Counts (N,) long of the states in one sample of q per sentence (``model.sample_states``), on the
     model's device (batches are moved there)."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    generator = torch.Generator(device).manual_seed(seed)
+    generator = torch.Generator(next(model.parameters()).device).manual_seed(seed)
     counts = torch.zeros(model.num_states, dtype=torch.long, device="cpu")
-    try:
-        for i, batch in enumerate(batches):
-            if max_batches is not None and i >= max_batches:
-                break
-            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-            states = model.sample_states(batch, generator).flatten()
-            counts += torch.bincount(states[states >= 0].cpu(), minlength=model.num_states)
-    finally:
-        model.train(was_training)
+    for batch in _evaluation_batches(model, batches, max_batches):
+        states = model.sample_states(batch, generator).flatten()
+        counts += torch.bincount(states[states >= 0].cpu(), minlength=model.num_states)
     return counts
 
 
@@ -43,20 +49,11 @@ def posterior_collapse(model, batches: Iterable[dict], max_batches: int | None =
     computed exactly."""
     from zoo.metrics import PosteriorUsage
 
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
     usage = PosteriorUsage(model.num_states)
-    try:
-        for i, batch in enumerate(batches):
-            if max_batches is not None and i >= max_batches:
-                break
-            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-            marginals, best = model.posterior_summary(batch)
-            usage.update(marginals.cpu(), best.cpu(), batch["lengths"].cpu())
-    finally:
-        model.train(was_training)
-    if float(usage.sequences) == 0:
+    for batch in _evaluation_batches(model, batches, max_batches):
+        marginals, best = model.posterior_summary(batch)
+        usage.update(marginals.cpu(), best.cpu(), batch["lengths"].cpu())
+    if not usage.update_called:
         raise ValueError("posterior_collapse needs at least one batch")
     return {name: float(value) for name, value in usage.compute().items()}
 
