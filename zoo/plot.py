@@ -34,14 +34,13 @@ def find_metrics(run_dir: str | os.PathLike) -> Path:
 def progress_at(anchors: list[tuple[float, float, float]], step: float) -> tuple[float, float]:
     """(tokens, seconds) trained by ``step``, linear between the training rows' ``anchors`` (step,
     tokens, seconds; from (0, 0, 0)), past the last one at the last interval's rate."""
-    points = [(0.0, 0.0, 0.0), *anchors]
-    if len(points) == 1:
+    if not anchors:
         return math.nan, math.nan
-    for (s0, *at0), (s1, *at1) in zip(points, points[1:]):
-        if step <= s1 or (s1, *at1) == points[-1]:
-            w = (step - s0) / (s1 - s0) if s1 > s0 else 1.0
-            return tuple(a + w * (b - a) for a, b in zip(at0, at1))
-    raise AssertionError("unreachable")
+    points = [(0.0, 0.0, 0.0), *anchors]
+    k = next((k for k in range(1, len(points)) if step <= points[k][0]), len(points) - 1)
+    (s0, *at0), (s1, *at1) = points[k - 1], points[k]
+    w = (step - s0) / (s1 - s0) if s1 > s0 else 1.0
+    return tuple(a + w * (b - a) for a, b in zip(at0, at1))
 
 
 def read_curves(path: Path) -> dict[str, list[tuple[float, float, float, float]]]:

@@ -55,9 +55,10 @@ def replacing(hf_dataset: dict[str, Any] | None, name: str, value) -> dict[str, 
     return hf_dataset
 
 
-def load_split(source: dict[str, Any], split: str, column: str = "sentence"):
+def load_split(source: dict[str, Any], split: str, column: str = "sentence") -> tuple[Any, dict[str, Any]]:
     """``split`` ("train", "valid" or "test") of ``source`` as a ``datasets.Dataset`` that has the data
-    column (``column``: the kind's default name) and the ``labels`` column if the source names one."""
+    column (``column``: the kind's default name) and the ``labels`` column if the source names one,
+    and the source with its defaults (``check_source``)."""
     try:
         import datasets
     except ImportError as error:
@@ -77,13 +78,13 @@ def load_split(source: dict[str, Any], split: str, column: str = "sentence"):
                 f"hf_dataset {source['path']!r} split {wanted!r} has no column {source[key]!r} (its "
                 f"columns: {data.column_names}); set hf_dataset.{key}"
             )
-    return data
+    return data, source
 
 
 def load_sentences(source: dict[str, Any], split: str) -> list[list[str]]:
     """The words of each non-blank line of ``split`` ("train", "valid" or "test") of ``source``."""
-    data = load_split(source, split)
-    column = check_source(source)["column"]
+    data, source = load_split(source, split)
+    column = source["column"]
     words = data.map(
         lambda rows: {"words": [line.split() for line in rows[column]]},
         batched=True,
@@ -95,14 +96,13 @@ def load_sentences(source: dict[str, Any], split: str) -> list[list[str]]:
 
 def load_pieces(source: dict[str, Any], split: str) -> list[list[list[int]]]:
     """The pieces of ``split`` of a music ``source``: each a list of frames of MIDI pitches."""
-    data = load_split(source, split, "notes")
-    return list(data[check_source(source, "notes")["column"]])
+    data, source = load_split(source, split, "notes")
+    return list(data[source["column"]])
 
 
 def load_feature_sequences(source: dict[str, Any], split: str) -> tuple[list, list | None]:
     """The sequences of ``split`` of a feature ``source`` (each a list of frames of numbers) and their
     per-frame labels (None when the source names no ``labels`` column)."""
-    data = load_split(source, split, "features")
-    checked = check_source(source, "features")
-    labels = checked.get("labels")
-    return list(data[checked["column"]]), (list(data[labels]) if labels is not None else None)
+    data, source = load_split(source, split, "features")
+    labels = source.get("labels")
+    return list(data[source["column"]]), (list(data[labels]) if labels is not None else None)
