@@ -41,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -310,6 +311,16 @@ def synthetic_f1(backend: str, work: Path, seeds: int = SYNTHETIC_SEEDS) -> dict
     }
 
 
+def update_results(folder: Path, change: Callable[[dict], None]) -> None:
+    """Apply ``change`` to a bundled folder's results.json (in place) and re-render its card."""
+    from zoo.pretrained import save_results, write_card
+
+    results = json.loads((folder / "results.json").read_text())
+    change(results)
+    save_results(folder, results)
+    write_card(folder)
+
+
 def add_hmm_baseline(folder: Path, seeds: int = 3) -> None:
     """Record beside a bundled HSMM's metrics the plain Gaussian HMM (hmmlearn, EM) trained and scored
     on the same frames and split (scripts/hsmm_results.py), mean over ``seeds`` seeds."""
@@ -317,30 +328,25 @@ def add_hmm_baseline(folder: Path, seeds: int = 3) -> None:
 
     from hsmm_results import BASELINE, hmm_baseline
 
-    from zoo.pretrained import save_results, write_card
-
-    results = json.loads((folder / "results.json").read_text())
     training = read_training_config(folder)
     data_args = training["data"]["init_args"]
     tolerance = training["model"]["init_args"]["boundary_tolerance"]
     runs = [hmm_baseline(seed, data_args, tolerance) for seed in range(seeds)]
-    results["baselines"] = {
-        f"{BASELINE}, mean of {seeds} seeds": {k: statistics.mean(r[k] for r in runs) for k in runs[0]}
-    }
-    save_results(folder, results)
-    write_card(folder)
+    mean = {k: statistics.mean(r[k] for r in runs) for k in runs[0]}
+    baselines = {f"{BASELINE}, mean of {seeds} seeds": mean}
+    update_results(folder, lambda results: results.update(baselines=baselines))
 
 
 def add_synthetic_f1(folder: Path, work: Path) -> None:
     """Record ``synthetic_f1`` of a bundled PCFG's backend in its results.json and card."""
-    from zoo.pretrained import save_results, write_card
-
-    results = json.loads((folder / "results.json").read_text())
     backend = json.loads((folder / "config.json").read_text())["init_args"]["backend"]
-    results["metrics"].update(synthetic_f1(backend, work))
-    results["training"]["synthetic_f1"] = SYNTHETIC_NOTE
-    save_results(folder, results)
-    write_card(folder)
+    measured = synthetic_f1(backend, work)
+
+    def change(results: dict) -> None:
+        results["metrics"].update(measured)
+        results["training"]["synthetic_f1"] = SYNTHETIC_NOTE
+
+    update_results(folder, change)
 
 
 def train(
@@ -369,8 +375,6 @@ def train(
 def add_trained_baseline(folder: Path, job: Job, work: Path, resume: bool) -> None:
     """Train ``job.baseline``'s recipe with the job's budget and threads, test it on the same data, and
     record its test metrics beside the bundled model's (results.json ``baselines``, the card)."""
-    from zoo.pretrained import save_results, write_card
-
     name, recipe = job.baseline
     run_dir = work / f"{job.tag}.baseline"
     checkpoint, budget, _ = train(recipe, run_dir, job.minutes, job.fit_args, job.threads, resume)
@@ -378,12 +382,9 @@ def add_trained_baseline(folder: Path, job: Job, work: Path, resume: bool) -> No
     zoo_cli("test", "--config", f"recipes/{recipe}.yaml", "--ckpt_path", str(checkpoint), "--trainer.logger",
             "false", "--trainer.default_root_dir", str(run_dir), "--results", str(measured),
             threads=job.threads)  # fmt: skip
-    results = json.loads((folder / "results.json").read_text())
     metrics = json.loads(measured.read_text())["metrics"]
     label = f"{name} (recipes/{recipe}.yaml, the same {budget:.0f}-minute budget, best validation checkpoint)"
-    results["baselines"] = {label: metrics}
-    save_results(folder, results)
-    write_card(folder)
+    update_results(folder, lambda results: results.update(baselines={label: metrics}))
 
 
 def run(job: Job, scale: float, work: Path, resume: bool = False) -> None:
