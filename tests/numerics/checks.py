@@ -220,6 +220,9 @@ def check_chain(case: Case, backend_name: str, op: str, low=torch.float32):
 
     if op in ("log_partition", "entropy"):
         _check_total(name, op, d64, dlo, r64, rlo, low, what, r64.lengths)
+        if op == "log_partition":  # the path with a backward, besides the no-grad one above
+            dlo_grad, _ = chain_dist(case, be, low, grad=True)
+            _check_total(f"{name} (with grad)", op, d64, dlo_grad, r64, rlo, low, what, r64.lengths)
     elif op in ("marginals", "pairwise_marginals"):
         _check_marginals(name, op, d64, dlo, r64, rlo, low, what)
     elif op == "log_prob":

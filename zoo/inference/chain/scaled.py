@@ -81,7 +81,7 @@ def normalized(y: Tensor) -> tuple[Tensor, Tensor]:
     return y - n.unsqueeze(-1), n
 
 
-def _log_end(chain: ScaledChain) -> Tensor | None:
+def log_end(chain: ScaledChain) -> Tensor | None:
     return None if chain.final is None else safe_log(chain.final)
 
 
@@ -98,6 +98,17 @@ def total(alphas: Tensor, shifts: Tensor, lengths: Tensor, log_final: Tensor | N
     return inside.sum(-1) + end
 
 
+def guarded_step(x: Tensor, mats: list[Matrix], log_weights: Tensor | None, u: Tensor, live: Tensor) -> Tensor:
+    """One step of the forward in log space by guarded products, before its normalization: x (B x K,
+    the previous forward vector) -> log(exp(log(exp(x) @ M_1) + log_weights) @ M_2) + u (B x K)."""
+    y = log_matmul(x, mats[0], live)
+    if log_weights is not None:
+        y = y + log_weights
+    if len(mats) > 1:
+        y = log_matmul(y, mats[1], live)
+    return y + u
+
+
 def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """log Z (B,) and the log forward variables (B x T x K, each position shifted so its max is 0;
     junk past each length), plain autograd. ``left`` may also be per position: B x (T-1) x K x M."""
@@ -111,19 +122,14 @@ def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
     x, n = normalized(u[0])
     xs, ns = [x], [n]
     for t in range(1, len(u)):
-        live = lengths > t
         if per_position:
             mats = [Matrix.from_log(blocks[t - 1]) if chain.left_is_log else Matrix.from_prob(blocks[t - 1])]
-        y = log_matmul(x, mats[0], live)
-        if weights is not None:
-            y = y + weights[t - 1]
-        if len(mats) > 1:
-            y = log_matmul(y, mats[1], live)
-        x, n = normalized(y + u[t])
+        w = weights[t - 1] if weights is not None else None
+        x, n = normalized(guarded_step(x, mats, w, u[t], lengths > t))
         xs.append(x)
         ns.append(n)
     alphas = torch.stack(xs, 1)
-    return total(alphas, torch.stack(ns, 1), lengths, _log_end(chain)), alphas
+    return total(alphas, torch.stack(ns, 1), lengths, log_end(chain)), alphas
 
 
 @dataclass
@@ -165,7 +171,7 @@ def _repaired(out: Tensor, saved: _Saved, mat: Matrix, live: Tensor, folded: boo
 
 
 @dataclass
-class _Bridge:
+class Bridge:
     """What a two-product step adds between its products: log w_t = the first matrix's column shifts
     + the rank log-weights (B x (T-1) x M), its max over M and exp(log w_t - max), all precomputed."""
 
@@ -174,14 +180,14 @@ class _Bridge:
     scaled: Tensor
 
     @classmethod
-    def of(cls, shift: Tensor, log_weights: Tensor | None, u: Tensor) -> _Bridge:
+    def of(cls, shift: Tensor, log_weights: Tensor | None, u: Tensor) -> Bridge:
         B, T = u.shape[:2]
         log = shift.expand(B, max(T - 1, 0), -1) if log_weights is None else log_weights + shift
         top = log.amax(-1, keepdim=True).clamp_min(NEG)
         return cls(log, top, (log - top).exp())
 
 
-def _bridged_product(h1: Tensor, bridge: _Bridge, t: int, mat: Matrix, live: Tensor) -> tuple[Tensor, _Saved]:
+def _bridged_product(h1: Tensor, bridge: Bridge, t: int, mat: Matrix, live: Tensor) -> tuple[Tensor, _Saved]:
     """The second product of a two-product step whose first had no repaired entry, fed in probability
     space: its input exp(log h1 + log w_t - max log w_t) is h1 * bridge.scaled[:, t] (one multiply, no
     log and exp); the guard's bound is absolute, so the repair stays exact for any input scale."""
@@ -243,7 +249,7 @@ class _ScaledForward(torch.autograd.Function):
         T = u.shape[1]
         later = u[:, 1:] if per_position else u[:, 1:] + mats[-1].shift  # shared column shifts, once
         inside = torch.arange(T, device=u.device) < lengths.unsqueeze(-1)  # B x T
-        bridge = _Bridge.of(mats[0].shift, log_weights, u) if mats is not None and len(mats) > 1 else None
+        bridge = Bridge.of(mats[0].shift, log_weights, u) if mats is not None and len(mats) > 1 else None
         x, n = normalized(u[:, 0])
         xs, ns, saved = [x], [n], []
         inside, later = inside.unbind(1), later.unbind(1)  # views, not a slice a step
@@ -269,9 +275,9 @@ class _ScaledForward(torch.autograd.Function):
             ns.append(n)
             saved.append(step)
         alphas = torch.stack(xs, 1)
-        log_end = _log_end(chain)
-        log_z = total(alphas, torch.stack(ns, 1), lengths, log_end)
-        ctx.chain, ctx.mats, ctx.saved, ctx.log_end = chain, mats, saved, log_end
+        end_weights = log_end(chain)
+        log_z = total(alphas, torch.stack(ns, 1), lengths, end_weights)
+        ctx.chain, ctx.mats, ctx.saved, ctx.log_end = chain, mats, saved, end_weights
         ctx.save_for_backward(alphas, lengths)
         return log_z
 
@@ -335,7 +341,17 @@ class _ScaledForward(torch.autograd.Function):
 
 
 def log_partition(chain: ScaledChain, lengths: Tensor) -> Tensor:
-    """log Z (B,) with the hand-written backward (once differentiable)."""
+    """log Z (B,) with the hand-written backward (once differentiable); where no gradient is needed
+    and the matrices are shared, ``block_scaled``'s forward, which keeps nothing for a backward."""
+    if chain.left.dim() == 2 and not _needs_grad(chain):
+        from zoo.inference.chain import block_scaled  # it builds on this module
+
+        return block_scaled.log_partition(chain, lengths)
     return _ScaledForward.apply(
         chain.u, chain.left, chain.right, chain.log_weights, chain.final, lengths, chain.left_is_log
     )
+
+
+def _needs_grad(chain: ScaledChain) -> bool:
+    operands = (chain.u, chain.left, chain.right, chain.log_weights, chain.final)
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands)

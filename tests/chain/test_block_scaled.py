@@ -1,0 +1,161 @@
+"""The no-grad forward (``block_scaled``): probability-space blocks, verified, with guarded fallback.
+
+It must give the guarded forward's log Z (float64: to 1e-10; float32: against float64 within the
+budget of the other float32 tests), take the fast path where nothing underflows, fall back only for
+the blocks where something does, and raise the guarded forward's error on a dead chain.
+"""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import zoo.inference.chain.block_scaled as block_scaled
+import zoo.inference.chain.scaled as scaled
+from zoo.inference import DenseChain, LinearChain
+
+
+@pytest.fixture
+def count_blocks(monkeypatch):
+    """Counts the blocks recomputed by the guarded steps (so a test knows which path ran)."""
+    seen = {"guarded": 0}
+    original = block_scaled._Forward._guarded
+
+    def counting(self, a, b):
+        seen["guarded"] += 1
+        return original(self, a, b)
+
+    monkeypatch.setattr(block_scaled._Forward, "_guarded", counting)
+    return seen
+
+
+def _chain(g, B, T, K, M, two, weights, final, spread, dtype=torch.float64, from_log=None):
+    """A ScaledChain with Gaussian log-factors of standard deviation ``spread``."""
+    u = torch.randn(B, T, K, generator=g, dtype=dtype) * spread
+    if from_log is not None:  # one log-potential matrix (the exact HMM / CRF layout)
+        return scaled.ScaledChain(u, from_log.to(dtype), left_is_log=True)
+    left = torch.rand(K, M, generator=g, dtype=dtype)
+    right = torch.rand(K, M, generator=g, dtype=dtype) if two else None
+    log_w = torch.randn(B, T - 1, M, generator=g, dtype=dtype) if weights else None
+    end = torch.rand(K, generator=g, dtype=dtype) if final else None
+    return scaled.ScaledChain(u, left, right, log_w, end)
+
+
+def _reference(chain, lengths):
+    return scaled.forward(chain, lengths)[0]
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    B=st.integers(1, 5),
+    T=st.integers(1, 80),
+    K=st.integers(1, 9),
+    two=st.booleans(),
+    weights=st.booleans(),
+    final=st.booleans(),
+    spread=st.sampled_from([0.1, 3.0, 40.0, 300.0]),
+    data=st.data(),
+)
+def test_matches_the_guarded_forward_float64(seed, B, T, K, two, weights, final, spread, data):
+    """Ragged lengths at B > 1, one or two products, rank weights, end weights, spreads up to
+    hundreds of nats (which send blocks to the guarded steps): the same log Z to 1e-10."""
+    g = torch.Generator().manual_seed(seed)
+    M = data.draw(st.integers(1, 9)) if two else K
+    chain = _chain(g, B, T, K, M, two, weights, final, spread)
+    lengths = torch.tensor(data.draw(st.lists(st.integers(1, T), min_size=B, max_size=B)))
+    torch.testing.assert_close(
+        block_scaled.log_partition(chain, lengths), _reference(chain, lengths), rtol=1e-10, atol=1e-10
+    )
+
+
+def _forbidden_switch(N: int, at: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A banded HMM (i -> i, i + 1) whose emissions make the best state at ``at`` hundreds of nats
+    worse than the path that survives: a block there must fall back, the others need not."""
+    trans = torch.full((N, N), -1e4)
+    for i in range(N):
+        trans[i, i] = -0.1
+        trans[i, (i + 1) % N] = -2.5
+    g = torch.Generator().manual_seed(3)
+    unary = torch.randn(2, T, N, generator=g)
+    unary[:, at, 1:] = 300.0  # unreachable from state 0 in one step but 300 nats ahead
+    unary[:, at - 1, 1:] = -300.0
+    return unary, trans
+
+
+def test_fast_path_where_nothing_underflows(count_blocks):
+    g = torch.Generator().manual_seed(0)
+    trans = torch.randn(16, 16, generator=g).log_softmax(-1)
+    chain = _chain(g, 4, 200, 16, 16, False, False, False, 2.0, torch.float32, from_log=trans)
+    lengths = torch.tensor([200, 57, 1, 199])
+    got = block_scaled.log_partition(chain, lengths)
+    assert count_blocks["guarded"] == 0
+    chain64 = scaled.ScaledChain(chain.u.double(), chain.left.double(), left_is_log=True)
+    torch.testing.assert_close(got.double(), _reference(chain64, lengths), rtol=1e-6, atol=1e-4)
+
+
+def test_falls_back_only_around_the_block_that_underflows(count_blocks):
+    T = 400
+    unary, trans = _forbidden_switch(4, 200, T)
+    init = torch.tensor([0.0, -math.inf, -math.inf, -math.inf])  # a fixed start state
+    with torch.no_grad():
+        got = LinearChain(DenseChain(unary, trans, init)).log_partition
+    want = LinearChain(DenseChain(unary.double(), trans.double(), init.double())).log_partition
+    # the first block (states the fixed start cannot reach yet), the block of the switch, and the
+    # one after it (a failed attempt makes the next block go guarded directly), of 13
+    assert count_blocks["guarded"] <= 4
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-3)
+
+
+@pytest.mark.parametrize("T", [2, 50, 2000])
+def test_issue_examples_float32(T):
+    """A fixed start state and forbidden switching with emissions hundreds of nats apart (issue 17's
+    smallest case, then longer): float32 without grad against float64."""
+    g = torch.Generator().manual_seed(T)
+    unary = torch.randn(3, T, 2, generator=g) * 150
+    trans = torch.tensor([[0.0, -math.inf], [-math.inf, 0.0]])
+    with torch.no_grad():
+        got = LinearChain(DenseChain(unary, trans)).log_partition
+    want = LinearChain(DenseChain(unary.double(), trans.double())).log_partition
+    # a plain float32 log-space DP loses about eps |log Z| (T of them summed): allow 4x that
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=4e-7 * float(want.abs().max()) + 1e-4)
+
+
+def test_large_feature_entries_shorten_the_blocks():
+    """Non-negative matrices with entries far above 1 grow p fast: blocks get shorter, never overflow."""
+    g = torch.Generator().manual_seed(1)
+    u = torch.randn(2, 300, 8, generator=g, dtype=torch.float64)
+    left = torch.rand(8, 8, generator=g, dtype=torch.float64) * 1e25  # 86 bits a step
+    chain = scaled.ScaledChain(u, left)
+    assert block_scaled._Forward(chain, torch.tensor([300, 300]), *scaled.normalized(u[:, 0]))._block_length() == 1
+    lengths = torch.tensor([300, 123])
+    torch.testing.assert_close(block_scaled.log_partition(chain, lengths), _reference(chain, lengths))
+    got32 = block_scaled.log_partition(scaled.ScaledChain(u.float(), left.float()), lengths)
+    torch.testing.assert_close(got32.double(), _reference(chain, lengths), rtol=1e-5, atol=0)
+
+
+def test_dead_chain_raises_like_the_guarded_forward():
+    unary = torch.zeros(2, 40, 3)
+    unary[1, 30] = -math.inf  # no state allowed at position 30 of the second sequence
+    trans = torch.zeros(3, 3)
+    with torch.no_grad(), pytest.raises(ValueError, match="zero probability"):
+        LinearChain(DenseChain(unary, trans)).log_partition
+    # past its length the dead position is padding: fine
+    with torch.no_grad():
+        got = LinearChain(DenseChain(unary, trans), lengths=torch.tensor([40, 30])).log_partition
+    torch.testing.assert_close(got, torch.tensor([40, 30]) * math.log(3.0))
+
+
+def test_used_without_grad_only():
+    """With a leaf that needs its gradient the hand-written backward runs; without, the blocks."""
+    g = torch.Generator().manual_seed(2)
+    unary = torch.randn(2, 30, 5, generator=g, requires_grad=True)
+    trans = torch.randn(5, 5, generator=g)
+    with_grad = LinearChain(DenseChain(unary, trans)).log_partition
+    assert with_grad.requires_grad
+    with torch.no_grad():
+        without = LinearChain(DenseChain(unary, trans)).log_partition
+    assert not without.requires_grad
+    torch.testing.assert_close(with_grad.detach(), without)

@@ -1,0 +1,272 @@
+"""log Z of a scaled chain without gradients: probability-space products, rescaled and verified once
+a block of positions, recomputed by the guarded log-space steps only where the verification fails.
+
+A ``scaled.ScaledChain`` with shared matrices steps as p_t = ((p_{t-1} @ P_1) * W_t) @ P_2 * F_t (one
+or two products; W_t and F_t the exp of that point's log-factors minus their max over states, all
+computed at once before the loop). Inside a block a product is two kernels (``mm`` and ``mul`` into
+preallocated buffers): no log, exp, max or host synchronization, against about ten kernels a step
+for the guarded forward, which also keeps what its backward needs.
+
+Why a block is right when it passes. Underflow, flushed to zero or not, moves an entry of p = h * F
+by at most tiny (1 + h) (tiny in F, times h; tiny in the product), and a term of the next product
+by tiny max(P) (1 + h), so a product entry h' >= bound = K tiny / eps (2 + max(P) h_max), with h_max
+the largest product entry in the block or carried into it, is right to float precision whatever was
+lost (``zoo.inference.logmatmul`` makes the same argument with h_max = 1). After a block one
+reduction per product checks every h at a live position; a block with an entry below the bound (a
+forbidden transition, a left-to-right topology, emissions hundreds of nats apart) is recomputed by
+``scaled.guarded_step``, the guarded forward's step, from the exact log of its start. A block cannot
+overflow: it starts at max 1, each product grows the max by at most K max(P) (W, F <= 1), and a
+block is at most ``GROWTH_BITS`` of growth long. Each log Z is read off exact logs: log h + log F at
+the sequence's last position (h passed the bound, so its log is exact).
+
+Shapes: B batch, T positions, K states (or rank nodes), M a product's output size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from zoo.inference.chain import scaled
+from zoo.inference.logmatmul import NEG
+
+MAX_BLOCK = 32  # positions between checks: the check's cost amortized, a failed block recomputed
+GROWTH_BITS = 120  # the most a block may grow the forward's maximum: 2^120 < float32's 2^128
+CACHED_FACTORS = 2**18  # up to this many B x T x K elements, every block's factors are made at once
+
+
+def log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> Tensor:
+    """log Z (B,) of a chain with shared matrices, no autograd graph (see the module docstring)."""
+    x0, n0 = scaled.normalized(chain.u[:, 0])
+    if chain.u.shape[1] == 1:
+        last, scale = x0, n0
+    else:
+        last, scale = _Forward(chain, lengths, x0, n0).run()
+    log_end = scaled.log_end(chain)
+    last = last if log_end is None else last + log_end
+    top = last.amax(-1, keepdim=True).clamp_min(NEG)  # torch.logsumexp costs 5x more at these sizes
+    end = (last - top).exp().sum(-1).log() + top.squeeze(-1)
+    scaled.check_alive(torch.minimum(scale, end), torch.ones_like(lengths, dtype=torch.bool))
+    return scale + end
+
+
+class _Forward:
+    """One forward in blocks: ``run`` returns each sequence's exact log forward vector at its last
+    position (B x K) and its log scale (B,). A block's factors, products and checks are computed
+    per block (its tensors stay in cache), its checks' results read once for all blocks."""
+
+    def __init__(self, chain: scaled.ScaledChain, lengths: Tensor, x0: Tensor, n0: Tensor):
+        u = chain.u
+        B, T, K = u.shape
+        self.chain, self.lengths, self.x0, self.T = chain, lengths, x0, T
+        self.mats = chain.matrices()
+        self.peaks = [float(m.scaled.max()) for m in self.mats]
+        info = torch.finfo(u.dtype)
+        self.unit_bound, self.tiny = info.tiny / info.eps, info.tiny
+        self.bridge = None
+        if len(self.mats) > 1:  # the weights between the two products (B x (T-1) x M) and their max
+            self.bridge = scaled.Bridge.of(self.mats[0].shift, chain.log_weights, u)
+            self.bridge_steps = self.bridge.scaled.unbind(1)
+        self.size = self._block_length()
+        self.starts = list(range(1, T, self.size))
+        # each product's h in a block, in two slots (one block's h stays while the next is made)
+        buffers = [[u.new_empty(self.size, B, m.scaled.shape[-1]) for m in self.mats] for _ in (0, 1)]
+        self.h = [[buffer.unbind(0) for buffer in slot] for slot in buffers]
+        self.h_blocks = buffers
+        self.ring = [u.new_empty(B, K), u.new_empty(B, K)]  # p_t, alternating
+        self.scale_steps = u.new_zeros(T, B)  # scale_t = their cumsum up to t
+        self.scale_steps[0] = n0
+        self.cached = None
+        if B * T * K <= CACHED_FACTORS:
+            self.cached = self._factors(1, T)
+            self._offsets(self.cached[1], 1, T)
+        self.divisors: dict[int, Tensor] = {}  # block start -> the max (B x 1) its p was divided by
+        self.tails: dict[int, tuple[Tensor, Tensor]] = {}  # block start -> (last h, last top)
+        self.guarded_logs: dict[int, Tensor] = {}  # exact log p_t where the guarded steps made it
+        self.first_end = int(lengths.min())  # from here on, rows past their length are left out
+        self.end_positions = set((lengths - 1).tolist())
+        self.ends = x0  # B x K: each row becomes the exact log p at its last position
+
+    def _block_length(self) -> int:
+        """Steps a block may take without overflow: each product multiplies the max by <= K max(P)."""
+        bits = sum(max(math.log2(m.rows * max(peak, 1.0)), 1.0) for m, peak in zip(self.mats, self.peaks))
+        return max(1, min(MAX_BLOCK, int(GROWTH_BITS // bits)))
+
+    def _offsets(self, top: Tensor, a: int, b: int) -> None:
+        """The log scale each position's factors add: top (B x k x 1), plus the bridge's max."""
+        offsets = top.squeeze(-1)
+        if self.bridge is not None:
+            offsets = offsets + self.bridge.top[:, a - 1 : b - 1].squeeze(-1)
+        self.scale_steps[a:b] = offsets.T
+
+    def _later(self, a: int, b: int) -> Tensor:
+        """The log-factors after the last product at positions a..b-1: B x (b - a) x K, a new tensor
+        (u_t + the last product's column shifts + the log-weights of a one-product step)."""
+        later = self.chain.u[:, a:b] + self.mats[-1].shift
+        if len(self.mats) == 1 and self.chain.log_weights is not None:
+            later += self.chain.log_weights[:, a - 1 : b - 1]
+        return later
+
+    def _factors(self, a: int, b: int) -> tuple[Tensor, Tensor]:
+        """p's factors F_t = exp(later_t - top_t) <= 1 at positions a..b-1 (B x k x K) and top (B x k
+        x 1): an F below tiny is set to 0 before the exp (the error the bound allows; a subnormal exp
+        is 100x slower). Small chains make them for all positions at once (fewer kernels), larger
+        ones a block at a time (they stay in cache)."""
+        if self.cached is not None:
+            factors, top = self.cached
+            return factors[:, a - 1 : b - 1], top[:, a - 1 : b - 1]
+        later = self._later(a, b)
+        top = later.amax(-1, keepdim=True).clamp_min_(NEG)
+        later.sub_(top)
+        torch.nn.functional.threshold_(later, math.log(self.tiny), -math.inf)
+        return later.exp_(), top
+
+    def run(self) -> tuple[Tensor, Tensor]:
+        """Every block in probability space, checked together (one host synchronization); from the
+        first block that fails, block by block (``_adaptive``)."""
+        v, stats = self.x0.exp(), []
+        for i, a in enumerate(self.starts):
+            v, stat = self._lazy(v, a, i % 2)
+            stats.append(stat)
+        failed = self._first_failure(torch.stack(stats).tolist())
+        if failed is not None:
+            self._adaptive(failed)
+        if self.divisors:
+            starts = torch.tensor(list(self.divisors), device=v.device)
+            logs = torch.cat(list(self.divisors.values()), -1).T.log()
+            self.scale_steps.index_add_(0, starts, logs)
+        rows = torch.arange(self.lengths.shape[0], device=self.lengths.device)
+        return self.ends, self.scale_steps.cumsum(0)[self.lengths - 1, rows]
+
+    def _lazy(self, v: Tensor, a: int, slot: int) -> tuple[Tensor, Tensor]:
+        """Positions a..b-1 of a block in probability space from v (B x K, max 1): (the next block's
+        start, divided by its max; the block's check values, not yet read: each product's smallest
+        and largest h over the rows inside their length, and the smallest divisor)."""
+        b = min(a + self.size, self.T)
+        factors, top = self._factors(a, b)
+        if self.cached is None:
+            self._offsets(top, a, b)
+        factors, ring, h = factors.unbind(1), self.ring, self.h[slot]
+        if self.bridge is None:
+            P = self.mats[0].scaled
+            for j, t in enumerate(range(a, b)):
+                v = torch.mul(torch.mm(v, P, out=h[0][j]), factors[j], out=ring[t % 2])
+        else:
+            P1, P2 = self.mats[0].scaled, self.mats[1].scaled
+            for j, t in enumerate(range(a, b)):
+                v = torch.mm(v, P1, out=h[0][j]) * self.bridge_steps[t - 1]
+                v = torch.mul(torch.mm(v, P2, out=h[1][j]), factors[j], out=ring[t % 2])
+        last_h = self.h_blocks[slot][-1][b - a - 1]
+        self.tails[a] = (last_h.clone(), top[:, -1])
+        self._lazy_ends(a, b, slot, top)
+        stats = self._extremes(a, b, slot)
+        if b < self.T:
+            divisor = v.amax(-1, keepdim=True).clamp_min_(self.tiny)
+            v, self.divisors[b] = v / divisor, divisor
+            stats.append(divisor.amin())
+        else:
+            stats.append(v.new_ones(()))
+        return v, torch.stack(stats)
+
+    def _extremes(self, a: int, b: int, slot: int) -> list[Tensor]:
+        """[min h_1, max h_1, (min h_2, max h_2)] over a block's positions and the rows inside their
+        length (one pass before the first length ends)."""
+        live = None
+        if b > self.first_end:
+            live = (torch.arange(a, b, device=self.lengths.device).unsqueeze(-1) < self.lengths).unsqueeze(-1)
+        out = []
+        for buffer in self.h_blocks[slot]:
+            block = buffer[: b - a]
+            if live is None:
+                out.extend(torch.aminmax(block))
+            else:
+                out += [torch.where(live, block, math.inf).amin(), torch.where(live, block, 0.0).amax()]
+        return out
+
+    def _lazy_ends(self, a: int, b: int, slot: int, top: Tensor) -> None:
+        """The exact log p = log h + log F of the rows that end in the block (h passes the bound)."""
+        if not any(a <= e < b for e in self.end_positions):
+            return
+        last = self.lengths - 1
+        rows = torch.arange(len(last), device=last.device)
+        at = (last - a).clamp(0, b - a - 1)
+        h = self.h_blocks[slot][-1][at, rows].clamp_min(self.tiny)
+        later = self.chain.u[rows, at + a] + self.mats[-1].shift
+        if len(self.mats) == 1 and self.chain.log_weights is not None:
+            later = later + self.chain.log_weights[rows, at + a - 1]
+        exact = h.log() + later - top[rows, at]
+        self.ends = torch.where(((last >= a) & (last < b)).unsqueeze(-1), exact, self.ends)
+
+    def _passes(self, row: list[float], carried: float) -> bool:
+        """The module docstring's bound, for a block's [min h_1, max h_1, ...]."""
+        h_max = max(carried, *row[1::2])
+        return all(
+            low >= self.unit_bound * m.rows * (2 + peak * h_max)
+            for low, m, peak in zip(row[0::2], self.mats, self.peaks)
+        )
+
+    def _first_failure(self, values: list[list[float]]) -> int | None:
+        """The index of the first block whose check fails, or None."""
+        carried = 1.0
+        for i, (*row, smallest) in enumerate(values):
+            if not self._passes(row, carried):
+                return i
+            carried = max(1.0, *row[1::2]) / smallest
+        return None
+
+    def _adaptive(self, first: int) -> None:
+        """From block ``first`` (which failed) on, block by block: a failed block is recomputed by the
+        guarded steps from the exact log of its start; after a failed attempt the next 1, then 2,
+        4, ... blocks go guarded directly (a left-to-right topology fails every block)."""
+        backoff, wait, carried, start = 1, 0, 1.0, None
+        for i in range(first, len(self.starts)):
+            a = self.starts[i]
+            b = min(a + self.size, self.T)
+            passed = False
+            if i > first and wait == 0:
+                v, stat = self._lazy(start, a, i % 2)
+                *row, smallest = stat.tolist()
+                passed = self._passes(row, carried)
+                if passed:
+                    backoff, carried, start = 1, max(1.0, *row[1::2]) / smallest, v
+                else:
+                    wait, backoff = backoff, 2 * backoff
+            elif i > first:
+                wait -= 1
+            if not passed:
+                start, carried = self._guarded(a, b).exp(), 1.0  # max 1: the next block starts from it
+                if b < self.T:
+                    self.divisors[b] = start.new_ones(start.shape[0], 1)
+
+    def _exact_log(self, t: int) -> Tensor:
+        """log p_t (B x K), exact: x0, the guarded steps' vector, or log h_t + log F_t at a block's
+        last position (h passed the bound at every row inside a length, so its log is exact there)."""
+        if t == 0:
+            return self.x0
+        if t in self.guarded_logs:
+            return self.guarded_logs[t]
+        a = self.starts[(t - 1) // self.size]
+        h, top = self.tails[a]
+        return h.clamp_min(self.tiny).log() + self._later(t, t + 1).squeeze(1) - top
+
+    def _guarded(self, a: int, b: int) -> Tensor:
+        """Positions a..b-1 by the guarded steps, from the exact log p_{a-1} divided as the block's
+        start was; returns the exact log p_{b-1} (max 0)."""
+        chain, mats, last = self.chain, self.mats, self.lengths - 1
+        x = self._exact_log(a - 1)
+        if a in self.divisors:
+            x = x - self.divisors[a].log()
+        x, shift = scaled.normalized(x)
+        for t in range(a, b):
+            live = self.lengths > t
+            w = chain.log_weights[:, t - 1] if chain.log_weights is not None else None
+            x, n = scaled.normalized(scaled.guarded_step(x, mats, w, chain.u[:, t], live))
+            scaled.check_alive(n, live)
+            self.scale_steps[t] = shift + n
+            shift = 0
+            self.guarded_logs[t] = x
+            if t in self.end_positions:
+                self.ends = torch.where((last == t).unsqueeze(-1), x, self.ends)
+        return x
