@@ -98,6 +98,7 @@ JOBS = [
         baseline=("LSTM language model of the decoder's size", "vae/ptb-short-lstm-baseline-cpu"),
     ),
     Job("hmm_bernoulli_n1024_d128.chorales_exact", "hmm/chorales-exact-cpu-flagship", 15, threads=1),
+    Job("pcfg_nt1000_pt2000_d64.ptb_rank_space", "pcfg/ptb-rank-space-cpu-flagship", 135, threads=1),
     Job("hmm_categorical_n512_d64.ptb_exact", "hmm/ptb-exact-small", 4),
     Job("hmm_categorical_n1024_d64.ptb_low_rank", "hmm/ptb-low-rank-small", 4),
     Job("hmm_categorical_n4096_d64.ptb_rank_space", "hmm/ptb-rank-space-small", 4),
@@ -154,6 +155,10 @@ FAMILIES = {  # class -> (table title, metrics shown)
 FLAGSHIPS = {
     "hmm_categorical_n1024_d128.ptb_exact": ("PTB HMM", [("test/ppl", 180.0, True)]),
     "hmm_bernoulli_n1024_d128.chorales_exact": ("chorales HMM", [("test/nll", 6.5, True)]),
+    "pcfg_nt1000_pt2000_d64.ptb_rank_space": (
+        "PTB PCFG",
+        [("test/ppl", 300.0, True), ("synthetic/sentence_f1", None, False)],
+    ),
     "hsmm_gaussian_n8_dur32_in12_f12_d32.smartwatch_exact": (
         "smartwatch HSMM",
         [
@@ -300,10 +305,10 @@ def synthetic_f1(backend: str, work: Path, seeds: int = SYNTHETIC_SEEDS) -> dict
     deviation over seeds, of a PCFG with ``backend`` trained there (scripts/pcfg_induction.py)."""
     import statistics
 
-    from pcfg_induction import induce, write_corpus
+    from pcfg_induction import SIZES, induce, write_corpus
 
     work.mkdir(parents=True, exist_ok=True)
-    files = write_corpus(work, {"train": 300, "valid": 20, "test": 100}, 4, 11, seed=0)
+    files = write_corpus(work, SIZES, 4, 11, seed=0)
     scores = [100 * induce(files, backend, seed, SYNTHETIC_EPOCHS)["sentence_f1"] for seed in range(seeds)]
     return {
         "synthetic/sentence_f1": statistics.mean(scores),

@@ -191,6 +191,14 @@ _family(
             "rank-space PCFG, 4500 / 9000 symbols, rank 1000 (Yang et al. 2022)",
         ),
         (
+            "nt1000_pt2000_d64",
+            _pcfg(1000, 2000, 64),
+            {"rank-space": {"rank": 500}},
+            "rank-space",
+            ("pcfg/ptb-rank-space-cpu-flagship",),
+            "rank-space PCFG trained for hours on one CPU core: the zoo's CPU flagship grammar",
+        ),
+        (
             "nt10_pt20_d64",
             _pcfg(10, 20, 64),
             {

@@ -129,7 +129,8 @@ def test_large_feature_entries_shorten_the_blocks():
     u = torch.randn(2, 300, 8, generator=g, dtype=torch.float64)
     left = torch.rand(8, 8, generator=g, dtype=torch.float64) * 1e25  # 86 bits a step
     chain = scaled.ScaledChain(u, left)
-    assert block_scaled._Forward(chain, torch.tensor([300, 300]), *scaled.normalized(u[:, 0]))._block_length() == 1
+    forward = block_scaled._Forward(chain, torch.tensor([300, 300]), *scaled.normalized(u[:, 0]))
+    assert forward._block_length() == 1
     lengths = torch.tensor([300, 123])
     torch.testing.assert_close(block_scaled.log_partition(chain, lengths), _reference(chain, lengths))
     got32 = block_scaled.log_partition(scaled.ScaledChain(u.float(), left.float()), lengths)
@@ -141,7 +142,7 @@ def test_dead_chain_raises_like_the_guarded_forward():
     unary[1, 30] = -math.inf  # no state allowed at position 30 of the second sequence
     trans = torch.zeros(3, 3)
     with torch.no_grad(), pytest.raises(ValueError, match="zero probability"):
-        LinearChain(DenseChain(unary, trans)).log_partition
+        _ = LinearChain(DenseChain(unary, trans)).log_partition
     # past its length the dead position is padding: fine
     with torch.no_grad():
         got = LinearChain(DenseChain(unary, trans), lengths=torch.tensor([40, 30])).log_partition
@@ -159,3 +160,92 @@ def test_used_without_grad_only():
         without = LinearChain(DenseChain(unary, trans)).log_partition
     assert not without.requires_grad
     torch.testing.assert_close(with_grad.detach(), without)
+
+
+@pytest.fixture
+def count_backward(monkeypatch):
+    """Counts the log Z computed with the probability-space backward (``_Backward``)."""
+    seen = {"calls": 0}
+    original = block_scaled._Backward.apply
+
+    def counting(*args):
+        seen["calls"] += 1
+        return original(*args)
+
+    monkeypatch.setattr(block_scaled._Backward, "apply", counting)
+    return seen
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    B=st.integers(1, 5),
+    T=st.integers(2, 70),
+    N=st.integers(1, 8),
+    spread=st.sampled_from([0.1, 2.0, 10.0]),
+    data=st.data(),
+)
+def test_backward_matches_autograd_float64(seed, B, T, N, spread, data):
+    """Every gradient (unary, transition, init) of a weighted sum of log Z, ragged lengths at B > 1:
+    the same as autograd of the plain guarded forward to 1e-9, through the probability-space backward."""
+    g = torch.Generator().manual_seed(seed)
+    unary = (torch.randn(B, T, N, generator=g, dtype=torch.float64) * spread).requires_grad_()
+    trans = torch.randn(N, N, generator=g, dtype=torch.float64).requires_grad_()
+    init = torch.randn(N, generator=g, dtype=torch.float64).requires_grad_()
+    lengths = torch.tensor(data.draw(st.lists(st.integers(1, T), min_size=B, max_size=B)))
+    weights = torch.randn(B, generator=g, dtype=torch.float64)
+    chain = DenseChain(unary, trans, init)
+    fast = block_scaled.differentiable_log_partition(exact_scaled(chain), lengths)
+    assert fast is not None  # nothing underflows at these spreads: the fast path ran
+    slow, _ = scaled.forward(exact_scaled(chain), lengths)
+    torch.testing.assert_close(fast, slow, rtol=1e-10, atol=1e-10)
+    leaves = [unary, trans, init]
+    for a, b in zip(
+        torch.autograd.grad((fast * weights).sum(), leaves),
+        torch.autograd.grad((slow * weights).sum(), leaves),
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def exact_scaled(chain: DenseChain) -> scaled.ScaledChain:
+    from zoo.inference.chain.exact import log_space
+
+    return log_space(chain)
+
+
+def test_float32_marginals_of_a_long_chain(count_backward):
+    """T = 2000, Gaussian emissions a few nats apart, a peaked transition: float32 marginals and
+    transition gradients through the fast backward, against float64."""
+    g = torch.Generator().manual_seed(5)
+    B, T, N = 3, 2000, 12
+    unary = torch.randn(B, T, N, generator=g, dtype=torch.float64) * 4
+    trans = (torch.randn(N, N, generator=g, dtype=torch.float64) * 3).log_softmax(-1)
+    lengths = torch.tensor([2000, 1500, 7])
+    out = {}
+    for dtype in (torch.float32, torch.float64):
+        u, t = unary.to(dtype).requires_grad_(), trans.to(dtype).requires_grad_()
+        log_z = LinearChain(DenseChain(u, t), lengths).log_partition
+        out[dtype] = (log_z, *torch.autograd.grad(log_z.sum(), [u, t]))
+    assert count_backward["calls"] >= 1
+    (z32, m32, t32), (z64, m64, t64) = out[torch.float32], out[torch.float64]
+    torch.testing.assert_close(z32.double(), z64, rtol=1e-6, atol=1e-3)
+    torch.testing.assert_close(m32.double(), m64, rtol=0, atol=2e-5)  # marginals, in [0, 1]
+    torch.testing.assert_close(t32.double(), t64, rtol=1e-4, atol=5e-3)  # sums of 3,500 pairwise marginals
+
+
+def test_backward_falls_back_where_a_block_fails(count_backward):
+    """A left-to-right chain with a fixed start fails the first block's check: the guarded forward and
+    its backward run instead, with the same gradients as float64 autograd."""
+    N, T = 4, 60
+    trans = torch.full((N, N), -math.inf)
+    for i in range(N):
+        trans[i, i] = -0.2
+        if i + 1 < N:
+            trans[i, i + 1] = -1.7
+    init = torch.tensor([0.0, -math.inf, -math.inf, -math.inf])
+    unary = torch.randn(2, T, N, generator=torch.Generator().manual_seed(4)) * 50
+    u32 = unary.clone().requires_grad_()
+    got = LinearChain(DenseChain(u32, trans, init)).marginals
+    want = LinearChain(DenseChain(unary.double(), trans.double(), init.double())).marginals
+    assert count_backward["calls"] == 0
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-5)

@@ -46,15 +46,14 @@ def test_induced_grammar_beats_random_trees(tmp_path, backend, epochs, seeds):
     """Each backend with its recipe (the N-PCFG with Kim et al.'s: with the small one its trees fell
     below random ones, docs/pcfg.md)."""
     torch.set_num_threads(1)
-    files = write_corpus(tmp_path, {"train": 300, "valid": 20, "test": 60}, 4, 11, seed=0)
+    files = write_corpus(tmp_path, {"train": 300, "valid": 100, "test": 60}, 4, 11, seed=0)
     base = baselines(files)
     random_f1, right_f1 = base["random trees"][0], base["right-branching"][0]
     assert base["true grammar (MBR)"][0] > 0.85 > right_f1 > random_f1
-    # a grammar inducer has local optima (one seed's trees can be worse than random): of the seeds,
-    # keep the model of the best likelihood, the unsupervised selection rule (it never sees gold trees)
-    runs = [induce(files, backend, seed=seed, epochs=epochs) for seed in range(seeds)]
-    result = min(runs, key=lambda run: run["ppl"])
-    assert result["sentence_f1"] > random_f1 + 0.15, (runs, base)
+    # a grammar inducer has local optima (one seed's trees can be worse than random): of the restarts,
+    # induce keeps the model of the best validation likelihood (it never sees gold trees)
+    result = induce(files, backend, seed=0, epochs=epochs, restarts=seeds)
+    assert result["sentence_f1"] > random_f1 + 0.15, (result, base)
     assert 1 < true_perplexity(files) < result["ppl"] < 40
 
 

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from zoo.inference.chain import scaled
 from zoo.inference.logmatmul import NEG
+from zoo.inference.precision import in_full_precision
 
 MAX_BLOCK = 32  # positions between checks: the check's cost amortized, a failed block recomputed
 GROWTH_BITS = 120  # the most a block may grow the forward's maximum: 2^120 < float32's 2^128
@@ -41,9 +42,29 @@ def log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> Tensor:
     """log Z (B,) of a chain with shared matrices, no autograd graph (see the module docstring)."""
     x0, n0 = scaled.normalized(chain.u[:, 0])
     if chain.u.shape[1] == 1:
-        last, scale = x0, n0
-    else:
-        last, scale = _Forward(chain, lengths, x0, n0).run()
+        return _log_z(chain, lengths, x0, n0)
+    return _log_z(chain, lengths, *_Forward(chain, lengths, x0, n0).run())
+
+
+def differentiable_log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> Tensor | None:
+    """log Z (B,) with a backward in probability space (``_Backward``), for one shared matrix of
+    log-potentials and no end weights (the HMM / CRF layout); None where a block fails its check
+    (then the guarded forward with its own backward is the way, see ``scaled.log_partition``)."""
+    if chain.u.shape[1] == 1:
+        return None
+    with torch.no_grad():
+        detached = scaled.ScaledChain(chain.u.detach(), chain.left.detach(), left_is_log=True)
+        x0, n0 = scaled.normalized(detached.u[:, 0])
+        forward = _Forward(detached, lengths, x0, n0, keep=True)
+        ends = forward.run()
+        if ends is None:
+            return None
+        log_z = _log_z(detached, lengths, *ends)
+    return _Backward.apply(chain.u, chain.left, log_z, forward)
+
+
+def _log_z(chain: scaled.ScaledChain, lengths: Tensor, last: Tensor, scale: Tensor) -> Tensor:
+    """log Z (B,) from each sequence's exact log forward vector at its end (B x K) and its scale."""
     log_end = scaled.log_end(chain)
     last = last if log_end is None else last + log_end
     top = last.amax(-1, keepdim=True).clamp_min(NEG)  # torch.logsumexp costs 5x more at these sizes
@@ -52,12 +73,64 @@ def log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> Tensor:
     return scale + end
 
 
+class _Backward(torch.autograd.Function):
+    """The backward of a kept block forward, in probability space: with g_t = d log Z / d p_t,
+
+        d log Z / d u_t = g_t o p_t (the marginals), g_{t-1} = ((g_t o F_t) @ P^T) / d_t,
+        d log Z / d log Psi = P o sum_t p'_{t-1}^T (g_t o F_t)   (one (T B) x K by (T B) x K product),
+
+    d_t the divisor of a block starting at t (else 1), p' the divided vector; g starts at 1 / sum(p)
+    at each sequence's last position. Two kernels a step. Its accuracy rests on the forward's check:
+    every h >= the bound, so g <= K max(P) / bound (no overflow for max(P) = 1) and what underflows in
+    g o F moves a marginal by at most tiny max(p)."""
+
+    @staticmethod
+    def forward(ctx, u, left, log_z, forward):
+        ctx.forward = forward
+        return log_z.clone()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    @in_full_precision  # a backward called under autocast or TF32 (the forward ran in full float32)
+    def backward(ctx, grad):
+        fw = ctx.forward
+        vectors, P, lengths = fw.vectors, fw.mats[0].scaled, fw.lengths
+        T, B, K = vectors.shape
+        factors, _ = fw.cached
+        last, rows = lengths - 1, torch.arange(B, device=lengths.device)
+        start = grad / vectors[last, rows].sum(-1)  # d log Z / d p at each end, B (times ones)
+        g_all = torch.zeros_like(vectors)  # g_t, T x B x K
+        gh_all = vectors.new_empty(T - 1, B, K)  # g_t o F_t
+        g_views, gh_views, PT = g_all.unbind(0), gh_all.unbind(0), P.T
+        ends = set(last.tolist())
+        for t in range(T - 1, 0, -1):
+            g = g_views[t]
+            if t in ends:
+                g.copy_(torch.where((last == t).unsqueeze(-1), start.unsqueeze(-1), g))
+            gh = torch.mul(g, factors[:, t - 1], out=gh_views[t - 1])
+            g_prev = torch.mm(gh, PT, out=g_views[t - 1])
+            if t in fw.divisors:
+                g_prev.div_(fw.divisors[t])
+        if 0 in ends:
+            g_views[0].copy_(torch.where((last == 0).unsqueeze(-1), start.unsqueeze(-1), g_views[0]))
+        grad_u = (g_all * vectors).transpose(0, 1)
+        grad_left = None
+        if ctx.needs_input_grad[1]:
+            before = vectors[:-1].clone()  # p'_{t-1}: divided where a block starts at t
+            for t, divisor in fw.divisors.items():
+                before[t - 1] /= divisor
+            grad_left = P * (before.reshape(-1, K).T @ gh_all.reshape(-1, K))
+        return grad_u, grad_left, None, None
+
+
 class _Forward:
     """One forward in blocks: ``run`` returns each sequence's exact log forward vector at its last
     position (B x K) and its log scale (B,). A block's factors, products and checks are computed
     per block (its tensors stay in cache), its checks' results read once for all blocks."""
 
-    def __init__(self, chain: scaled.ScaledChain, lengths: Tensor, x0: Tensor, n0: Tensor):
+    def __init__(self, chain: scaled.ScaledChain, lengths: Tensor, x0: Tensor, n0: Tensor, keep=False):
+        """``keep``: keep every p_t (``vectors``, T x B x K) and factor for a backward (``_Backward``);
+        ``run`` then returns None where a block fails instead of recomputing it."""
         u = chain.u
         B, T, K = u.shape
         self.chain, self.lengths, self.x0, self.T = chain, lengths, x0, T
@@ -75,11 +148,16 @@ class _Forward:
         buffers = [[u.new_empty(self.size, B, m.scaled.shape[-1]) for m in self.mats] for _ in (0, 1)]
         self.h = [[buffer.unbind(0) for buffer in slot] for slot in buffers]
         self.h_blocks = buffers
+        self.keep, self.vectors = keep, None
         self.ring = [u.new_empty(B, K), u.new_empty(B, K)]  # p_t, alternating
+        if keep:  # p_t into its own row instead
+            self.vectors = u.new_empty(T, B, K)
+            torch.exp(x0, out=self.vectors[0])
+            self.ring = self.vectors.unbind(0)
         self.scale_steps = u.new_zeros(T, B)  # scale_t = their cumsum up to t
         self.scale_steps[0] = n0
         self.cached = None
-        if B * T * K <= CACHED_FACTORS:
+        if keep or B * T * K <= CACHED_FACTORS:
             self.cached = self._factors(1, T)
             self._offsets(self.cached[1], 1, T)
         self.divisors: dict[int, Tensor] = {}  # block start -> the max (B x 1) its p was divided by
@@ -123,7 +201,7 @@ class _Forward:
         torch.nn.functional.threshold_(later, math.log(self.tiny), -math.inf)
         return later.exp_(), top
 
-    def run(self) -> tuple[Tensor, Tensor]:
+    def run(self) -> tuple[Tensor, Tensor] | None:
         """Every block in probability space, checked together (one host synchronization); from the
         first block that fails, block by block (``_adaptive``)."""
         v, stats = self.x0.exp(), []
@@ -131,6 +209,8 @@ class _Forward:
             v, stat = self._lazy(v, a, i % 2)
             stats.append(stat)
         failed = self._first_failure(torch.stack(stats).tolist())
+        if failed is not None and self.keep:
+            return None
         if failed is not None:
             self._adaptive(failed)
         if self.divisors:
@@ -152,12 +232,12 @@ class _Forward:
         if self.bridge is None:
             P = self.mats[0].scaled
             for j, t in enumerate(range(a, b)):
-                v = torch.mul(torch.mm(v, P, out=h[0][j]), factors[j], out=ring[t % 2])
+                v = torch.mul(torch.mm(v, P, out=h[0][j]), factors[j], out=ring[t if self.keep else t % 2])
         else:
             P1, P2 = self.mats[0].scaled, self.mats[1].scaled
             for j, t in enumerate(range(a, b)):
                 v = torch.mm(v, P1, out=h[0][j]) * self.bridge_steps[t - 1]
-                v = torch.mul(torch.mm(v, P2, out=h[1][j]), factors[j], out=ring[t % 2])
+                v = torch.mul(torch.mm(v, P2, out=h[1][j]), factors[j], out=ring[t if self.keep else t % 2])
         last_h = self.h_blocks[slot][-1][b - a - 1]
         self.tails[a] = (last_h.clone(), top[:, -1])
         self._lazy_ends(a, b, slot, top)

@@ -98,7 +98,7 @@ def total(alphas: Tensor, shifts: Tensor, lengths: Tensor, log_final: Tensor | N
     return inside.sum(-1) + end
 
 
-def guarded_step(x: Tensor, mats: list[Matrix], log_weights: Tensor | None, u: Tensor, live: Tensor) -> Tensor:
+def guarded_step(x: Tensor, mats: list[Matrix], log_weights: Tensor | None, u: Tensor, live: Tensor):
     """One step of the forward in log space by guarded products, before its normalization: x (B x K,
     the previous forward vector) -> log(exp(log(exp(x) @ M_1) + log_weights) @ M_2) + u (B x K)."""
     y = log_matmul(x, mats[0], live)
@@ -343,10 +343,15 @@ class _ScaledForward(torch.autograd.Function):
 def log_partition(chain: ScaledChain, lengths: Tensor) -> Tensor:
     """log Z (B,) with the hand-written backward (once differentiable); where no gradient is needed
     and the matrices are shared, ``block_scaled``'s forward, which keeps nothing for a backward."""
-    if chain.left.dim() == 2 and not _needs_grad(chain):
-        from zoo.inference.chain import block_scaled  # it builds on this module
+    from zoo.inference.chain import block_scaled  # it builds on this module
 
+    if chain.left.dim() == 2 and not _needs_grad(chain):
         return block_scaled.log_partition(chain, lengths)
+    if chain.left.dim() == 2 and chain.left_is_log and chain.right is None and chain.log_weights is None \
+            and chain.final is None:
+        log_z = block_scaled.differentiable_log_partition(chain, lengths)
+        if log_z is not None:
+            return log_z
     return _ScaledForward.apply(
         chain.u, chain.left, chain.right, chain.log_weights, chain.final, lengths, chain.left_is_log
     )
