@@ -21,15 +21,31 @@ import torch
 AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
+_running = 0  # engine calls running now (every one enters ``full_precision``)
+
+
 @contextmanager
 def full_precision():
-    """Autocast off on every device type where it is on, and float32 matmul precision "highest"."""
+    """Autocast off on every device type where it is on, and float32 matmul precision "highest"; the
+    call counts as a running engine call meanwhile (``engine_call_running``)."""
+    global _running
     with ExitStack() as stack:
         for device_type in AUTOCAST_DEVICES:
             if torch.is_autocast_enabled(device_type):
                 stack.enter_context(torch.autocast(device_type, enabled=False))
         _ieee_float32_matmul(stack)
-        yield
+        _running += 1
+        try:
+            yield
+        finally:
+            _running -= 1
+
+
+def engine_call_running() -> bool:
+    """Whether an engine computation (a forward, a backward, a decoding) is running: it writes nothing
+    outside its own tensors and holds no lock, so a signal handler may stop it at any step
+    (``zoo.tasks.interrupt``)."""
+    return _running > 0
 
 
 def _ieee_float32_matmul(stack: ExitStack) -> None:

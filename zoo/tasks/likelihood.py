@@ -32,6 +32,7 @@ from zoo.pretrained import (
     read_weights,
     resolve,
 )
+from zoo.tasks.interrupt import InterruptDynamicPrograms
 
 
 class LikelihoodTask(pl.LightningModule):
@@ -117,6 +118,10 @@ class LikelihoodTask(pl.LightningModule):
                 for stage in ("val", "test")
             }
         )
+
+    def configure_callbacks(self) -> list[pl.Callback]:
+        """SIGTERM stops a running dynamic program at once (``zoo.tasks.interrupt``)."""
+        return [InterruptDynamicPrograms()]
 
     def setup(self, stage: str) -> None:
         """Check that the model and the data agree on the vocabulary size / number of keys, and give
