@@ -108,3 +108,16 @@ def test_load_vocab_reads_every_kind_of_source(tmp_path):
     with pytest.raises(CheckpointError, match="records no vocabulary"):
         load_vocab("hsmm_gaussian_n8_dur32_in12_f12_d32.smartwatch_exact")
 
+
+
+def test_a_split_the_vocabulary_covers_says_so_alone(tmp_path, caplog):
+    folder = write_text(tmp_path)
+    built = PTBDataModule(data_dir=str(folder))
+    built.setup()
+    path = tmp_path / "vocab.json"
+    path.write_text(json.dumps(built.vocab.to_dict()))
+    data = PTBDataModule(data_dir=str(folder), vocab_from=str(path))
+    with caplog.at_level("INFO"):
+        data.setup()
+    train = [r.getMessage() for r in caplog.records if "train split" in r.getMessage()]
+    assert len(train) == 1 and "every one of" in train[0] and "map to" not in train[0], train

@@ -51,7 +51,8 @@ class TextVocabulary:
         origin = "the training text" if self.vocab_from is None else repr(self.vocab_from)
         for split, coverage in self.coverage.items():
             if self.vocab_from is not None or coverage.unseen:
+                mapped = f"; those map to {self.vocab.unk!r}" if coverage.unseen else ""
                 rank_zero_info(
                     f"vocabulary of {origin} ({self.vocab.size:,} tokens), {split} split: "
-                    f"{coverage.describe()}; those map to {self.vocab.unk!r}"
+                    f"{coverage.describe()}{mapped}"
                 )
