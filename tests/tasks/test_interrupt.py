@@ -51,3 +51,26 @@ def test_sigterm_stops_a_long_dynamic_program(tmp_path):
     assert waited < 5, f"the DP ran on for {waited:.1f} s after SIGTERM"
     assert "finished" not in stdout
     assert process.returncode == 143, stderr  # 128 + SIGTERM, as if killed by it
+
+
+def test_every_zoo_task_attaches_it_once(tmp_path, caplog):
+    """Fit then test on one trainer: one callback, and no notice that the second replaces the first."""
+    import lightning.pytorch as pl
+
+    from zoo.data import PTBDataModule
+    from zoo.models import CategoricalHMM
+    from zoo.tasks import LikelihoodTask
+    from zoo.tasks.interrupt import InterruptDynamicPrograms
+
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"ptb.{split}.txt").write_text("the cat sat\na dog ran on the mat\n" * 4)
+    data = PTBDataModule(data_dir=str(tmp_path), batch_size=4, batch_tokens=None)
+    data.setup()
+    model = CategoricalHMM(vocab_size=data.vocab_size, num_states=3, embedding_dim=4, hidden_dim=4)
+    task = LikelihoodTask(model)
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    with caplog.at_level("INFO"):
+        trainer.fit(task, data)
+        trainer.test(task, data, verbose=False)
+    assert sum(isinstance(c, InterruptDynamicPrograms) for c in trainer.callbacks) == 1
+    assert not any("will override" in r.getMessage() for r in caplog.records)

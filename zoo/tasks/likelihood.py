@@ -120,7 +120,11 @@ class LikelihoodTask(pl.LightningModule):
         )
 
     def configure_callbacks(self) -> list[pl.Callback]:
-        """SIGTERM stops a running dynamic program at once (``zoo.tasks.interrupt``)."""
+        """SIGTERM stops a running dynamic program at once (``zoo.tasks.interrupt``); one such callback
+        a trainer (fit, then test, would otherwise announce that it replaces the first)."""
+        trainer = self._trainer
+        if trainer is not None and any(isinstance(c, InterruptDynamicPrograms) for c in trainer.callbacks):
+            return []
         return [InterruptDynamicPrograms()]
 
     def setup(self, stage: str) -> None:
