@@ -1,11 +1,14 @@
-"""log Z of a scaled chain without gradients: probability-space products, rescaled and verified once
-a block of positions, recomputed by the guarded log-space steps only where the verification fails.
+"""log Z of a scaled chain in probability space: products rescaled and verified once a block of
+positions, recomputed by the guarded log-space steps only where the verification fails; without
+gradients (``log_partition``), or with a probability-space backward where every block passes
+(``differentiable_log_partition``, one shared matrix of log-potentials).
 
 A ``scaled.ScaledChain`` with shared matrices steps as p_t = ((p_{t-1} @ P_1) * W_t) @ P_2 * F_t (one
-or two products; W_t and F_t the exp of that point's log-factors minus their max over states, all
-computed at once before the loop). Inside a block a product is two kernels (``mm`` and ``mul`` into
-preallocated buffers): no log, exp, max or host synchronization, against about ten kernels a step
-for the guarded forward, which also keeps what its backward needs.
+or two products; W_t and F_t the exp of that point's log-factors minus their max over states, made
+for a block, or for the whole chain when it is small, before the block's loop). Inside a block a
+product is two kernels (``mm`` and ``mul`` into preallocated buffers): no log, exp, max or host
+synchronization, against about ten kernels a step for the guarded forward, which also keeps what
+its backward needs.
 
 Why a block is right when it passes. Underflow, flushed to zero or not, moves an entry of p = h * F
 by at most tiny (1 + h) (tiny in F, times h; tiny in the product), and a term of the next product
