@@ -106,16 +106,16 @@ class _Backward(torch.autograd.Function):
         gh_all = vectors.new_empty(T - 1, B, K)  # g_t o F_t
         g_views, gh_views, PT = g_all.unbind(0), gh_all.unbind(0), P.T
         ends = set(last.tolist())
-        for t in range(T - 1, 0, -1):
+        for t in range(T - 1, -1, -1):
             g = g_views[t]
             if t in ends:
                 g.copy_(torch.where((last == t).unsqueeze(-1), start.unsqueeze(-1), g))
+            if t == 0:
+                break
             gh = torch.mul(g, factors[:, t - 1], out=gh_views[t - 1])
             g_prev = torch.mm(gh, PT, out=g_views[t - 1])
             if t in fw.divisors:
                 g_prev.div_(fw.divisors[t])
-        if 0 in ends:
-            g_views[0].copy_(torch.where((last == 0).unsqueeze(-1), start.unsqueeze(-1), g_views[0]))
         grad_u = (g_all * vectors).transpose(0, 1)
         grad_left = None
         if ctx.needs_input_grad[1]:
@@ -152,8 +152,9 @@ class _Forward:
         self.h = [[buffer.unbind(0) for buffer in slot] for slot in buffers]
         self.h_blocks = buffers
         self.keep, self.vectors = keep, None
-        self.ring = [u.new_empty(B, K), u.new_empty(B, K)]  # p_t, alternating
-        if keep:  # p_t into its own row instead
+        # where p_t goes, by t: two buffers taking turns, or with ``keep`` its own row of ``vectors``
+        self.ring = [u.new_empty(B, K), u.new_empty(B, K)] * ((T + 1) // 2)
+        if keep:
             self.vectors = u.new_empty(T, B, K)
             torch.exp(x0, out=self.vectors[0])
             self.ring = self.vectors.unbind(0)
@@ -235,14 +236,13 @@ class _Forward:
         if self.bridge is None:
             P = self.mats[0].scaled
             for j, t in enumerate(range(a, b)):
-                v = torch.mul(torch.mm(v, P, out=h[0][j]), factors[j], out=ring[t if self.keep else t % 2])
+                v = torch.mul(torch.mm(v, P, out=h[0][j]), factors[j], out=ring[t])
         else:
             P1, P2 = self.mats[0].scaled, self.mats[1].scaled
             for j, t in enumerate(range(a, b)):
                 v = torch.mm(v, P1, out=h[0][j]) * self.bridge_steps[t - 1]
-                v = torch.mul(torch.mm(v, P2, out=h[1][j]), factors[j], out=ring[t if self.keep else t % 2])
-        last_h = self.h_blocks[slot][-1][b - a - 1]
-        self.tails[a] = (last_h.clone(), top[:, -1])
+                v = torch.mul(torch.mm(v, P2, out=h[1][j]), factors[j], out=ring[t])
+        self.tails[a] = (self.h_blocks[slot][-1][b - a - 1].clone(), top[:, -1])
         self._lazy_ends(a, b, slot, top)
         stats = self._extremes(a, b, slot)
         if b < self.T:
@@ -275,28 +275,28 @@ class _Forward:
         last = self.lengths - 1
         rows = torch.arange(len(last), device=last.device)
         at = (last - a).clamp(0, b - a - 1)
-        h = self.h_blocks[slot][-1][at, rows].clamp_min(self.tiny)
-        later = self.chain.u[rows, at + a] + self.mats[-1].shift
-        if len(self.mats) == 1 and self.chain.log_weights is not None:
-            later = later + self.chain.log_weights[rows, at + a - 1]
-        exact = h.log() + later - top[rows, at]
+        exact = self._log_p(self.h_blocks[slot][-1][at, rows], self._later(a, b)[rows, at], top[rows, at])
         self.ends = torch.where(((last >= a) & (last < b)).unsqueeze(-1), exact, self.ends)
 
-    def _passes(self, row: list[float], carried: float) -> bool:
-        """The module docstring's bound, for a block's [min h_1, max h_1, ...]."""
+    def _check(self, values: list[float], carried: float) -> float | None:
+        """The module docstring's bound for a block's [min h_1, max h_1, ..., smallest divisor], with
+        the h_max ``carried`` into it: None where it fails, else the h_max the next block carries."""
+        *row, smallest = values
         h_max = max(carried, *row[1::2])
-        return all(
+        if all(
             low >= self.unit_bound * m.rows * (2 + peak * h_max)
             for low, m, peak in zip(row[0::2], self.mats, self.peaks)
-        )
+        ):
+            return max(1.0, *row[1::2]) / smallest
+        return None
 
     def _first_failure(self, values: list[list[float]]) -> int | None:
         """The index of the first block whose check fails, or None."""
         carried = 1.0
-        for i, (*row, smallest) in enumerate(values):
-            if not self._passes(row, carried):
+        for i, block in enumerate(values):
+            carried = self._check(block, carried)
+            if carried is None:
                 return i
-            carried = max(1.0, *row[1::2]) / smallest
         return None
 
     def _adaptive(self, first: int) -> None:
@@ -307,18 +307,17 @@ class _Forward:
         for i in range(first, len(self.starts)):
             a = self.starts[i]
             b = min(a + self.size, self.T)
-            passed = False
+            passed = None
             if i > first and wait == 0:
                 v, stat = self._lazy(start, a, i % 2)
-                *row, smallest = stat.tolist()
-                passed = self._passes(row, carried)
-                if passed:
-                    backoff, carried, start = 1, max(1.0, *row[1::2]) / smallest, v
+                passed = self._check(stat.tolist(), carried)
+                if passed is not None:
+                    backoff, carried, start = 1, passed, v
                 else:
                     wait, backoff = backoff, 2 * backoff
             elif i > first:
                 wait -= 1
-            if not passed:
+            if passed is None:
                 start, carried = self._guarded(a, b).exp(), 1.0  # max 1: the next block starts from it
                 if b < self.T:
                     self.divisors[b] = start.new_ones(start.shape[0], 1)
@@ -330,9 +329,12 @@ class _Forward:
             return self.x0
         if t in self.guarded_logs:
             return self.guarded_logs[t]
-        a = self.starts[(t - 1) // self.size]
-        h, top = self.tails[a]
-        return h.clamp_min(self.tiny).log() + self._later(t, t + 1).squeeze(1) - top
+        h, top = self.tails[self.starts[(t - 1) // self.size]]
+        return self._log_p(h, self._later(t, t + 1).squeeze(1), top)
+
+    def _log_p(self, h: Tensor, later: Tensor, top: Tensor) -> Tensor:
+        """log p = log h + log F = log h + later - top, exact where h passed the bound."""
+        return h.clamp_min(self.tiny).log() + later - top
 
     def _guarded(self, a: int, b: int) -> Tensor:
         """Positions a..b-1 by the guarded steps, from the exact log p_{a-1} divided as the block's
