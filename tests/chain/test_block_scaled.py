@@ -130,11 +130,41 @@ def test_large_feature_entries_shorten_the_blocks():
     left = torch.rand(8, 8, generator=g, dtype=torch.float64) * 1e25  # 86 bits a step
     chain = scaled.ScaledChain(u, left)
     forward = block_scaled._Forward(chain, torch.tensor([300, 300]), *scaled.normalized(u[:, 0]))
-    assert forward._block_length() == 1
+    assert forward.size == 1
     lengths = torch.tensor([300, 123])
     torch.testing.assert_close(block_scaled.log_partition(chain, lengths), _reference(chain, lengths))
     got32 = block_scaled.log_partition(scaled.ScaledChain(u.float(), left.float()), lengths)
     torch.testing.assert_close(got32.double(), _reference(chain, lengths), rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("K", [2, 64, 300])
+def test_uniform_chain_grows_at_the_bound_without_overflow(K):
+    """All-equal potentials are the worst case of the growth bound: every product multiplies the max
+    by K (each column sums to K), so the blocks are as long as 120 bits allow, and exact."""
+    T, lengths = 700, torch.tensor([700, 401, 1])
+    u = torch.zeros(3, T, K)
+    chain = scaled.ScaledChain(u, torch.zeros(K, K), left_is_log=True)
+    forward = block_scaled._Forward(chain, lengths, *scaled.normalized(u[:, 0]))
+    assert forward.size == min(block_scaled.MAX_BLOCK, int(block_scaled.GROWTH_BITS // math.log2(K)))
+    with torch.no_grad():
+        got = block_scaled.log_partition(chain, lengths)
+    want = lengths.double() * math.log(K)
+    torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-5)
+
+
+def test_stochastic_transitions_get_full_blocks():
+    """A row-stochastic transition's columns sum to far less than K times its largest entry: the
+    blocks are as long as ``MAX_BLOCK`` (the bound is the largest column sum, not K max(P))."""
+    g = torch.Generator().manual_seed(0)
+    trans = (torch.randn(64, 64, generator=g) * 3).log_softmax(-1)
+    u = torch.randn(2, 100, 64, generator=g)
+    chain = scaled.ScaledChain(u, trans, left_is_log=True)
+    forward = block_scaled._Forward(chain, torch.tensor([100, 100]), *scaled.normalized(u[:, 0]))
+    assert forward.size == block_scaled.MAX_BLOCK
+    lengths = torch.tensor([100, 37])
+    want = _reference(scaled.ScaledChain(u.double(), trans.double(), left_is_log=True), lengths)
+    got = block_scaled.log_partition(chain, lengths).double()
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-4)
 
 
 def test_dead_chain_raises_like_the_guarded_forward():

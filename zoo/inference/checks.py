@@ -6,6 +6,8 @@ was given, so a bad input never reaches a DP as a cryptic shape error or a silen
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -48,14 +50,14 @@ def check_shape(name: str, value: Tensor, expected: tuple, names: str) -> None:
 def check_finite(name: str, value: Tensor, allow_neg_inf: bool = True) -> None:
     """Reject NaN and +inf (and -inf unless ``allow_neg_inf``: a log-potential of -inf is a zero).
 
-    One reduction (min/max propagate NaN), not an elementwise mask: cheap on N x N potentials.
+    One reduction (min/max propagate NaN) and one host synchronization, not an elementwise mask.
     """
     if value.numel() == 0:
         return
-    lo, hi = torch.aminmax(value.detach())
-    if torch.isnan(hi):
+    lo, hi = _extremes(value)
+    if math.isnan(hi):
         raise ValueError(f"{name} contains NaN")
-    if hi == float("inf") or (not allow_neg_inf and lo == float("-inf")):
+    if hi == math.inf or (not allow_neg_inf and lo == -math.inf):
         what = "+inf" if allow_neg_inf else "infinite values"
         raise ValueError(f"{name} contains {what}; log-potentials must be finite or -inf")
 
@@ -64,13 +66,18 @@ def check_nonnegative(name: str, value: Tensor) -> None:
     """Reject negative or non-finite entries of a feature / probability matrix (one reduction)."""
     if value.numel() == 0:
         return
-    lo, hi = torch.aminmax(value.detach())
-    if torch.isnan(lo) or hi == float("inf"):
+    lo, hi = _extremes(value)
+    if math.isnan(lo) or hi == math.inf:
         raise ValueError(f"{name} must be finite, got NaN or inf entries")
     if lo < 0:
         raise ValueError(
-            f"{name} must be non-negative (a feature map such as exp or softmax), got minimum {lo.item():.4g}"
+            f"{name} must be non-negative (a feature map such as exp or softmax), got minimum {lo:.4g}"
         )
+
+
+def _extremes(value: Tensor) -> tuple[float, float]:
+    """(min, max) of a non-empty tensor, NaN if it holds one, read in one host synchronization."""
+    return tuple(torch.stack(torch.aminmax(value.detach())).tolist())
 
 
 def check_lengths(lengths: Tensor | None, batch: int, max_len: int, device) -> Tensor:

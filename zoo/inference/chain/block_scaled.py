@@ -28,6 +28,8 @@ Shapes: B batch, T positions, K states (or rank nodes), M a product's output siz
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -39,6 +41,7 @@ from zoo.inference.precision import in_full_precision
 MAX_BLOCK = 32  # positions between checks: the check's cost amortized, a failed block recomputed
 GROWTH_BITS = 120  # the most a block may grow the forward's maximum: 2^120 < float32's 2^128
 CACHED_FACTORS = 2**18  # up to this many B x T x K elements, every block's factors are made at once
+KEPT_WORKSPACE = 2**20  # up to this many elements, a forward's buffers are kept for the next call
 
 
 def log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> Tensor:
@@ -72,7 +75,8 @@ def _log_z(chain: scaled.ScaledChain, lengths: Tensor, last: Tensor, scale: Tens
     last = last if log_end is None else last + log_end
     top = last.amax(-1, keepdim=True).clamp_min(NEG)  # torch.logsumexp costs 5x more at these sizes
     end = (last - top).exp().sum(-1).log() + top.squeeze(-1)
-    scaled.check_alive(torch.minimum(scale, end), torch.ones_like(lengths, dtype=torch.bool))
+    if bool((torch.minimum(scale, end) <= NEG / 2).any()):
+        raise ValueError(scaled.ZERO_PROBABILITY)
     return scale + end
 
 
@@ -99,7 +103,7 @@ class _Backward(torch.autograd.Function):
         fw = ctx.forward
         vectors, P, lengths = fw.vectors, fw.mats[0].scaled, fw.lengths
         T, B, K = vectors.shape
-        factors, _ = fw.cached
+        factors = fw.cached[0]
         last, rows = lengths - 1, torch.arange(B, device=lengths.device)
         start = grad / vectors[last, rows].sum(-1)  # d log Z / d p at each end, B (times ones)
         g_all = torch.zeros_like(vectors)  # g_t, T x B x K
@@ -112,7 +116,7 @@ class _Backward(torch.autograd.Function):
                 g.copy_(torch.where((last == t).unsqueeze(-1), start.unsqueeze(-1), g))
             if t == 0:
                 break
-            gh = torch.mul(g, factors[:, t - 1], out=gh_views[t - 1])
+            gh = torch.mul(g, factors[t - 1], out=gh_views[t - 1])
             g_prev = torch.mm(gh, PT, out=g_views[t - 1])
             if t in fw.divisors:
                 g_prev.div_(fw.divisors[t])
@@ -138,43 +142,43 @@ class _Forward:
         B, T, K = u.shape
         self.chain, self.lengths, self.x0, self.T = chain, lengths, x0, T
         self.mats = chain.matrices()
-        self.peaks = [float(m.scaled.max()) for m in self.mats]
+        # each matrix's largest entry (the bound) and largest column sum (the growth of a product)
+        extremes = torch.stack([torch.stack([m.scaled.amax(), m.scaled.sum(-2).amax()]) for m in self.mats])
+        self.peaks, growth = zip(*extremes.tolist())
         info = torch.finfo(u.dtype)
         self.unit_bound, self.tiny = info.tiny / info.eps, info.tiny
         self.bridge = None
         if len(self.mats) > 1:  # the weights between the two products (B x (T-1) x M) and their max
             self.bridge = scaled.Bridge.of(self.mats[0].shift, chain.log_weights, u)
             self.bridge_steps = self.bridge.scaled.unbind(1)
-        self.size = self._block_length()
+        self.size = _block_length(growth)
         self.starts = list(range(1, T, self.size))
-        # each product's h in a block, in two slots (one block's h stays while the next is made)
-        buffers = [[u.new_empty(self.size, B, m.scaled.shape[-1]) for m in self.mats] for _ in (0, 1)]
-        self.h = [[buffer.unbind(0) for buffer in slot] for slot in buffers]
-        self.h_blocks = buffers
+        cache_factors = keep or B * T * K <= CACHED_FACTORS
+        widths = tuple(m.scaled.shape[-1] for m in self.mats)
+        self.work = _Workspace.of(u, self.size, widths, cache_factors and not keep)
+        self.h, self.h_blocks = self.work.h, self.work.h_blocks
         self.keep, self.vectors = keep, None
         # where p_t goes, by t: two buffers taking turns, or with ``keep`` its own row of ``vectors``
-        self.ring = [u.new_empty(B, K), u.new_empty(B, K)] * ((T + 1) // 2)
+        self.ring = self.work.ring * ((T + 1) // 2)
         if keep:
             self.vectors = u.new_empty(T, B, K)
             torch.exp(x0, out=self.vectors[0])
             self.ring = self.vectors.unbind(0)
         self.scale_steps = u.new_zeros(T, B)  # scale_t = their cumsum up to t
         self.scale_steps[0] = n0
-        self.cached = None
-        if keep or B * T * K <= CACHED_FACTORS:
-            self.cached = self._factors(1, T)
-            self._offsets(self.cached[1], 1, T)
+        self.cached = None  # with cache_factors: (T-1 x B x K factors, their views by position, top)
+        if cache_factors:
+            factors, views, top = self._factors(1, T, self.work.factors)
+            self.cached = factors, views, top
+            self._offsets(top, 1, T)
         self.divisors: dict[int, Tensor] = {}  # block start -> the max (B x 1) its p was divided by
         self.tails: dict[int, tuple[Tensor, Tensor]] = {}  # block start -> (last h, last top)
         self.guarded_logs: dict[int, Tensor] = {}  # exact log p_t where the guarded steps made it
-        self.first_end = int(lengths.min())  # from here on, rows past their length are left out
-        self.end_positions = set((lengths - 1).tolist())
+        last = (lengths - 1).tolist()
+        self.first_end = min(last) + 1  # from here on, rows past their length are left out
+        self.end_positions = set(last)
+        self.rows = torch.arange(B, device=lengths.device)
         self.ends = x0  # B x K: each row becomes the exact log p at its last position
-
-    def _block_length(self) -> int:
-        """Steps a block may take without overflow: each product multiplies the max by <= K max(P)."""
-        bits = sum(max(math.log2(m.rows * max(peak, 1.0)), 1.0) for m, peak in zip(self.mats, self.peaks))
-        return max(1, min(MAX_BLOCK, int(GROWTH_BITS // bits)))
 
     def _offsets(self, top: Tensor, a: int, b: int) -> None:
         """The log scale each position's factors add: top (B x k x 1), plus the bridge's max."""
@@ -182,6 +186,13 @@ class _Forward:
         if self.bridge is not None:
             offsets = offsets + self.bridge.top[:, a - 1 : b - 1].squeeze(-1)
         self.scale_steps[a:b] = offsets.T
+
+    def _later_at(self, positions: Tensor) -> Tensor:
+        """``_later`` at one position (>= 1) a row: B x K."""
+        later = self.chain.u[self.rows, positions] + self.mats[-1].shift
+        if len(self.mats) == 1 and self.chain.log_weights is not None:
+            later += self.chain.log_weights[self.rows, positions - 1]
+        return later
 
     def _later(self, a: int, b: int) -> Tensor:
         """The log-factors after the last product at positions a..b-1: B x (b - a) x K, a new tensor
@@ -191,19 +202,24 @@ class _Forward:
             later += self.chain.log_weights[:, a - 1 : b - 1]
         return later
 
-    def _factors(self, a: int, b: int) -> tuple[Tensor, Tensor]:
-        """p's factors F_t = exp(later_t - top_t) <= 1 at positions a..b-1 (B x k x K) and top (B x k
-        x 1): an F below tiny is set to 0 before the exp (the error the bound allows; a subnormal exp
-        is 100x slower). Small chains make them for all positions at once (fewer kernels), larger
-        ones a block at a time (they stay in cache)."""
+    def _factors(self, a: int, b: int, out: tuple[Tensor, Sequence[Tensor]] | None = None):
+        """p's factors F_t = exp(later_t - top_t) <= 1 at positions a..b-1 (k x B x K, into ``out``'s
+        buffer where given), their views by position and top (B x k x 1): an F below tiny is set to 0
+        before the exp (the error the bound allows; a subnormal exp is 100x slower). Small chains
+        make them for all positions at once (fewer kernels), larger ones a block at a time (they
+        stay in cache)."""
         if self.cached is not None:
-            factors, top = self.cached
-            return factors[:, a - 1 : b - 1], top[:, a - 1 : b - 1]
+            _, views, top = self.cached
+            return None, views[a - 1 : b - 1], top[:, a - 1 : b - 1]
         later = self._later(a, b)
         top = later.amax(-1, keepdim=True).clamp_min_(NEG)
         later.sub_(top)
         torch.nn.functional.threshold_(later, math.log(self.tiny), -math.inf)
-        return later.exp_(), top
+        if out is None:
+            factors = torch.exp(later.transpose(0, 1).contiguous())
+            return factors, factors.unbind(0), top
+        torch.exp(later.transpose(0, 1), out=out[0])
+        return out[0], out[1], top
 
     def run(self) -> tuple[Tensor, Tensor] | None:
         """Every block in probability space, checked together (one host synchronization); from the
@@ -221,18 +237,17 @@ class _Forward:
             starts = torch.tensor(list(self.divisors), device=v.device)
             logs = torch.cat(list(self.divisors.values()), -1).T.log()
             self.scale_steps.index_add_(0, starts, logs)
-        rows = torch.arange(self.lengths.shape[0], device=self.lengths.device)
-        return self.ends, self.scale_steps.cumsum(0)[self.lengths - 1, rows]
+        return self.ends, self.scale_steps.cumsum(0)[self.lengths - 1, self.rows]
 
     def _lazy(self, v: Tensor, a: int, slot: int) -> tuple[Tensor, Tensor]:
         """Positions a..b-1 of a block in probability space from v (B x K, max 1): (the next block's
         start, divided by its max; the block's check values, not yet read: each product's smallest
         and largest h over the rows inside their length, and the smallest divisor)."""
         b = min(a + self.size, self.T)
-        factors, top = self._factors(a, b)
+        _, factors, top = self._factors(a, b)
         if self.cached is None:
             self._offsets(top, a, b)
-        factors, ring, h = factors.unbind(1), self.ring, self.h[slot]
+        ring, h = self.ring, self.h[slot]
         if self.bridge is None:
             P = self.mats[0].scaled
             for j, t in enumerate(range(a, b)):
@@ -272,10 +287,13 @@ class _Forward:
         """The exact log p = log h + log F of the rows that end in the block (h passes the bound)."""
         if not any(a <= e < b for e in self.end_positions):
             return
-        last = self.lengths - 1
-        rows = torch.arange(len(last), device=last.device)
-        at = (last - a).clamp(0, b - a - 1)
-        exact = self._log_p(self.h_blocks[slot][-1][at, rows], self._later(a, b)[rows, at], top[rows, at])
+        if self.first_end == self.T:  # every row ends at T - 1: slices, not gathers
+            h_end = self.h_blocks[slot][-1][b - a - 1]
+            self.ends = self._log_p(h_end, self._later(b - 1, b)[:, 0], top[:, -1])
+            return
+        last, rows = self.lengths - 1, self.rows
+        at = last.clamp(a, b - 1)
+        exact = self._log_p(self.h_blocks[slot][-1][at - a, rows], self._later_at(at), top[rows, at - a])
         self.ends = torch.where(((last >= a) & (last < b)).unsqueeze(-1), exact, self.ends)
 
     def _check(self, values: list[float], carried: float) -> float | None:
@@ -330,7 +348,7 @@ class _Forward:
         if t in self.guarded_logs:
             return self.guarded_logs[t]
         h, top = self.tails[self.starts[(t - 1) // self.size]]
-        return self._log_p(h, self._later(t, t + 1).squeeze(1), top)
+        return self._log_p(h, self._later_at(torch.full_like(self.lengths, t)), top)
 
     def _log_p(self, h: Tensor, later: Tensor, top: Tensor) -> Tensor:
         """log p = log h + log F = log h + later - top, exact where h passed the bound."""
@@ -355,3 +373,49 @@ class _Forward:
             if t in self.end_positions:
                 self.ends = torch.where((last == t).unsqueeze(-1), x, self.ends)
         return x
+
+
+def _block_length(growth: Sequence[float]) -> int:
+    """Steps a block may take without overflow: a product multiplies the max by at most its matrix's
+    largest column sum (the vector's max times the column), the factors by at most 1."""
+    bits = sum(math.log2(max(g, 1.0)) for g in growth)
+    return max(1, min(MAX_BLOCK, int(GROWTH_BITS // bits) if bits > 0 else MAX_BLOCK))
+
+
+class _Workspace:
+    """The buffers a forward writes in place, with their views by position, kept between calls with
+    the same shapes (the latest per thread): making a view costs about what a small product does,
+    and a forward needs one a position. Holds each product's h in two block slots (one block's h
+    stays while the next is made), the two vectors p_t takes turns in, and, where asked, the T-1 x
+    B x K factors (only where no backward keeps them). Larger ones than ``KEPT_WORKSPACE`` are freed
+    with their forward, as any tensor."""
+
+    _local = threading.local()
+
+    def __init__(self, key: tuple):
+        B, T, K, size, widths, factors, dtype, device = key
+        self.key = key
+
+        def new(*shape):
+            return torch.empty(shape, dtype=dtype, device=device)
+
+        self.h_blocks = [[new(size, B, M) for M in widths] for _ in (0, 1)]
+        self.h = [[buffer.unbind(0) for buffer in slot] for slot in self.h_blocks]
+        self.ring = [new(B, K), new(B, K)]
+        self.factors = None
+        if factors:
+            buffer = new(T - 1, B, K)
+            self.factors = buffer, buffer.unbind(0)
+
+    @classmethod
+    def of(cls, u: Tensor, size: int, widths: tuple[int, ...], factors: bool) -> _Workspace:
+        """The thread's workspace for u's shapes (B x T x K), made anew when they changed."""
+        B, T, K = u.shape
+        key = (B, T, K, size, widths, factors, u.dtype, u.device)
+        work = getattr(cls._local, "work", None)
+        if work is not None and work.key == key:
+            return work
+        work = cls(key)
+        if B * (2 * size * sum(widths) + 2 * K + (T - 1) * K * factors) <= KEPT_WORKSPACE:
+            cls._local.work = work
+        return work

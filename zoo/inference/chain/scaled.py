@@ -68,10 +68,13 @@ class ScaledChain:
         return [left] if self.right is None else [left, Matrix.from_prob(self.right.T)]
 
 
+ZERO_PROBABILITY = "the chain has zero probability (no path survives a -inf mask)"
+
+
 def check_alive(shift: Tensor, live: Tensor) -> None:
     """Raise where a live sequence has no surviving path (its shift, or log Z, is -inf or NEG)."""
     if bool(((shift <= NEG / 2) & live).any()):
-        raise ValueError("the chain has zero probability (no path survives a -inf mask)")
+        raise ValueError(ZERO_PROBABILITY)
 
 
 def normalized(y: Tensor) -> tuple[Tensor, Tensor]:
