@@ -16,7 +16,8 @@ RSS at once and the peak measures live memory, not allocator slack. Linux only.
 Tables 4 and 5 time peer libraries (the ``bench`` extra, plus supar, see README "Set-up") on one thread:
 pytorch-crf's and supar's linear-chain CRFs (log Z + backward) and pomegranate's ``DenseHMM`` forward
 (log Z under ``torch.no_grad()``). Their calls take milliseconds, so each shape's methods share one
-process and take turns (``benchlib.measure_interleaved``), on the same potentials. A peer that is not
+process and take turns (``benchlib.measure_interleaved``), on the same potentials, back to back with
+glibc's default allocator settings, as a caller's loop runs them. A peer that is not
 installed is reported as such, not run.
 
 Usage (from the repository root):
@@ -556,7 +557,9 @@ def run_group(job: Job, plan: Plan) -> dict[str, Measurement]:
     milliseconds); a peer that is not installed is not run."""
     missing = {case for case in job.cases if case in PEERS and not peer_installed(case)}
     cases = tuple(case for case in job.cases if case not in missing)
-    result = run_group_in_child(build_step, replace(job, cases=cases), plan.peer_repeats, plan.peer_budget_s)
+    result = run_group_in_child(
+        build_step, replace(job, cases=cases), plan.peer_repeats, plan.peer_budget_s, default_allocator=True
+    )
     results = {
         case: Measurement(status="not installed") if case in missing
         else result if isinstance(result, Measurement) else result[case]
@@ -811,7 +814,10 @@ def table3(plan: Plan) -> Section:
 
 INTERLEAVED_NOTE = (
     "Each shape's methods run in one process on the same potentials, taking turns: one warm-up of each, "
-    "then up to {repeats} rounds in which each runs once, as many as fit in {budget:g} s. The process is "
+    "then up to {repeats} rounds in which each runs once, as many as fit in {budget:g} s, back to back as "
+    "in a caller's loop, with glibc's default allocator settings (not the fixed mmap threshold and heap "
+    "trim of the other tables, which made every call of milliseconds page-fault its memory afresh: up to "
+    "3x slower); each method's peak is one more call measured as in the other tables. The process is "
     "pinned to one CPU (`os.sched_setaffinity`): unpinned, pomegranate's forward (a few small ops a step) "
     "ran 3-4x slower in some processes than in others on our 2-core VM."
 )

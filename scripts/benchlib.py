@@ -94,30 +94,38 @@ def measure_interleaved(
     """``measure`` for several calls in one process, taking turns: one warm-up of each, then rounds in
     which every call runs once, up to ``repeats`` rounds that fit in ``budget_s`` (all the calls'
     timed runs together; none when one round of warm-ups exceeds it). Load that changes during the
-    measurement then slows every call alike. A call that fails its warm-up is reported as failed and
-    left out of the rounds."""
+    measurement then slows every call alike. The rounds run back to back, as a caller's loop does:
+    no collection or heap trim between calls (for calls of milliseconds, those would make each call
+    page-fault its memory afresh); each call's peak is one ``measured_call`` after the rounds. A call
+    that fails its warm-up is reported as failed and left out of the rounds."""
     results, warmups = {}, {}
     for name, call in calls.items():
         try:
-            warmups[name] = measured_call(call)
+            warmups[name] = timed_call(call)
         except Exception as error:  # recorded in the tables; the others go on
             results[name] = failure(error)
-    round_s = sum(t for t, _ in warmups.values())
+    round_s = sum(warmups.values())
     runs = {name: [] for name in warmups}
     for _ in range(min(repeats, int(budget_s // round_s)) if round_s > 0 else 0):
         for name in warmups:
-            runs[name].append(measured_call(calls[name]))
-    for name, (warmup_s, warmup_peak) in warmups.items():
-        timed = runs[name] or [(warmup_s, warmup_peak)]
-        times = [t for t, _ in timed]
+            runs[name].append(timed_call(calls[name]))
+    for name, warmup_s in warmups.items():
+        times = runs[name] or [warmup_s]
         results[name] = Measurement(
             time_s=statistics.median(times),
-            peak_bytes=max(p for _, p in timed),
-            runs=len(timed),
+            peak_bytes=measured_call(calls[name])[1],
+            runs=len(times),
             warmup_s=warmup_s,
             times=times,
         )
     return {name: results[name] for name in calls}
+
+
+def timed_call(call: Callable[[], None]) -> float:
+    """Seconds of one call, nothing done around it."""
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
 
 
 def is_oom(error: BaseException) -> bool:
@@ -159,13 +167,23 @@ def run_in_child(build: Callable, job, repeats: int, budget_s: float) -> Measure
     return result
 
 
-def run_group_in_child(build: Callable, job, repeats: int, budget_s: float) -> Measurement | dict:
+def run_group_in_child(
+    build: Callable, job, repeats: int, budget_s: float, default_allocator: bool = False
+) -> Measurement | dict:
     """``run_in_child`` for a ``build`` that may return a dict of named calls: then a dict of their
-    measurements (``measure_interleaved``), or one Measurement where the whole process failed."""
+    measurements (``measure_interleaved``), or one Measurement where the whole process failed.
+    ``default_allocator``: the child runs without ``prepare_environment``'s mmap threshold, with
+    glibc's own (self-raising) one, as users' processes do (for timing calls of milliseconds, which
+    the fixed threshold makes map and page-fault every block of 128 KiB or more afresh)."""
     ctx = mp.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=child_main, args=(sender, build, job, repeats, budget_s))
-    child.start()
+    threshold = os.environ.pop("MALLOC_MMAP_THRESHOLD_", None) if default_allocator else None
+    try:
+        child.start()  # a spawned process takes the environment as it is now
+    finally:
+        if threshold is not None:
+            os.environ["MALLOC_MMAP_THRESHOLD_"] = threshold
     sender.close()
     try:
         if not receiver.poll(CHILD_TIMEOUT_S):

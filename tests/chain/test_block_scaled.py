@@ -279,3 +279,23 @@ def test_backward_falls_back_where_a_block_fails(count_backward):
     want = LinearChain(DenseChain(unary.double(), trans.double(), init.double())).marginals
     assert count_backward["calls"] == 0
     torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-5)
+
+
+def test_kept_buffers_carry_nothing_between_calls():
+    """The no-grad forward reuses its buffers for calls with the same shapes: a call after another
+    one (other values, a failing block in between, another shape) gives what a first call gives."""
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([60, 41, 60])
+
+    def chain(scale):
+        u = torch.randn(3, 60, 16, generator=g) * scale
+        return scaled.ScaledChain(u, torch.randn(16, 16, generator=g).log_softmax(-1), left_is_log=True)
+
+    chains = [chain(1.0), chain(300.0), chain(1.0)]  # the second fails its checks (emissions far apart)
+    other = scaled.ScaledChain(torch.randn(2, 9, 16, generator=g), chains[0].left, left_is_log=True)
+    with torch.no_grad():
+        for c in [*chains, other, chains[0]]:
+            lens = lengths if c is not other else torch.tensor([9, 4])
+            want = _reference(scaled.ScaledChain(c.u.double(), c.left.double(), left_is_log=True), lens)
+            got = block_scaled.log_partition(c, lens).double()
+            torch.testing.assert_close(got, want, rtol=2e-6, atol=1e-4)
