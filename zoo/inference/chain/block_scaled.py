@@ -19,8 +19,8 @@ reduction per product checks every h at a live position; a block with an entry b
 forbidden transition, a left-to-right topology, emissions hundreds of nats apart) is recomputed by
 ``scaled.guarded_step``, the guarded forward's step, from the exact log of its start. A block cannot
 overflow: it starts at max 1, each product grows the max by at most its matrix's largest column
-sum (W, F <= 1), and a block is at most ``GROWTH_BITS`` of growth long. Each log Z is read off exact logs: log h + log F at
-the sequence's last position (h passed the bound, so its log is exact).
+sum (W, F <= 1), and a block is at most ``GROWTH_BITS`` of growth long. Each log Z is read off
+exact logs: log h + log F at the sequence's last position (h passed the bound, so its log is exact).
 
 Shapes: B batch, T positions, K states (or rank nodes), M a product's output size.
 """
