@@ -295,6 +295,7 @@ def test_contract(cls):
         ({"state_dropout": 1.0}, "state_dropout must be a float in [0, 1)"),
         ({"num_states": 0}, "num_states must be an int"),
         ({"vocab_size": 2.5}, "vocab_size must be an int"),
+        ({"initialization": "xavier"}, "initialization must be one of ('embeddings', 'app-d')"),
     ],
 )
 def test_constructor_errors(kwargs, message):
@@ -314,3 +315,29 @@ def test_batch_errors():
         music.log_likelihood({"frames": torch.zeros(1, 2, 88), "lengths": torch.tensor([2])})
     with pytest.raises(ValueError, match="num_keys must be an int"):
         BernoulliHMM(4, num_keys=0)
+
+
+@pytest.mark.parametrize("kind", ["categorical", "bernoulli"])
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_app_d_initialization(kind, backend):
+    """Yang et al. 2022, App. D: weight matrices Xavier-normal, the state and observation embeddings
+    standard normal, the low-rank feature map's random features kept; the default is unchanged."""
+    D, n = 64, 256
+    kw = {"embedding_dim": D, "hidden_dim": D}
+    model = make(kind, backend, num_states=n, initialization="app-d", **kw)
+    default = make(kind, backend, num_states=n, **kw)
+    table = model.emission.word if kind == "categorical" else model.emission.key
+    for embedding in (model.state_emb, model.next_state_emb, table):
+        assert abs(std(embedding) - 1.0) < 0.15
+    xavier = model.start_mlp.project.weight
+    assert abs(std(xavier) - (2 / (2 * D)) ** 0.5) < 0.02
+    assert std(default.start_mlp.project.weight) < 0.8 * std(xavier)  # Kaiming-uniform
+    if backend == "rank-space":
+        assert abs(std(model.rank_emb) - (2 / (R + D)) ** 0.5) < 0.1
+    if backend == "low-rank":
+        torch.testing.assert_close(model.feature_map.weight, default.feature_map.weight)
+    assert std(default.state_emb) < 0.2
+
+
+def std(parameter: torch.Tensor) -> float:
+    return float(parameter.detach().std())

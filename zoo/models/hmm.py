@@ -37,6 +37,15 @@ Regularization (training mode only; eval mode always uses the full model):
 * ``feature_dropout`` p (low-rank and rank-space only): the same on the R features / rank
   components: a random subset of round((1 - p) R) of them is kept per batch and the transition rows
   (low-rank) or p(r | z) (rank-space) are renormalized over it.
+
+Initialization (``initialization``):
+
+* ``"embeddings"`` (the default): the state and rank tables Xavier-normal, the word / key tables
+  N(0, 1/D), every linear layer PyTorch's default (Kaiming-uniform).
+* ``"app-d"``: Yang et al. 2022, App. D, as their released configuration sets it (Xavier-normal,
+  the embeddings excepted): every weight matrix of the MLPs and the rank table Xavier-normal, the
+  state and word / key embeddings standard normal; the low-rank feature map keeps its orthogonal
+  random features.
 """
 
 from __future__ import annotations
@@ -56,6 +65,8 @@ from zoo.models.arguments import (
 from zoo.models.base import ZooModel
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
 from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
+
+INITIALIZATIONS = ("embeddings", "app-d")
 
 
 def _kept_count(total: int, p: float) -> int:
@@ -92,9 +103,13 @@ class HMM(ZooModel):
         k2: int | None,
         proposal: str,
         exact_max_states: int,
+        initialization: str,
     ):
         super().__init__()
         check_int("num_states", num_states)
+        if initialization not in INITIALIZATIONS:
+            raise ValueError(f"initialization must be one of {INITIALIZATIONS}, got {initialization!r}")
+        self.initialization = initialization
         parsed = Backend.parse(backend)
         for name, value in (("embedding_dim", embedding_dim), ("hidden_dim", hidden_dim)):
             check_int(name, value)
@@ -157,6 +172,18 @@ class HMM(ZooModel):
             self.trans_mlp = mlp()  # h_T
         if parsed is Backend.LOW_RANK:
             self.feature_map = ExpFeatureMap(D, rank)
+
+    def _initialize(self) -> None:
+        """Apply ``initialization`` (module docstring); subclasses call it once their emission exists."""
+        if self.initialization != "app-d":
+            return
+        for name, parameter in self.named_parameters():
+            if parameter.dim() < 2 or name.startswith("feature_map."):
+                continue
+            if name in ("state_emb", "next_state_emb") or name.startswith("emission."):
+                nn.init.normal_(parameter)
+            else:
+                nn.init.xavier_normal_(parameter)
 
     # --- subclasses ------------------------------------------------------------------------
     def _emission_log_probs(self, hidden: Tensor, observations: Tensor) -> Tensor:
@@ -308,6 +335,7 @@ class CategoricalHMM(HMM):
             "uniform".
         exact_max_states: randomized only: in eval mode the exact forward runs when
             num_states <= this bound, else the randomized estimate.
+        initialization: "embeddings" or "app-d" (Yang et al. 2022, App. D; module docstring).
     """
 
     observation_key = "tokens"
@@ -328,14 +356,16 @@ class CategoricalHMM(HMM):
         k2: int | None = None,
         proposal: str = "local+global",
         exact_max_states: int = 8192,
+        initialization: str = "embeddings",
     ):
         check_int("vocab_size", vocab_size)
         super().__init__(
             num_states, backend, rank, embedding_dim, hidden_dim, num_blocks, dropout,
-            state_dropout, feature_dropout, k1, k2, proposal, exact_max_states,
+            state_dropout, feature_dropout, k1, k2, proposal, exact_max_states, initialization,
         )  # fmt: skip
         self.vocab_size = vocab_size
         self.emission = CategoricalEmission(vocab_size, embedding_dim)
+        self._initialize()
 
 
 class BernoulliHMM(HMM):
@@ -362,11 +392,13 @@ class BernoulliHMM(HMM):
         k2: int | None = None,
         proposal: str = "local+global",
         exact_max_states: int = 8192,
+        initialization: str = "embeddings",
     ):
         check_int("num_keys", num_keys)
         super().__init__(
             num_states, backend, rank, embedding_dim, hidden_dim, num_blocks, dropout,
-            state_dropout, feature_dropout, k1, k2, proposal, exact_max_states,
+            state_dropout, feature_dropout, k1, k2, proposal, exact_max_states, initialization,
         )  # fmt: skip
         self.num_keys = num_keys
         self.emission = BernoulliEmission(num_keys, embedding_dim)
+        self._initialize()
