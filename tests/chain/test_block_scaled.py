@@ -299,3 +299,17 @@ def test_kept_buffers_carry_nothing_between_calls():
             want = _reference(scaled.ScaledChain(c.u.double(), c.left.double(), left_is_log=True), lens)
             got = block_scaled.log_partition(c, lens).double()
             torch.testing.assert_close(got, want, rtol=2e-6, atol=1e-4)
+
+
+def test_kept_buffers_made_in_inference_mode_serve_outside_it():
+    """Lightning evaluates under inference mode: buffers made there cannot be written outside it, so
+    a call after one in inference mode (same shapes) gets buffers of its own."""
+    g = torch.Generator().manual_seed(4)
+    u = torch.randn(2, 30, 8, generator=g)
+    chain = scaled.ScaledChain(u, torch.randn(8, 8, generator=g).log_softmax(-1), left_is_log=True)
+    lengths = torch.tensor([30, 30])
+    with torch.inference_mode():
+        inside = block_scaled.log_partition(chain, lengths)
+    with torch.no_grad():
+        outside = block_scaled.log_partition(chain, lengths)
+    torch.testing.assert_close(outside, inside.clone())

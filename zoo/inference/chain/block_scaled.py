@@ -393,7 +393,7 @@ class _Workspace:
     _local = threading.local()
 
     def __init__(self, key: tuple):
-        B, T, K, size, widths, factors, dtype, device = key
+        B, T, K, size, widths, factors, dtype, device, _ = key
         self.key = key
 
         def new(*shape):
@@ -411,7 +411,8 @@ class _Workspace:
     def of(cls, u: Tensor, size: int, widths: tuple[int, ...], factors: bool) -> _Workspace:
         """The thread's workspace for u's shapes (B x T x K), made anew when they changed."""
         B, T, K = u.shape
-        key = (B, T, K, size, widths, factors, u.dtype, u.device)
+        # tensors made in inference mode cannot be written outside it: each mode has its own
+        key = (B, T, K, size, widths, factors, u.dtype, u.device, torch.is_inference_mode_enabled())
         work = getattr(cls._local, "work", None)
         if work is not None and work.key == key:
             return work
