@@ -48,6 +48,23 @@ def gradients_in_evaluation(batch: dict) -> Iterator[dict]:
         yield {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
+def scoring(method):
+    """For a family's ``log_likelihood(batch, ...)``: in eval mode it builds no autograd graph (runs
+    under ``torch.no_grad()``: less memory, and the engine's no-grad paths), unless a tensor of the
+    batch requires grad (gradients with respect to the inputs); in training mode it runs as written."""
+    import torch
+
+    @functools.wraps(method)
+    def score(self, batch: dict, *args, **kwargs):
+        needs_graph = self.training or any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in batch.values()
+        )
+        with contextlib.nullcontext() if needs_graph else torch.no_grad():
+            return method(self, batch, *args, **kwargs)
+
+    return score
+
+
 def weights_will_follow() -> bool:
     """Whether the model being built will receive saved weights (inside ``weights_follow``)."""
     return _WEIGHTS_FOLLOW.get()

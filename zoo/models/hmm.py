@@ -62,7 +62,7 @@ from zoo.models.arguments import (
     check_randomized,
     check_rank,
 )
-from zoo.models.base import ZooModel
+from zoo.models.base import ZooModel, scoring
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
 from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
 
@@ -294,6 +294,7 @@ class HMM(ZooModel):
         options = RDPOptions(self.k1, self.k2, self.proposal, generator)
         return LinearChain(factors, lengths, "randomized", options)
 
+    @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """log p(x) per sequence: (B,), differentiable. For ``randomized`` in training (or in eval
         when not ``evaluation_is_exact()``), the log of the unbiased RDP estimate of p(x)."""

@@ -54,7 +54,7 @@ from zoo.inference import (
 from zoo.inference.chain.randomized import PROPOSALS
 from zoo.inference.semimarkov import to_frame_states
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
-from zoo.models.base import ZooModel
+from zoo.models.base import ZooModel, scoring
 from zoo.models.emissions import GaussianEmission
 from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
 from zoo.models.projection import InputProjection
@@ -331,6 +331,7 @@ class GaussianHSMM(ZooModel):
         options = RDPOptions(self.k1, self.k2, self.proposal, generator)
         return SemiMarkovChain(factors, lengths, "randomized", options)
 
+    @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """log p(x) per sequence: (B,), differentiable (randomized in training: the log of the unbiased
         estimate)."""

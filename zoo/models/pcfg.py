@@ -53,7 +53,7 @@ from zoo.inference import (
 from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.randomized import TREE_PROPOSALS
 from zoo.models.arguments import check_int, check_probability, check_randomized, check_rank
-from zoo.models.base import ZooModel, gradients_in_evaluation
+from zoo.models.base import ZooModel, gradients_in_evaluation, scoring
 from zoo.models.layers import ResidualMLP, embedding_table, orthogonal_random_features
 
 
@@ -286,6 +286,7 @@ class PCFG(ZooModel):
         options = RDPOptions(self.k1, self.k2, self.proposal, generator)
         return TreeDistribution(grammar, terms, n, "randomized", options)
 
+    @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """log p(words) = log Z of each sentence without ``<eos>``: (B,), differentiable. For
         ``randomized`` in training (or in eval when not ``evaluation_is_exact()``), the log of the

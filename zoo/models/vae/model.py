@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from zoo.inference import LinearChain
 from zoo.models.arguments import check_int, check_positive, check_probability
-from zoo.models.base import ZooModel, gradients_in_evaluation, weights_will_follow
+from zoo.models.base import ZooModel, gradients_in_evaluation, scoring, weights_will_follow
 from zoo.models.vae.decoder import LSTMDecoder
 from zoo.models.vae.importance import importance_sampled_log_likelihood
 from zoo.models.vae.inference_network import CRFInferenceNetwork
@@ -234,9 +234,10 @@ class StructuredVAE(ZooModel):
             "words": words,
         }
 
+    @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """log p(y) per sequence by importance sampling with q as the proposal: (B,); ``eval_samples``
-        samples of q computed exactly (``generator`` seeds them). Run it in eval mode under no_grad."""
+        samples of q computed exactly (``generator`` seeds them); for eval mode (no autograd graph there)."""
         tokens, lengths = self._inputs(batch)
         q = self.inference.posterior(self.encode(tokens, lengths), lengths, exact=True)
 

@@ -1,0 +1,37 @@
+"""Every family's ``log_likelihood`` in eval mode builds no autograd graph (issue 18), unless an input
+asks for one (then the same values, with gradients to the inputs); training mode keeps its graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zoo.models import PCFG, BernoulliHMM, CategoricalHMM, GaussianHSMM
+
+
+def families():
+    torch.manual_seed(0)
+    tokens = {"tokens": torch.randint(1, 20, (2, 5)), "lengths": torch.tensor([5, 3])}
+    frames = {"frames": (torch.rand(2, 5, 6) < 0.3).float(), "lengths": torch.tensor([5, 3])}
+    features = {"features": torch.randn(2, 7, 3), "lengths": torch.tensor([7, 4])}
+    small = {"embedding_dim": 8, "hidden_dim": 8}
+    return {
+        "categorical HMM": (CategoricalHMM(20, 4, **small), tokens, None),
+        "Bernoulli HMM": (BernoulliHMM(4, num_keys=6, **small), frames, "frames"),
+        "PCFG": (PCFG(20, 3, 4, "exact", **small), tokens, None),
+        "HSMM": (GaussianHSMM(3, 3, 4, **small), features, "features"),
+    }
+
+
+@pytest.mark.parametrize("name", list(families()))
+def test_eval_mode_scoring_builds_no_graph(name):
+    model, batch, float_input = families()[name]
+    scores = model.eval().log_likelihood(batch)
+    assert not scores.requires_grad
+    assert model.train().log_likelihood(batch).requires_grad
+    if float_input is not None:  # gradients with respect to the inputs still work in eval mode
+        wanted = {**batch, float_input: batch[float_input].clone().requires_grad_()}
+        with_graph = model.eval().log_likelihood(wanted)
+        torch.testing.assert_close(with_graph.detach(), scores)
+        with_graph.sum().backward()
+        assert wanted[float_input].grad is not None
