@@ -105,3 +105,9 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         read_captions("coco-karpathy", "train")
     with pytest.raises(ValueError, match="split must be one of"):
         read_captions("ptb-short", "dev")
+
+
+def test_a_caption_file_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    (tmp_path / "train.txt").write_bytes(b"a dog runs\na caf\xe9 at night\n")
+    with pytest.raises(ValueError, match=r"train.txt is not UTF-8 text: line 2 \(byte 16, b'\\xe9'\)"):
+        read_caption_lines(tmp_path, "train")

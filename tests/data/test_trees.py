@@ -200,3 +200,10 @@ def test_spans_to_tensor():
         spans_to_tensor([[(0, 2)]], T=2, width=3)
     with pytest.raises(ValueError, match="width must be 2"):
         spans_to_tensor([[(0, 2)]], T=2, width=4)
+
+
+def test_a_tree_file_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    path = tmp_path / "wsj_0001.mrg"
+    path.write_bytes(b"(S (NP (DT the)) (VP (VBD ran)))\n(S (NP (NNP Jos\xe9)) (VP (VBD left)))\n")
+    with pytest.raises(ValueError, match=r"wsj_0001.mrg is not UTF-8 text: line 2 \(byte 48, b'\\xe9'\)"):
+        read_mrg(path)

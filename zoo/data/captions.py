@@ -27,6 +27,7 @@ from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.gpt2_tokenizer import GPT2_VOCAB_SIZE, gpt2_tokenizer
 from zoo.data.hf_source import load_sentences, replacing
+from zoo.data.utf8 import read_utf8
 
 __all__ = ["SOURCES", "CaptionsDataModule", "read_captions", "read_coco_karpathy", "read_caption_lines"]
 
@@ -41,7 +42,7 @@ def read_coco_karpathy(path: str | os.PathLike, split: str) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"no MSCOCO Karpathy-split file at {path} (expected dataset_coco.json)")
     try:
-        images = json.loads(path.read_text(encoding="utf-8"))["images"]
+        images = json.loads(read_utf8(path))["images"]
     except (json.JSONDecodeError, KeyError, TypeError) as error:
         raise ValueError(
             f"{path} is not Karpathy's dataset_coco.json ({{'images': [{{'split', 'sentences'}}]}}): {error}"
@@ -65,7 +66,7 @@ def read_caption_lines(directory: str | os.PathLike, split: str) -> list[str]:
             f"no {path.name} in {directory}: the 'text' source reads train.txt, valid.txt, test.txt "
             "(one caption a line)"
         )
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [line.strip() for line in read_utf8(path).splitlines() if line.strip()]
 
 
 def read_captions(source: str, split: str, path: str | os.PathLike | None = None) -> list[str]:

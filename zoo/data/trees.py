@@ -37,6 +37,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from zoo.data.utf8 import read_utf8
+
 __all__ = [
     "REMOVED_TAGS",
     "ParsedSentence",
@@ -215,7 +217,7 @@ def read_mrg(path: str | os.PathLike) -> list[Tree]:
         return [tree for f in _mrg_files(path) for tree in read_mrg(f)]
     if not path.is_file():
         raise FileNotFoundError(f"no such file or directory: {path}")
-    return parse_bracketed(path.read_text(encoding="utf-8"), source=str(path))
+    return parse_bracketed(read_utf8(path), source=str(path))
 
 
 def read_bracketed(text_or_path: str | os.PathLike) -> list[Tree]:
