@@ -241,18 +241,19 @@ def zoo_cli_class():
 
         @staticmethod
         def _absolute_paths(config) -> None:
-            """Relative paths of the data and of ``init_from`` that exist here become absolute, so the
-            run's config.yaml (a checkpoint's training_config.yaml, a card's commands) works from
-            any directory."""
+            """Relative paths of the data (its path arguments and an ``hf_dataset``'s ``data_files``)
+            and of ``init_from`` that exist here become absolute, so the run's config.yaml (a
+            checkpoint's training_config.yaml, a card's commands) works from any directory."""
             sections = [(config.get("data"), PATH_ARGUMENTS), (config.get("model"), ("init_from",))]
             for section, names in sections:
                 args = section.get("init_args") if hasattr(section, "get") else None
                 for name in names if args is not None else ():
-                    value = args.get(name)
-                    if isinstance(value, dict):
-                        args[name] = {k: _absolute(v) for k, v in value.items()}
-                    elif value is not None:
-                        args[name] = _absolute(value)
+                    if args.get(name) is not None:
+                        args[name] = _absolute(args[name])
+            data = config.get("data")
+            source = data.get("init_args", {}).get("hf_dataset") if hasattr(data, "get") else None
+            if isinstance(source, dict) and source.get("data_files") is not None:
+                source["data_files"] = _absolute(source["data_files"])
 
         @staticmethod
         def _check_init_from(init_from: str) -> Path:
@@ -390,7 +391,12 @@ PATH_ARGUMENTS = ("data_dir", "dataset", "path", "tree_files", "vocab_from")  # 
 
 
 def _absolute(value):
-    """``value`` as an absolute path when it is a relative path that exists here; else unchanged."""
+    """``value`` as an absolute path when it is a relative path that exists here (in a list or dict
+    too: each entry); else unchanged."""
+    if isinstance(value, dict):
+        return {key: _absolute(entry) for key, entry in value.items()}
+    if isinstance(value, list):
+        return [_absolute(entry) for entry in value]
     if not isinstance(value, str) or Path(value).is_absolute() or not Path(value).exists():
         return value
     return str(Path(value).resolve())

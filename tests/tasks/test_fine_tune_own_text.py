@@ -3,6 +3,7 @@ initial weights' vocabulary by default, so their ids keep meaning the same words
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -77,3 +78,26 @@ def test_lightning_noise_is_left_out(tmp_path, capfd, caplog, recwarn):
     shown = "\n".join([out, err, *(str(w.message) for w in recwarn), *logged])
     assert "Tip:" not in shown and "tensorboardX" not in shown and "LeafSpec" not in shown
     assert "init_from 'hmm_categorical_n4096_d64.ptb_rank_space'" in shown  # what the user needs stays
+
+
+def test_a_datasets_source_keeps_absolute_data_files(tmp_path, monkeypatch):
+    """An ``hf_dataset``'s relative ``data_files`` become absolute in the run's config.yaml too."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    (tmp_path / "text").mkdir()
+    folder = write_text(tmp_path / "text")
+    monkeypatch.chdir(tmp_path)
+    files = {split: f"text/ptb.{split}.txt" for split in ("train", "valid", "test")}
+    source = {"path": "text", "data_files": {"train": files["train"], "validation": files["valid"],
+                                             "test": [files["test"]]}}  # fmt: skip
+    main([
+        "fit", "--config", str(REPO / "recipes/hmm/ptb-rank-space-small.yaml"),
+        "--data.init_args.hf_dataset", json.dumps(source), "--model.init_args.init_from", TAG,
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1",
+        "--trainer.enable_progress_bar", "false",
+    ])  # fmt: skip
+    saved = yaml.safe_load((tmp_path / "lightning_logs" / "version_0" / "config.yaml").read_text())
+    assert saved["data"]["init_args"]["hf_dataset"]["data_files"] == {
+        "train": str(folder / "ptb.train.txt"),
+        "validation": str(folder / "ptb.valid.txt"),
+        "test": [str(folder / "ptb.test.txt")],
+    }
