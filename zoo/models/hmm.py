@@ -45,7 +45,9 @@ Initialization (``initialization``):
 * ``"app-d"``: Yang et al. 2022, App. D, as their released configuration sets it (Xavier-normal,
   the embeddings excepted): every weight matrix of the MLPs and the rank table Xavier-normal, the
   state and word / key embeddings standard normal; the low-rank feature map keeps its orthogonal
-  random features.
+  random features. On this parameterization (softmaxes of dot products of embeddings) it starts
+  saturated and trains far worse than the default (docs/results.md, "HMM regularizers"): an
+  ablation, not a recommendation.
 """
 
 from __future__ import annotations
