@@ -313,3 +313,22 @@ def test_kept_buffers_made_in_inference_mode_serve_outside_it():
     with torch.no_grad():
         outside = block_scaled.log_partition(chain, lengths)
     torch.testing.assert_close(outside, inside.clone())
+
+
+def test_growth_inside_a_block_does_not_fail_its_check():
+    """Near-uniform transitions over many states grow p by about K a product, 2^100+ over a block: each
+    position is checked against its own input's scale (not the block's largest entry), so the block
+    passes and the fast path runs, with and without gradients (a fresh neural HMM looks like this)."""
+    g = torch.Generator().manual_seed(5)
+    K, T = 300, 60
+    u = torch.randn(4, T, K, generator=g) * 0.1 - 9.0  # a fresh model's nearly flat emissions
+    trans = (torch.randn(K, K, generator=g) * 0.1).log_softmax(-1).requires_grad_()
+    lengths = torch.tensor([60, 60, 33, 7])
+    chain = scaled.ScaledChain(u, trans, left_is_log=True)
+    log_z = block_scaled.differentiable_log_partition(chain, lengths)
+    assert log_z is not None  # the block path ran (None: a block failed its check)
+    want = _reference(scaled.ScaledChain(u.double(), trans.detach().double(), left_is_log=True), lengths)
+    torch.testing.assert_close(log_z.double(), want, rtol=2e-6, atol=1e-4)
+    detached = scaled.ScaledChain(u, trans.detach(), left_is_log=True)
+    forward = block_scaled._Forward(detached, lengths, *scaled.normalized(u[:, 0]))
+    assert forward.size < block_scaled.MAX_BLOCK and forward.run() is not None

@@ -13,9 +13,12 @@ its backward needs.
 Why a block is right when it passes. Underflow, flushed to zero or not, moves an entry of p = h * F
 by at most tiny (1 + h) (tiny in F, times h; tiny in the product), and a term of the next product
 by tiny max(P) (1 + h), so a product entry h' >= bound = K tiny / eps (2 + max(P) h_max), with h_max
-the largest product entry in the block or carried into it, is right to float precision whatever was
-lost (``zoo.inference.logmatmul`` makes the same argument with h_max = 1). After a block one
-reduction per product checks every h at a live position; a block with an entry below the bound (a
+the largest entry of the product's input at that position (the previous product's output; F, W <= 1)
+or the one carried into the block, is right to float precision whatever was lost
+(``zoo.inference.logmatmul`` makes the same argument with h_max = 1). Each position is held to its
+own input's scale: p may grow by 2^100 inside a block (near-uniform transitions over many states).
+After a block one reduction per product gives each position's smallest and largest h over the live
+rows; a block with an entry below its position's bound (a
 forbidden transition, a left-to-right topology, emissions hundreds of nats apart) is recomputed by
 ``scaled.guarded_step``, the guarded forward's step, from the exact log of its start. A block cannot
 overflow: it starts at max 1, each product grows the max by at most its matrix's largest column
@@ -27,6 +30,7 @@ Shapes: B batch, T positions, K states (or rank nodes), M a product's output siz
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections.abc import Sequence
@@ -228,7 +232,9 @@ class _Forward:
         for i, a in enumerate(self.starts):
             v, stat = self._lazy(v, a, i % 2)
             stats.append(stat)
-        failed = self._first_failure(torch.stack(stats).tolist())
+        values = torch.cat(stats).tolist()
+        cuts = [0, *itertools.accumulate(len(stat) for stat in stats)]
+        failed = self._first_failure([values[i:j] for i, j in zip(cuts, cuts[1:])])
         if failed is not None and self.keep:
             return None
         if failed is not None:
@@ -242,7 +248,8 @@ class _Forward:
     def _lazy(self, v: Tensor, a: int, slot: int) -> tuple[Tensor, Tensor]:
         """Positions a..b-1 of a block in probability space from v (B x K, max 1): (the next block's
         start, divided by its max; the block's check values, not yet read: each product's smallest
-        and largest h over the rows inside their length, and the smallest divisor)."""
+        and largest h at each position over the rows inside their length, and the smallest
+        divisor)."""
         b = min(a + self.size, self.T)
         _, factors, top = self._factors(a, b)
         if self.cached is None:
@@ -263,24 +270,27 @@ class _Forward:
         if b < self.T:
             divisor = v.amax(-1, keepdim=True).clamp_min_(self.tiny)
             v, self.divisors[b] = v / divisor, divisor
-            stats.append(divisor.amin())
+            stats.append(divisor.amin().reshape(1))
         else:
-            stats.append(v.new_ones(()))
-        return v, torch.stack(stats)
+            stats.append(v.new_ones(1))
+        return v, torch.cat(stats)
 
     def _extremes(self, a: int, b: int, slot: int) -> list[Tensor]:
-        """[min h_1, max h_1, (min h_2, max h_2)] over a block's positions and the rows inside their
-        length (one pass before the first length ends)."""
-        live = None
+        """[min h_1, max h_1, (min h_2, max h_2)], each (b - a,): at each of a block's positions, over
+        the rows inside their length (one pass a product before the first length ends)."""
+        n, live = b - a, None
         if b > self.first_end:
             live = (torch.arange(a, b, device=self.lengths.device).unsqueeze(-1) < self.lengths).unsqueeze(-1)
         out = []
         for buffer in self.h_blocks[slot]:
-            block = buffer[: b - a]
+            block = buffer[:n]
             if live is None:
-                out.extend(torch.aminmax(block))
+                out.extend(torch.aminmax(block.reshape(n, -1), dim=1))
             else:
-                out += [torch.where(live, block, math.inf).amin(), torch.where(live, block, 0.0).amax()]
+                out += [
+                    torch.where(live, block, math.inf).reshape(n, -1).amin(1),
+                    torch.where(live, block, 0.0).reshape(n, -1).amax(1),
+                ]
         return out
 
     def _lazy_ends(self, a: int, b: int, slot: int, top: Tensor) -> None:
@@ -297,16 +307,21 @@ class _Forward:
         self.ends = torch.where(((last >= a) & (last < b)).unsqueeze(-1), exact, self.ends)
 
     def _check(self, values: list[float], carried: float) -> float | None:
-        """The module docstring's bound for a block's [min h_1, max h_1, ..., smallest divisor], with
-        the h_max ``carried`` into it: None where it fails, else the h_max the next block carries."""
+        """The module docstring's bound at each position of a block ([min h_1, max h_1, ...] by
+        position, then the smallest divisor): every product's smallest entry against the largest
+        entry of its input (the previous product's output, F and W <= 1) or the h_max ``carried`` into
+        the block, whichever is larger. None where it fails, else the h_max the next block carries."""
         *row, smallest = values
-        h_max = max(carried, *row[1::2])
-        if all(
-            low >= self.unit_bound * m.rows * (2 + peak * h_max)
-            for low, m, peak in zip(row[0::2], self.mats, self.peaks)
-        ):
-            return max(1.0, *row[1::2]) / smallest
-        return None
+        n = len(row) // (2 * len(self.mats))
+        lows = [row[2 * p * n : (2 * p + 1) * n] for p in range(len(self.mats))]
+        highs = [row[(2 * p + 1) * n : (2 * p + 2) * n] for p in range(len(self.mats))]
+        h_in = carried
+        for j in range(n):
+            for low, high, m, peak in zip(lows, highs, self.mats, self.peaks):
+                if not low[j] >= self.unit_bound * m.rows * (2 + peak * h_in):  # NaN fails too
+                    return None
+                h_in = max(carried, high[j])
+        return max(1.0, *(h for high in highs for h in high)) / smallest
 
     def _first_failure(self, values: list[list[float]]) -> int | None:
         """The index of the first block whose check fails, or None."""
