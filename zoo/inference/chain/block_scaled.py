@@ -284,13 +284,10 @@ class _Forward:
         out = []
         for buffer in self.h_blocks[slot]:
             block = buffer[:n]
-            if live is None:
-                out.extend(torch.aminmax(block.reshape(n, -1), dim=1))
-            else:
-                out += [
-                    torch.where(live, block, math.inf).reshape(n, -1).amin(1),
-                    torch.where(live, block, 0.0).reshape(n, -1).amax(1),
-                ]
+            low = high = block
+            if live is not None:
+                low, high = torch.where(live, block, math.inf), torch.where(live, block, 0.0)
+            out += [low.amin((1, 2)), high.amax((1, 2))]  # aminmax(dim=) is 20x slower on a CPU
         return out
 
     def _lazy_ends(self, a: int, b: int, slot: int, top: Tensor) -> None:
@@ -312,16 +309,27 @@ class _Forward:
         entry of its input (the previous product's output, F and W <= 1) or the h_max ``carried`` into
         the block, whichever is larger. None where it fails, else the h_max the next block carries."""
         *row, smallest = values
+        if any(math.isnan(x) for x in row):
+            return None
         n = len(row) // (2 * len(self.mats))
         lows = [row[2 * p * n : (2 * p + 1) * n] for p in range(len(self.mats))]
         highs = [row[(2 * p + 1) * n : (2 * p + 2) * n] for p in range(len(self.mats))]
-        h_in = carried
-        for j in range(n):
-            for low, high, m, peak in zip(lows, highs, self.mats, self.peaks):
-                if not low[j] >= self.unit_bound * m.rows * (2 + peak * h_in):  # NaN fails too
-                    return None
-                h_in = max(carried, high[j])
-        return max(1.0, *(h for high in highs for h in high)) / smallest
+        block_max = max(h for high in highs for h in high)
+
+        def passes(low: float, m, peak: float, h_in: float) -> bool:
+            return low >= self.unit_bound * m.rows * (2 + peak * h_in)
+
+        # the whole block against its largest entry first (one comparison a product), position by
+        # position only where that fails: p may grow by 2^100 inside a block
+        largest = max(carried, block_max)
+        if not all(passes(min(low), m, peak, largest) for low, m, peak in zip(lows, self.mats, self.peaks)):
+            h_in = carried
+            for j in range(n):
+                for low, m, peak, high in zip(lows, self.mats, self.peaks, highs):
+                    if not passes(low[j], m, peak, h_in):
+                        return None
+                    h_in = max(carried, high[j])
+        return max(1.0, block_max) / smallest
 
     def _first_failure(self, values: list[list[float]]) -> int | None:
         """The index of the first block whose check fails, or None."""
