@@ -209,7 +209,7 @@ def flagship_rows() -> list[str]:
         baselines = "; ".join(
             f"{name}: " + ", ".join(f"`{m}` {values[m]:.4g}" for m in names if m in values)
             for name, values in results.get("baselines", {}).items()
-        )
+        ) or published_anchors(folder, results, names)
         training = results.get("training", {})
         curve = "-"
         if (folder / "learning_curve.png").is_file():
@@ -219,6 +219,17 @@ def flagship_rows() -> list[str]:
             f"{training.get('minutes', '-')} min, {training.get('hardware', '-')} | {curve} |"
         )
     return rows
+
+
+def published_anchors(folder: Path, results: dict, metrics: list[str]) -> str:
+    """The papers' numbers on a flagship's data and target metrics (GPU, their sizes), as an anchor
+    where no baseline was trained beside it."""
+    from zoo.paper_results import paper_results
+
+    model_class = json.loads((folder / "config.json").read_text())["class_path"].rsplit(".", 1)[-1]
+    rows = [r for r in paper_results(model_class, results.get("dataset")) if r.metric in metrics]
+    shown = (f"published: {r.model}, {r.setting}: `{r.metric}` {r.value:g} ({r.source})" for r in rows)
+    return "; ".join(shown)
 
 
 PICTURES = [
@@ -535,7 +546,8 @@ def report() -> str:
             "Each family's flagship, trained on this CPU as long as it kept improving within the session; "
             "its card has the learning curve against steps, tokens and hours.",
             "",
-            "| family | tag | test targets | baseline on the same data | training | learning curve |",
+            "| family | tag | test targets | baseline on the same data (else the papers' numbers: GPU, their "
+            "sizes) | training | learning curve |",
             "| --- | --- | --- | --- | --- | --- |",
             *flagships,
         ]
