@@ -79,8 +79,7 @@ def _log_z(chain: scaled.ScaledChain, lengths: Tensor, last: Tensor, scale: Tens
     last = last if log_end is None else last + log_end
     top = last.amax(-1, keepdim=True).clamp_min(NEG)  # torch.logsumexp costs 5x more at these sizes
     end = (last - top).exp().sum(-1).log() + top.squeeze(-1)
-    if bool((torch.minimum(scale, end) <= NEG / 2).any()):
-        raise ValueError(scaled.ZERO_PROBABILITY)
+    scaled.check_alive(torch.minimum(scale, end))
     return scale + end
 
 
@@ -371,7 +370,7 @@ class _Forward:
         if t in self.guarded_logs:
             return self.guarded_logs[t]
         h, top = self.tails[self.starts[(t - 1) // self.size]]
-        return self._log_p(h, self._later_at(torch.full_like(self.lengths, t)), top)
+        return self._log_p(h, self._later(t, t + 1)[:, 0], top)
 
     def _log_p(self, h: Tensor, later: Tensor, top: Tensor) -> Tensor:
         """log p = log h + log F = log h + later - top, exact where h passed the bound."""

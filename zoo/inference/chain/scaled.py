@@ -68,13 +68,12 @@ class ScaledChain:
         return [left] if self.right is None else [left, Matrix.from_prob(self.right.T)]
 
 
-ZERO_PROBABILITY = "the chain has zero probability (no path survives a -inf mask)"
-
-
-def check_alive(shift: Tensor, live: Tensor) -> None:
-    """Raise where a live sequence has no surviving path (its shift, or log Z, is -inf or NEG)."""
-    if bool(((shift <= NEG / 2) & live).any()):
-        raise ValueError(ZERO_PROBABILITY)
+def check_alive(shift: Tensor, live: Tensor | None = None) -> None:
+    """Raise where a live sequence (every one without ``live``) has no surviving path (its shift, or
+    log Z, is -inf or NEG)."""
+    dead = shift <= NEG / 2
+    if bool((dead if live is None else dead & live).any()):
+        raise ValueError("the chain has zero probability (no path survives a -inf mask)")
 
 
 def normalized(y: Tensor) -> tuple[Tensor, Tensor]:
