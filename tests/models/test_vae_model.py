@@ -153,6 +153,55 @@ def test_elbo_is_below_log_likelihood_for_a_hard_sample_limit():
     assert (elbo <= exact + 1e-6).all()
 
 
+def brute_force_elbo(model, b):
+    """E_q[log p(z, y) - log q(z | y)] over every state sequence, q computed exactly: (B,)."""
+    q = model.posterior(b, exact=True)
+    out = []
+    for i, length in enumerate(b["lengths"].tolist()):
+        z = all_sequences(length, N)
+        padded = torch.cat([z, z.new_zeros(len(z), b["tokens"].shape[1] - length)], 1)
+        log_q = q.log_prob(padded.unsqueeze(1).expand(len(z), len(b["lengths"]), -1))[:, i]
+        tokens = b["tokens"][i, :length].expand(len(z), -1)
+        log_joint = model.decoder.log_joint(tokens, torch.full((len(z),), length), z)
+        out.append((log_q.exp() * (log_joint - log_q)).sum())
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("backend", ["exact", "randomized"])
+def test_importance_elbo_is_unbiased_and_never_above_the_likelihood_estimate(backend):
+    """The evaluation's ELBO (hard samples of the exact q) averages to the enumerated ELBO, and for every
+    draw it is at most the importance-sampled log p(y) of the same samples (Jensen)."""
+    model, b = tiny(backend, eval_samples=5).eval(), batch()
+    with torch.no_grad():
+        exact = brute_force_elbo(model, b)
+        draws = [model.importance_estimates(b, torch.Generator().manual_seed(s)) for s in range(300)]
+    for estimate in draws:
+        assert (estimate.elbo <= estimate.log_likelihood + 1e-12).all()
+    elbos = torch.stack([d.elbo for d in draws])
+    mean, sem = elbos.mean(0), elbos.std(0) / math.sqrt(len(elbos))
+    assert ((mean - exact).abs() < 4 * sem + 1e-9).all(), (mean, exact, sem)
+    assert (exact <= brute_force_log_likelihood(model, b) + 1e-9).all()
+
+
+@pytest.mark.parametrize("backend", ["exact", "randomized", "low-rank"])
+def test_straight_through_reconstructs_the_hard_sample_and_trains_the_encoder(backend):
+    """With straight_through the reconstruction is log p(z, y) of the sample's hard states (the argmax
+    of the relaxed rows, an exact sample of q for exact and low-rank), and gradients still reach q."""
+    model, b = tiny(backend, straight_through=True), batch()
+    parts = model.elbo(b, torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(0)  # the same draws as elbo's: kept states, then the sample
+    relaxed = model.posterior(b, generator=g).rsample(model.temperature, g)
+    valid = torch.arange(b["tokens"].shape[1]) < b["lengths"].unsqueeze(-1)
+    hard = torch.where(valid, relaxed.argmax(-1), -1)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            parts["reconstruction"], model.decoder.log_joint(b["tokens"], b["lengths"], hard)
+        )
+    parts["reconstruction"].sum().backward()
+    assert model.inference.states.grad.abs().sum() > 0
+    assert sum(p.grad.abs().sum() for p in model.encoder.parameters() if p.grad is not None) > 0
+
+
 def test_randomized_with_every_state_kept_is_exact():
     exact, full = tiny("exact", num_states=4), tiny("randomized", num_states=4, k1=4, k2=0)
     b = batch()

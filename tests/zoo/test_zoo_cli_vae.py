@@ -79,6 +79,8 @@ def test_fit_test_export_load(trained, tmp_path):
     measured = json.loads(results.read_text())
     assert measured["dataset"] == config.parent.name  # the "text" source: the folder of the sentences
     assert {"test/nll", "test/ppl", "test/nll_sentence", "test/neg_elbo_sentence"} <= set(measured["metrics"])
+    metrics = measured["metrics"]  # the ELBO of the importance samples is a bound on the same sentences
+    assert metrics["test/neg_elbo_sentence"] >= metrics["test/nll_sentence"]
     folder = tmp_path / "out"
     assert main(["export", str(checkpoint), str(folder), "--results", str(results)]) == 0
     task = VAETask.load_from_checkpoint(checkpoint).eval()

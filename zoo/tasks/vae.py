@@ -4,8 +4,9 @@ A ``LikelihoodTask`` (same optimizer, scheduler, checkpoints, ``init_from``) who
 -sum ELBO / sum tokens (``model.elbo(batch)``, Fu et al. 2022 Eq. 32) and whose validation / test
 report the importance-sampled NLL (``model.log_likelihood``, ``eval_samples`` samples of q):
 ``val/nll`` (nats per token, ``<|endoftext|>`` counted), ``val/ppl``, ``val/nll_sentence`` (nats per
-sentence: the paper's Table 5 metric) and -ELBO per sentence ``val/neg_elbo_sentence`` beside it (the
-run's own training estimator: relaxed sample, randomized entropy for RDP), and q's state usage
+sentence: the paper's Table 5 metric) and -ELBO per sentence ``val/neg_elbo_sentence`` beside it (from
+the same samples: hard samples of q computed exactly, so never below ``val/nll_sentence``; the training
+estimator's relaxed ELBO is ``train/elbo``), and q's state usage
 (``zoo.metrics.PosteriorUsage``, q computed exactly): ``val/distinct_map_states``,
 ``val/token_state_information`` and ``val/states_used``, which tell a collapsed posterior. The importance
 samples of batch i are seeded with i, so an evaluation is reproducible. Logged while training:
@@ -37,9 +38,10 @@ class VAETask(LikelihoodTask):
 
     def __init__(self, *args, kl_warmup_steps: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
-        if not hasattr(self.model, "elbo"):
+        if not (hasattr(self.model, "elbo") and hasattr(self.model, "importance_estimates")):
             raise TypeError(
-                f"VAETask trains a model with an elbo(batch) method, got {type(self.model).__name__}"
+                "VAETask trains a model with elbo(batch) and importance_estimates(batch, generator) methods, "
+                f"got {type(self.model).__name__}"
             )
         if not isinstance(kl_warmup_steps, int) or isinstance(kl_warmup_steps, bool) or kl_warmup_steps < 0:
             raise ValueError(f"kl_warmup_steps must be an int >= 0, got {kl_warmup_steps!r}")
@@ -103,8 +105,7 @@ class VAETask(LikelihoodTask):
         events = self.model.num_events(batch)
         ones = torch.ones_like(events)
         generator = torch.Generator(device=events.device).manual_seed(batch_idx)
-        log_p = self.model.log_likelihood(batch, generator=generator)
-        elbo = self.model.elbo(batch, generator=generator)["elbo"]
+        log_p, elbo = self.model.importance_estimates(batch, generator=generator)
         updates = (
             ("nll", self.metrics[f"{stage}_nll"], log_p, events),
             ("ppl", self.metrics[f"{stage}_ppl"], log_p, events),

@@ -25,7 +25,7 @@ from zoo.inference import LinearChain
 from zoo.models.arguments import check_int, check_positive, check_probability
 from zoo.models.base import ZooModel, gradients_in_evaluation, scoring, weights_will_follow
 from zoo.models.vae.decoder import LSTMDecoder
-from zoo.models.vae.importance import importance_sampled_log_likelihood
+from zoo.models.vae.importance import ImportanceEstimates, importance_sampled_estimates
 from zoo.models.vae.inference_network import CRFInferenceNetwork
 
 GPT2_VOCAB_SIZE = 50257
@@ -112,6 +112,11 @@ class StructuredVAE(ZooModel):
         word_dropout: decoder word dropout (``LSTMDecoder``; training mode only): a guard against
             posterior collapse.
         temperature: of the relaxed samples.
+        straight_through: train on hard samples: the decoder reads the exact sample's one-hot rows
+            (the argmax of the relaxed ones) and the gradients flow through the relaxed rows (the
+            straight-through Gumbel-CRF, Fu et al. 2020). The training ELBO is then the one evaluation
+            measures; with relaxed rows (False) the decoder learns to use mixtures of states that no
+            sample of q gives, and its relaxed ELBO overstates the true one.
         eval_samples: importance samples of ``log_likelihood``.
         eval_chunk_tokens: tokens the decoder scores at once while importance sampling (memory bound).
     """
@@ -138,6 +143,7 @@ class StructuredVAE(ZooModel):
         dropout: float = 0.1,
         word_dropout: float = 0.0,
         temperature: float = 1.0,
+        straight_through: bool = False,
         eval_samples: int = 100,
         eval_chunk_tokens: int = 1024,
     ):
@@ -153,6 +159,8 @@ class StructuredVAE(ZooModel):
         check_probability("dropout", dropout)
         check_probability("word_dropout", word_dropout)
         check_positive("temperature", temperature)
+        if not isinstance(straight_through, bool):
+            raise ValueError(f"straight_through must be True or False, got {straight_through!r}")
         self.inference = CRFInferenceNetwork(num_states, state_dim, backend, k1, k2, proposal, rank)
         self.encoder = build_gpt2_encoder(
             pretrained_encoder, vocab_size, encoder_layers, encoder_dim, encoder_heads, max_positions, dropout
@@ -165,11 +173,8 @@ class StructuredVAE(ZooModel):
             word_dropout,
         )
         self.num_states, self.backend, self.vocab_size = num_states, self.inference.backend, vocab_size
-        self.temperature, self.eval_samples, self.eval_chunk_tokens = (
-            float(temperature),
-            eval_samples,
-            eval_chunk_tokens,
-        )
+        self.temperature, self.straight_through = float(temperature), straight_through
+        self.eval_samples, self.eval_chunk_tokens = eval_samples, eval_chunk_tokens
 
     # --- inputs -----------------------------------------------------------------------------
     def _inputs(self, batch: dict) -> tuple[Tensor, Tensor]:
@@ -224,6 +229,10 @@ class StructuredVAE(ZooModel):
         tokens, lengths = self._inputs(batch)
         q = self.inference.posterior(self.encode(tokens, lengths), lengths, generator=generator)
         relaxed = q.rsample(self.temperature, generator)  # B x T x N
+        if self.straight_through:  # the sample's one-hot rows forward, the relaxed rows' gradients back
+            hard = torch.nn.functional.one_hot(relaxed.argmax(-1), self.num_states).to(relaxed.dtype)
+            hard = hard * (relaxed.sum(-1, keepdim=True) > 0)  # rows past each length stay zero
+            relaxed = hard + relaxed - relaxed.detach()
         states, words = self.decoder.log_joint_parts(tokens, lengths, relaxed)
         reconstruction, entropy = states + words, q.entropy
         return {
@@ -238,6 +247,12 @@ class StructuredVAE(ZooModel):
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """log p(y) per sequence by importance sampling with q as the proposal: (B,); ``eval_samples``
         samples of q computed exactly (``generator`` seeds them); for eval mode (no autograd graph there)."""
+        return self.importance_estimates(batch, generator).log_likelihood
+
+    @scoring
+    def importance_estimates(self, batch: dict, generator: torch.Generator | None = None) -> ImportanceEstimates:
+        """log p(y) and the ELBO per sequence from the same ``eval_samples`` exact samples of q (the
+        ELBO of hard samples: the bound ``log_likelihood`` tightens, never above it); (B,) each."""
         tokens, lengths = self._inputs(batch)
         q = self.inference.posterior(self.encode(tokens, lengths), lengths, exact=True)
 
@@ -254,7 +269,7 @@ class StructuredVAE(ZooModel):
             ]
             return torch.cat(parts).view(S, B)
 
-        return importance_sampled_log_likelihood(q, log_joint, self.eval_samples, generator)
+        return importance_sampled_estimates(q, log_joint, self.eval_samples, generator)
 
     def forward(self, batch: dict) -> Tensor:
         """Same as ``log_likelihood``: (B,)."""
