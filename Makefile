@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[dev,bench,data]"
+	$(BIN)/python -m pip install -q -e ".[all,dev,bench]"
 	$(BIN)/python -m pip install -q --no-deps openai-whisper==20250625 supar==1.1.4
 	touch $(STAMP)
 

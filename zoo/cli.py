@@ -31,6 +31,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from zoo.extras import MissingExtraError, imported
+
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 ZOO_COMMANDS = ("capabilities", "models", "export", "card", "push", "state-usage", "plot")
 
@@ -368,7 +370,7 @@ def quiet_lightning():
 
 def lightning_command(argv: list[str] | None) -> int:
     """``fit``, ``validate``, ``test`` or ``predict`` through LightningCLI (None: from sys.argv)."""
-    import lightning.pytorch as pl
+    pl = imported("lightning.pytorch", "train", "zoo fit / validate / test / predict")
 
     try:
         with quiet_lightning():
@@ -408,9 +410,13 @@ class InitFromError(ValueError):
 
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    if words and words[0] in LIGHTNING_COMMANDS:
-        return lightning_command(None if argv is None else words)
-    return zoo_command(words)
+    try:
+        if words and words[0] in LIGHTNING_COMMANDS:
+            return lightning_command(None if argv is None else words)
+        return zoo_command(words)
+    except MissingExtraError as error:
+        print(f"zoo: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import math
 import os
 from pathlib import Path
 
+from zoo.extras import pyplot
+
 AXES = (("step", "step"), ("train/tokens", "training tokens"), ("train/seconds", "training hours"))
 
 
@@ -67,11 +69,7 @@ def read_curves(path: Path) -> dict[str, list[tuple[float, float, float, float]]
 
 def plot_learning_curves(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
     """Draw the run's curves to ``out`` (default: ``learning_curves.png`` beside its metrics.csv)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
+    plt = pyplot("drawing learning curves")
     path = find_metrics(run_dir)
     curves = read_curves(path)
     names = sorted(curves, key=lambda n: (n != "train/loss", n))

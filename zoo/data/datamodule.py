@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
 from zoo.data.buckets import BucketBatchSampler, PackedSequences
+from zoo.extras import imported
+
+pl = imported("lightning.pytorch", "train", "zoo.data's DataModules")
 
 __all__ = ["SequenceDataModule"]
 

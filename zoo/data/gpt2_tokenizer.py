@@ -14,6 +14,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+from zoo.extras import imported
+
 __all__ = ["END_OF_TEXT", "GPT2_VOCAB_SIZE", "gpt2_tokenizer", "gpt2_ranks_file"]
 
 END_OF_TEXT = "<|endoftext|>"
@@ -88,7 +90,7 @@ def gpt2_tokenizer(cache_dir: str | os.PathLike | None = None):
     directory = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
     key = str(directory.resolve())
     if key not in _CACHE:
-        from transformers import GPT2TokenizerFast
+        GPT2TokenizerFast = imported("transformers", "vae", "the GPT-2 tokenizer").GPT2TokenizerFast
 
         target = directory / "tokenizer.json"
         if not target.is_file():

@@ -8,9 +8,10 @@ the recipe names another. ``setup`` then reports how much of each split the voca
 
 from __future__ import annotations
 
-from lightning.pytorch.utilities import rank_zero_info
-
 from zoo.data.vocab import Coverage, Vocabulary
+from zoo.extras import imported
+
+rank_zero_info = imported("lightning.pytorch.utilities", "train", "zoo.data's DataModules").rank_zero_info
 
 
 class TextVocabulary:

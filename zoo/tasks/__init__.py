@@ -1,6 +1,11 @@
 """LightningModules: how each family is trained and evaluated."""
 
-from zoo.tasks.likelihood import LikelihoodTask
+from zoo.extras import require
+
+require("train", "zoo.tasks (training and evaluation)")
+require("plots", "zoo.tasks (the segmentation metrics' matching)")
+
+from zoo.tasks.likelihood import LikelihoodTask  # noqa: E402
 
 __all__ = ["LikelihoodTask"]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from zoo.extras import imported
 from zoo.inference import LinearChain
 from zoo.models.arguments import check_int, check_positive, check_probability
 from zoo.models.base import ZooModel, gradients_in_evaluation, scoring, weights_will_follow
@@ -49,7 +50,8 @@ def build_gpt2_encoder(
     """A ``transformers.GPT2Model`` of ``layers`` x ``dim`` (``heads`` heads, ``max_positions``):
     ``from_pretrained(pretrained)``, whose configuration must be that one, or random from a ``GPT2Config``
     (also for a pretrained encoder whose weights follow from a zoo checkpoint: no Hub needed)."""
-    from transformers import GPT2Config, GPT2Model
+    transformers = imported("transformers", "vae", "the structured VAE's GPT-2 encoder")
+    GPT2Config, GPT2Model = transformers.GPT2Config, transformers.GPT2Model
 
     if pretrained is not None and vocab_size != GPT2_VOCAB_SIZE:
         raise ValueError(
@@ -250,7 +252,9 @@ class StructuredVAE(ZooModel):
         return self.importance_estimates(batch, generator).log_likelihood
 
     @scoring
-    def importance_estimates(self, batch: dict, generator: torch.Generator | None = None) -> ImportanceEstimates:
+    def importance_estimates(
+        self, batch: dict, generator: torch.Generator | None = None
+    ) -> ImportanceEstimates:
         """log p(y) and the ELBO per sequence from the same ``eval_samples`` exact samples of q (the
         ELBO of hard samples: the bound ``log_likelihood`` tightens, never above it); (B,) each."""
         tokens, lengths = self._inputs(batch)

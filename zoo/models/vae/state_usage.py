@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor
 
+from zoo.extras import pyplot
+
 
 def _evaluation_batches(model, batches: Iterable[dict], max_batches: int | None) -> Iterator[dict]:
     """The first ``max_batches`` of ``batches`` moved to the model's device, the model in eval mode
@@ -60,11 +62,7 @@ def posterior_collapse(model, batches: Iterable[dict], max_batches: int | None =
 
 def plot_state_usage(counts: Tensor, path: str | os.PathLike, title: str = "") -> None:
     """Save the states' frequencies, sorted from most to least used, as an image (PNG by suffix)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
+    plt = pyplot("plotting the state usage")
     counts = counts.detach().cpu()
     if counts.dim() != 1 or counts.sum() <= 0:
         raise ValueError(f"counts must be (N,) with a positive total, got shape {tuple(counts.shape)}")
