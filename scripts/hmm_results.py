@@ -36,10 +36,10 @@ import torch  # noqa: E402
 from zoo.data import MusicDataModule, PTBDataModule  # noqa: E402
 from zoo.models import BernoulliHMM, CategoricalHMM  # noqa: E402
 from zoo.tasks import LikelihoodTask  # noqa: E402
+from zoo.tasks.throughput import TrainingThroughput  # noqa: E402
 
 from benchlib import evaluate, fit_within_budget, largest_that_fits  # noqa: E402
 from report import store_output, write_section  # noqa: E402
-from throughput import TrainingThroughput  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "results.md"

@@ -39,10 +39,10 @@ from zoo.data.pcfg import collate_sentences  # noqa: E402
 from zoo.models import PCFG  # noqa: E402
 from zoo.paper_results import paper_results  # noqa: E402
 from zoo.tasks import ParsingTask  # noqa: E402
+from zoo.tasks.throughput import TrainingThroughput  # noqa: E402
 
 from benchlib import fit_within_budget, largest_that_fits  # noqa: E402
 from report import store_output, write_section  # noqa: E402
-from throughput import TrainingThroughput  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "results.md"

@@ -3,7 +3,7 @@ the training loss, per precision, on a GPU or on the CPU.
 
 Each (recipe, precision) runs ``zoo fit --config RECIPE`` in its own process for ``--steps`` training
 steps (no validation, no logger; a recipe's checkpoints go to a temporary folder), with a callback
-that counts the tokens of the steps after a warm-up (``throughput.TrainingThroughput``, synchronizing
+that counts the tokens of the steps after a warm-up (``zoo.tasks.TrainingThroughput``, synchronizing
 the GPU at each step's end) and records the first and last training losses.
 
 Usage (repository root):
@@ -28,9 +28,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from zoo.tasks.throughput import TrainingThroughput  # noqa: E402
+
 from benchlib import num, paragraphs, table  # noqa: E402
 from report import write_section  # noqa: E402
-from throughput import TrainingThroughput  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = {  # family: recipe, share of --steps (an HSMM step is a whole recording of ~600 frames)

@@ -36,11 +36,11 @@ from zoo.data import CaptionsDataModule  # noqa: E402
 from zoo.models import StructuredVAE  # noqa: E402
 from zoo.models.vae import aggregated_state_usage, plot_state_usage  # noqa: E402
 from zoo.tasks import VAETask  # noqa: E402
+from zoo.tasks.throughput import TrainingThroughput  # noqa: E402
 
 import benchlib  # noqa: E402
 from benchlib import evaluate, fit_within_budget, machine, table  # noqa: E402
 from report import store_output, write_section  # noqa: E402
-from throughput import TrainingThroughput  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "results.md"

@@ -1,21 +1,13 @@
 """Grammar induction without treebanks, scaled down: sample a corpus with gold trees from the known
 grammar of zoo.data.synthetic_grammar, train a PCFG on the sentences alone, and compare the F1 of its
-MBR trees with the right-branching and random-tree baselines (scripts/pcfg_induction.py is the full run)."""
+MBR trees with the right-branching and random-tree baselines (zoo.tasks.grammar_induction;
+scripts/pcfg_induction.py is the full run)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from scripts.pcfg_induction import (
-    BACKEND_ARGS,
-    baselines,
-    bracket,
-    induce,
-    true_perplexity,
-    word_id,
-    write_corpus,
-)
 from zoo.data import PCFGDataModule
 from zoo.data.synthetic_grammar import (
     possible_lengths,
@@ -23,6 +15,15 @@ from zoo.data.synthetic_grammar import (
     right_branching,
     sample_corpus,
     toy_grammar,
+)
+from zoo.tasks.grammar_induction import (
+    BACKEND_ARGS,
+    baselines,
+    bracket,
+    induce,
+    true_perplexity,
+    word_id,
+    write_corpus,
 )
 
 

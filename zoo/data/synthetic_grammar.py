@@ -1,5 +1,5 @@
 """A known PCFG to test grammar induction without treebanks: sample sentences with gold trees, train
-on the sentences alone, and score the induced trees against the gold ones (``scripts/pcfg_induction.py``).
+on the sentences alone, and score the induced trees against the gold ones (``zoo.tasks.grammar_induction``).
 
 The grammar (``toy_grammar``) is a small English-like CNF grammar with agreement inside noun
 phrases (three NP types k, each a determiner class and a noun class of its own: the dependency that

@@ -19,3 +19,6 @@ __all__ += ["SegmentationTask", "SegmentationWriter"]
 from zoo.tasks.vae import VAETask  # noqa: E402
 
 __all__ += ["VAETask"]
+from zoo.tasks.throughput import TrainingThroughput  # noqa: E402
+
+__all__ += ["TrainingThroughput"]
