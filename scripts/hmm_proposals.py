@@ -42,7 +42,7 @@ def main() -> None:
     lengths = torch.tensor([len(s) for s in sentences])
     tokens = torch.nn.utils.rnn.pad_sequence(sentences, batch_first=True)
     with torch.no_grad():
-        exact_chain = model.chain({"tokens": tokens, "lengths": lengths})  # eval mode: exact
+        exact_chain = model.posterior({"tokens": tokens, "lengths": lengths})  # eval mode: exact
         factors = exact_chain.factors
         exact = exact_chain.log_partition.double()
         lines = [

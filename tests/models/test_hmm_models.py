@@ -145,11 +145,11 @@ def test_randomized_eval_rule():
     batch = random_batch("categorical", [3, 2])
     exact_eval = make("categorical", "randomized").eval()
     assert exact_eval.evaluation_is_exact()
-    assert exact_eval.chain(batch).backend.value == "exact"
-    assert exact_eval.train().chain(batch).backend.value == "randomized"
+    assert exact_eval.posterior(batch).backend.value == "exact"
+    assert exact_eval.train().posterior(batch).backend.value == "randomized"
     estimated = make("categorical", "randomized", exact_max_states=2).eval()
     assert not estimated.evaluation_is_exact()
-    assert estimated.chain(batch).backend.value == "randomized"
+    assert estimated.posterior(batch).backend.value == "randomized"
     # the estimate is random: the log of an unbiased estimate, reproducible with a generator
     draws = [estimated.log_likelihood(batch, generator=torch.Generator().manual_seed(s)) for s in (0, 0, 1)]
     torch.testing.assert_close(draws[0], draws[1])
@@ -215,7 +215,7 @@ def test_state_dropout_scores_the_sub_hmm_on_the_kept_states(kind, backend):
         want = brute_batch(kind, restrict(model.distributions(), states), batch)
     torch.testing.assert_close(got.detach(), want, rtol=1e-9, atol=1e-9)
     # eval mode uses every state
-    assert model.eval().chain(batch).factors.num_states == 4
+    assert model.eval().posterior(batch).factors.num_states == 4
 
 
 # --- gradients ----------------------------------------------------------------------------------
@@ -255,7 +255,7 @@ def test_no_state_by_state_tensor(kind, backend):
     model = make(kind, backend, num_states=states, rank=8).float().train()
     batch = random_batch(kind, [6, 3])
     batch = {k: (v.float() if v.is_floating_point() else v) for k, v in batch.items()}
-    chain = model.chain(batch)
+    chain = model.posterior(batch)
     assert isinstance(chain.factors, LowRankChain if backend == "low-rank" else RankSpaceChain)
     with LargestTensor() as probe:
         model.log_likelihood(batch).sum().backward()

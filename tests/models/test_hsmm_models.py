@@ -130,7 +130,7 @@ def test_randomized_keeping_every_state_is_exact_and_eval_is_exact_up_to_its_bou
     estimated.load_state_dict(exact.state_dict())
     assert not estimated.evaluation_is_exact() and model(**BACKENDS["randomized"]).evaluation_is_exact()
     g = torch.Generator().manual_seed(0)
-    assert estimated.hsmm(batch, g).backend.value == "randomized"
+    assert estimated.posterior(batch, g).backend.value == "randomized"
 
 
 def test_low_rank_transition_rows_are_distributions_without_self_transitions():

@@ -65,6 +65,25 @@ def scoring(method):
     return score
 
 
+def renamed(old: str, new: str):
+    """A method ``old`` kept for one release as an alias of ``new``: it calls ``new`` and warns
+    (``FutureWarning``) that the name will go."""
+
+    def alias(self, *args, **kwargs):
+        import warnings
+
+        warnings.warn(
+            f"{type(self).__name__}.{old}() is renamed {new}() and will be removed in the next release",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return getattr(self, new)(*args, **kwargs)
+
+    alias.__name__ = old
+    alias.__doc__ = f"Deprecated: the old name of ``{new}``."
+    return alias
+
+
 def weights_will_follow() -> bool:
     """Whether the model being built will receive saved weights (inside ``weights_follow``)."""
     return _WEIGHTS_FOLLOW.get()

@@ -64,7 +64,7 @@ from zoo.models.arguments import (
     check_randomized,
     check_rank,
 )
-from zoo.models.base import ZooModel, scoring
+from zoo.models.base import ZooModel, renamed, scoring
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
 from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
 
@@ -269,7 +269,9 @@ class HMM(ZooModel):
         randomized backend with num_states > exact_max_states: then it is a random estimate)."""
         return self.backend != Backend.RANDOMIZED.value or self.num_states <= self.exact_max_states
 
-    def chain(self, batch: dict, generator: torch.Generator | None = None) -> LinearChain:
+    chain = renamed("chain", "posterior")
+
+    def posterior(self, batch: dict, generator: torch.Generator | None = None) -> LinearChain:
         """The posterior over state sequences p(z | x) of this batch as a ``LinearChain``.
 
         In training mode with state dropout its states are the kept subset. For ``rank-space`` the
@@ -300,7 +302,7 @@ class HMM(ZooModel):
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """log p(x) per sequence: (B,), differentiable. For ``randomized`` in training (or in eval
         when not ``evaluation_is_exact()``), the log of the unbiased RDP estimate of p(x)."""
-        return self.chain(batch, generator).log_partition
+        return self.posterior(batch, generator).log_partition
 
     def forward(self, batch: dict) -> Tensor:
         """Same as ``log_likelihood``: (B,)."""

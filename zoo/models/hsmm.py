@@ -54,7 +54,7 @@ from zoo.inference import (
 from zoo.inference.chain.randomized import PROPOSALS
 from zoo.inference.semimarkov import to_frame_states
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
-from zoo.models.base import ZooModel, scoring
+from zoo.models.base import ZooModel, renamed, scoring
 from zoo.models.emissions import GaussianEmission
 from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
 from zoo.models.projection import InputProjection
@@ -306,7 +306,9 @@ class GaussianHSMM(ZooModel):
         backend with num_states > exact_max_states: then it is a random estimate)."""
         return self.backend != Backend.RANDOMIZED.value or self.num_states <= self.exact_max_states
 
-    def hsmm(self, batch: dict, generator: torch.Generator | None = None) -> SemiMarkovChain:
+    hsmm = renamed("hsmm", "posterior")
+
+    def posterior(self, batch: dict, generator: torch.Generator | None = None) -> SemiMarkovChain:
         """The posterior over segmentations p(segmentation, states | x) of this batch as a
         ``SemiMarkovChain`` (rank-space: over rank nodes for log Z). ``generator`` seeds the
         randomized backend's draws."""
@@ -335,7 +337,7 @@ class GaussianHSMM(ZooModel):
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """log p(x) per sequence: (B,), differentiable (randomized in training: the log of the unbiased
         estimate)."""
-        return self.hsmm(batch, generator).log_partition
+        return self.posterior(batch, generator).log_partition
 
     def forward(self, batch: dict) -> Tensor:
         """Same as ``log_likelihood``: (B,)."""
@@ -352,7 +354,7 @@ class GaussianHSMM(ZooModel):
         Returns the segmentation B x T (the label of each segment at its first frame, -1 elsewhere and
         past each length; labels in 0..num_labels-1) and the per-frame labels B x T (-1 past each length).
         """
-        dist = self.hsmm(batch)
+        dist = self.posterior(batch)
         if self.backend == Backend.RANK_SPACE.value:
             segmentation = dist.rank_argmax
         else:

@@ -53,7 +53,7 @@ from zoo.inference import (
 from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.randomized import TREE_PROPOSALS
 from zoo.models.arguments import check_int, check_probability, check_randomized, check_rank
-from zoo.models.base import ZooModel, gradients_in_evaluation, scoring
+from zoo.models.base import ZooModel, gradients_in_evaluation, renamed, scoring
 from zoo.models.layers import ResidualMLP, embedding_table, orthogonal_random_features
 
 
@@ -272,7 +272,9 @@ class PCFG(ZooModel):
             self.backend != Backend.RANDOMIZED.value or self.num_nonterminals <= self.exact_max_nonterminals
         )
 
-    def distribution(self, batch: dict, generator: torch.Generator | None = None) -> TreeDistribution:
+    distribution = renamed("distribution", "posterior")
+
+    def posterior(self, batch: dict, generator: torch.Generator | None = None) -> TreeDistribution:
         """p(tree | sentence) of the batch as a ``TreeDistribution`` over its words (``<eos>`` dropped):
         ``log_partition`` (B,) is log p(words); ``mbr()``, ``argmax``, ``span_marginals`` parse.
         ``generator`` seeds the randomized backend's draws."""
@@ -291,7 +293,7 @@ class PCFG(ZooModel):
         """log p(words) = log Z of each sentence without ``<eos>``: (B,), differentiable. For
         ``randomized`` in training (or in eval when not ``evaluation_is_exact()``), the log of the
         unbiased estimate of p(words)."""
-        return self.distribution(batch, generator).log_partition
+        return self.posterior(batch, generator).log_partition
 
     def forward(self, batch: dict) -> Tensor:
         """Same as ``log_likelihood``: (B,)."""
@@ -305,7 +307,7 @@ class PCFG(ZooModel):
         """MBR trees (CKY over span marginals) of the batch: B x (2T-1) x 2 long (start, end) rows in
         pre-order (-1 padding), and the word counts n (B,)."""
         with gradients_in_evaluation(batch) as batch:  # span marginals are the gradient of log Z
-            dist = self.distribution(batch)
+            dist = self.posterior(batch)
             return dist.mbr().detach(), dist.lengths.detach()
 
     @torch.no_grad()

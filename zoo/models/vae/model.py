@@ -210,7 +210,7 @@ class StructuredVAE(ZooModel):
         return self.project(hidden)
 
     def posterior(
-        self, batch: dict, exact: bool = False, generator: torch.Generator | None = None
+        self, batch: dict, generator: torch.Generator | None = None, exact: bool = False
     ) -> LinearChain:
         """q(z | y) of the batch (``exact=True``: computed exactly whatever the backend)."""
         tokens, lengths = self._inputs(batch)
