@@ -12,7 +12,8 @@ import torch
 
 from zoo.inference import DenseChain, EmbeddingChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
 from zoo.inference.chain import exact
-from zoo.inference.chain.randomized import KeptStates, proposal_weights, reduced_chain
+from zoo.inference.chain.randomized import proposal_weights, reduced_chain
+from zoo.inference.rdp import KeptStates
 
 N, T, D = 24, 6, 4
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from zoo.inference import DenseSemiMarkov, LowRankSemiMarkov, RDPOptions, SemiMarkovChain
-from zoo.inference.chain.randomized import KeptStates
+from zoo.inference.rdp import KeptStates
 from zoo.inference.semimarkov.randomized import RandomizedEngine
 
 N, T, D = 10, 8, 3

@@ -14,7 +14,7 @@ import tree_bruteforce as tb
 from tree_testlib import DTYPE, close
 
 import zoo.inference.tree.factors as factors
-from zoo.inference.chain.randomized import RDPOptions
+from zoo.inference.rdp import RDPOptions
 from zoo.inference.tree import (
     DenseGrammar,
     LowRankGrammar,

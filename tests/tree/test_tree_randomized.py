@@ -24,7 +24,7 @@ from tree_testlib import (
     random_tree_spec,
 )
 
-from zoo.inference.chain.randomized import KeptStates, RDPOptions
+from zoo.inference.rdp import KeptStates, RDPOptions
 from zoo.inference.tree import TreeDistribution
 from zoo.inference.tree.randomized import KeptLabels, gathered_inside, projected_kept_inside
 

@@ -12,7 +12,7 @@ import math
 import torch
 import tree_bruteforce as tb
 
-from zoo.inference.chain.randomized import RDPOptions
+from zoo.inference.rdp import RDPOptions
 from zoo.inference.tree import DenseGrammar, LowRankGrammar, RankSpaceGrammar, TreeDistribution
 
 DTYPE = torch.float64

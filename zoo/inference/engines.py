@@ -18,7 +18,7 @@ def make_engine(backend: Backend, engines: dict, options) -> FullPrecision:
 
 
 def _build(engine: type, backend: Backend, options):
-    from zoo.inference.chain.randomized import RDPOptions
+    from zoo.inference.rdp import RDPOptions
 
     if backend is Backend.RANDOMIZED:
         if not isinstance(options, RDPOptions):

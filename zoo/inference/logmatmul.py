@@ -24,29 +24,13 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-NEG = -1e30  # a finite stand-in for -inf where a max must stay finite
+from zoo.inference.numerics import detached_max, finite_or_zero, logsumexp, safe_log
 
 
 def threshold(k: int, dtype: torch.dtype) -> float:
     """The smallest product entry that flushed terms cannot have moved by more than eps: K tiny / eps."""
     info = torch.finfo(dtype)
     return k * info.tiny / info.eps
-
-
-def detached_max(x: Tensor, dim: int = -1) -> Tensor:
-    """The detached max over ``dim`` (kept), finite (an all -inf slice gives NEG, not -inf)."""
-    return x.detach().amax(dim, keepdim=True).clamp_min(NEG)
-
-
-def finite_or_zero(x: Tensor) -> Tensor:
-    """x with non-finite entries replaced by 0 (used for shifts: an all -inf column keeps a shift of 0)."""
-    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)  # one kernel (isfinite is four)
-
-
-def safe_log(x: Tensor) -> Tensor:
-    """log of a non-negative tensor, with log 0 = -inf and no NaN gradient at 0."""
-    tiny = torch.finfo(x.dtype).tiny
-    return torch.where(x > 0, x.clamp_min(tiny).log(), torch.full_like(x, float("-inf")))
 
 
 @dataclass
@@ -120,13 +104,6 @@ def columns(log_m: Tensor, index: tuple[Tensor, ...], x_dim: int) -> Tensor:
 def exact_entries(x: Tensor, log_m: Tensor, index: tuple[Tensor, ...]) -> Tensor:
     """log sum_i exp(x[..., i] + log M[..., i, j]) at the entries ``index`` of the ... x M result: (n,)."""
     return logsumexp(x[index[:-1]] + columns(log_m, index, x.dim()))
-
-
-def logsumexp(scores: Tensor) -> Tensor:
-    """torch.logsumexp over the last dim, with a zero (not NaN) gradient where every entry is -inf."""
-    dead = torch.isneginf(scores.detach().amax(-1, keepdim=True))
-    out = torch.where(dead, 0.0, scores).logsumexp(-1)
-    return torch.where(dead.squeeze(-1), float("-inf"), out)
 
 
 def times(v: Tensor, P: Tensor) -> Tensor:

@@ -56,7 +56,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.inference import Backend, DenseChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
-from zoo.inference.chain.randomized import PROPOSALS
+from zoo.inference.rdp import PROPOSALS
 from zoo.models.arguments import (
     RANK_BACKENDS,
     check_int,

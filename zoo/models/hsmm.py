@@ -51,7 +51,7 @@ from zoo.inference import (
     RDPOptions,
     SemiMarkovChain,
 )
-from zoo.inference.chain.randomized import PROPOSALS
+from zoo.inference.rdp import PROPOSALS
 from zoo.inference.semimarkov import to_frame_states
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel, renamed, scoring

@@ -2,7 +2,7 @@
 
 from zoo.inference.chain.distribution import LinearChain
 from zoo.inference.chain.factors import DenseChain, EmbeddingChain, LowRankChain, RankSpaceChain
-from zoo.inference.chain.randomized import RDPOptions
+from zoo.inference.rdp import RDPOptions
 
 __all__ = [
     "DenseChain",

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain import scaled
-from zoo.inference.logmatmul import NEG
+from zoo.inference.numerics import NEG
 from zoo.inference.precision import in_full_precision
 
 MAX_BLOCK = 32  # positions between checks: the check's cost amortized, a failed block recomputed

@@ -17,10 +17,11 @@ from zoo.inference.chain.factors import (
     RankSpaceChain,
 )
 from zoo.inference.chain.low_rank import LowRankEngine
-from zoo.inference.chain.randomized import RandomizedEngine, RDPOptions
+from zoo.inference.chain.randomized import RandomizedEngine
 from zoo.inference.chain.rank_space import RankSpaceEngine
 from zoo.inference.checks import check_label_sequences, check_lengths, check_sample_count
 from zoo.inference.engines import make_engine
+from zoo.inference.rdp import RDPOptions
 
 NATIVE_BACKEND = {
     DenseChain: Backend.EXACT,

@@ -22,15 +22,8 @@ from torch import Tensor
 from zoo.inference.chain import exact
 from zoo.inference.chain.entropy import dense_entropy
 from zoo.inference.chain.factors import ChainFactors, DenseChain
-
-NATIVE, FALLBACK, ESTIMATE = "native", "exact fallback", "estimate"
-
-
-def gumbel_noise(shape: tuple, like: Tensor, generator: torch.Generator | None) -> Tensor:
-    """Standard Gumbel noise of ``shape`` with ``like``'s dtype and device."""
-    u = torch.rand(shape, generator=generator, dtype=like.dtype, device=like.device)
-    tiny = torch.finfo(like.dtype).tiny
-    return -(-(u.clamp_min(tiny)).log()).clamp_min(tiny).log()
+from zoo.inference.kinds import NATIVE
+from zoo.inference.numerics import gumbel_noise, needs_grad
 
 
 def gumbel_backward(
@@ -119,7 +112,7 @@ class ChainEngine:
     # --- derived operations -----------------------------------------------------------------
     def marginals(self, factors: ChainFactors, lengths: Tensor) -> Tensor:
         """p(z_t = i): B x T x N, the gradient of log Z w.r.t. a zero unary probe."""
-        differentiable = torch.is_grad_enabled() and _requires_grad(factors)
+        differentiable = needs_grad(*vars(factors).values())
         with torch.enable_grad():
             probe = torch.zeros_like(factors.unary, requires_grad=True)
             log_z = self.log_partition(
@@ -133,7 +126,7 @@ class ChainEngine:
         dense = factors.dense()
         if dense.max_length == 1:
             return dense.unary.new_zeros(dense.batch, 0, dense.num_states, dense.num_states)
-        differentiable = torch.is_grad_enabled() and _requires_grad(factors)
+        differentiable = needs_grad(*vars(factors).values())
         with torch.enable_grad():
             probe = torch.zeros_like(dense.per_position(), requires_grad=True)
             per_pos = DenseChain(dense.unary, dense.per_position() + probe, dense.init)
@@ -174,12 +167,6 @@ class ChainEngine:
             alphas, factors.transition_columns, lengths, 1, temperature, generator
         )
         return soft[0]
-
-
-def _requires_grad(factors: ChainFactors) -> bool:
-    return any(
-        isinstance(v, Tensor) and v.requires_grad for v in vars(factors).values()
-    )
 
 
 class ExactEngine(ChainEngine):

@@ -25,7 +25,8 @@ from torch import Tensor
 
 from zoo.inference.chain.factors import DenseChain
 from zoo.inference.chain.scaled import check_alive, normalized
-from zoo.inference.logmatmul import Matrix, entropy_step, finite_or_zero
+from zoo.inference.logmatmul import Matrix, entropy_step
+from zoo.inference.numerics import finite_or_zero
 
 
 def dense_entropy(chain: DenseChain, lengths: Tensor, log_weights: Tensor | None = None) -> Tensor:

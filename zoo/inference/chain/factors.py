@@ -29,7 +29,8 @@ from zoo.inference.checks import (
     check_nonnegative,
     check_shape,
 )
-from zoo.inference.logmatmul import Matrix, log_matmul, logsumexp, safe_log
+from zoo.inference.logmatmul import Matrix, log_matmul
+from zoo.inference.numerics import logsumexp, safe_log
 
 
 def _per_sequence(name: str, value: Tensor, batch: int, states: int) -> Tensor:

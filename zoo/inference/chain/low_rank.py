@@ -6,8 +6,9 @@ alpha_t = ((alpha_{t-1} @ diag(c) L) * w_t) @ R^T * exp(unary_t): N x N is never
 from __future__ import annotations
 
 from zoo.inference.chain import scaled
-from zoo.inference.chain.engine import FALLBACK, NATIVE, ChainEngine
+from zoo.inference.chain.engine import ChainEngine
 from zoo.inference.chain.factors import LowRankChain, RankSpaceChain
+from zoo.inference.kinds import FALLBACK, NATIVE
 
 
 def low_rank_scaled(chain: LowRankChain) -> scaled.ScaledChain:

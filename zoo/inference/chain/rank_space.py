@@ -11,10 +11,11 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain import scaled
-from zoo.inference.chain.engine import FALLBACK, NATIVE, ChainEngine
+from zoo.inference.chain.engine import ChainEngine
 from zoo.inference.chain.factors import RankSpaceChain
 from zoo.inference.chain.low_rank import LowRankEngine
-from zoo.inference.logmatmul import safe_log
+from zoo.inference.kinds import FALLBACK, NATIVE
+from zoo.inference.numerics import safe_log
 
 
 def rank_transition(chain: RankSpaceChain) -> Tensor:

@@ -28,17 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from zoo.inference.logmatmul import (
-    NEG,
-    Matrix,
-    columns,
-    detached_max,
-    log_matmul,
-    logsumexp,
-    repair_index,
-    safe_log,
-    times,
-)
+from zoo.inference.logmatmul import Matrix, columns, log_matmul, repair_index, times
+from zoo.inference.numerics import NEG, detached_max, logsumexp, needs_grad, safe_log
 from zoo.inference.precision import in_full_precision
 
 
@@ -347,7 +338,8 @@ def log_partition(chain: ScaledChain, lengths: Tensor) -> Tensor:
     and the matrices are shared, ``block_scaled``'s forward, which keeps nothing for a backward."""
     from zoo.inference.chain import block_scaled  # it builds on this module
 
-    if chain.left.dim() == 2 and not _needs_grad(chain):
+    operands = (chain.u, chain.left, chain.right, chain.log_weights, chain.final)
+    if chain.left.dim() == 2 and not needs_grad(*operands):
         return block_scaled.log_partition(chain, lengths)
     if chain.left.dim() == 2 and chain.left_is_log and chain.right is None and chain.log_weights is None \
             and chain.final is None:
@@ -358,7 +350,3 @@ def log_partition(chain: ScaledChain, lengths: Tensor) -> Tensor:
         chain.u, chain.left, chain.right, chain.log_weights, chain.final, lengths, chain.left_is_log
     )
 
-
-def _needs_grad(chain: ScaledChain) -> bool:
-    operands = (chain.u, chain.left, chain.right, chain.log_weights, chain.final)
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands)

@@ -8,9 +8,9 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.chain.randomized import RDPOptions
 from zoo.inference.checks import check_label_sequences, check_lengths, check_sample_count
 from zoo.inference.engines import make_engine
+from zoo.inference.rdp import RDPOptions
 from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine
 from zoo.inference.semimarkov.factors import (

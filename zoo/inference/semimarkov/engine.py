@@ -16,9 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.inference.numerics import needs_grad
 from zoo.inference.semimarkov.factors import SemiMarkovFactors
-
-NATIVE, FALLBACK, ESTIMATE = "native", "exact fallback", "estimate"
 
 
 def check_covered(log_z: Tensor, lengths: Tensor, max_duration: int) -> Tensor:
@@ -100,10 +99,6 @@ def segmentation_score(factors: SemiMarkovFactors, seg: Tensor, lengths: Tensor)
     return torch.where(start, scores, 0.0).sum(-1)
 
 
-def requires_grad(factors: SemiMarkovFactors) -> bool:
-    return any(isinstance(v, Tensor) and v.requires_grad for v in vars(factors).values())
-
-
 class SemiMarkovEngine:
     """Base class of the semi-Markov backends; see the module docstring."""
 
@@ -125,7 +120,7 @@ class SemiMarkovEngine:
 
     def segment_marginals(self, factors, lengths: Tensor) -> Tensor:
         """p(segment (s, d, j)): B x T x D x N, the gradient of log Z w.r.t. a zero segment probe."""
-        differentiable = torch.is_grad_enabled() and requires_grad(factors)
+        differentiable = needs_grad(*vars(factors).values())
         B, T, D, N = factors.batch, factors.max_length, factors.max_duration, factors.num_states
         with torch.enable_grad():
             probe = torch.zeros(

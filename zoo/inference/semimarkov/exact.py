@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.semimarkov.engine import NATIVE, SemiMarkovEngine, requires_grad
+from zoo.inference.kinds import NATIVE
+from zoo.inference.numerics import finite_or_zero, logsumexp, needs_grad
+from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.factors import (
     DenseSemiMarkov,
     EdgeSemiMarkov,
@@ -26,12 +28,7 @@ from zoo.inference.semimarkov.forward import (
     entropy,
     factorized_choice,
     forward,
-    lse,
 )
-
-
-def _finite(x: Tensor) -> Tensor:
-    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
 
 
 def dense_problem(f: DenseSemiMarkov) -> Problem:
@@ -68,7 +65,7 @@ def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: str = "log", firs
     edge = f.edge if edge is None else edge
     B, D, N = first.shape
     T = f.max_length
-    reduce = lse if semiring == "log" else (lambda x, dim: x.amax(dim))
+    reduce = logsumexp if semiring == "log" else (lambda x, dim: x.amax(dim))
     ends = [first.new_full((B, N), float("-inf"))]
     for t in range(1, T + 1):
         parts = [first[:, t - 1]] if t <= D else []
@@ -107,14 +104,15 @@ def edge_choice(f: EdgeSemiMarkov, ends: Tensor):
 
 
 def edge_entropy(f: EdgeSemiMarkov, lengths: Tensor) -> Tensor:
-    differentiable = torch.is_grad_enabled() and requires_grad(f)
+    differentiable = needs_grad(*vars(f).values())
     with torch.enable_grad():
         probes = [torch.zeros_like(x, requires_grad=True) for x in (f.first, f.edge)]
         log_z, _ = edge_forward(f, lengths, first=f.first + probes[0], edge=f.edge + probes[1])
         g_first, g_edge = torch.autograd.grad(
             log_z.sum(), probes, create_graph=differentiable, materialize_grads=True
         )
-    expected = (g_first * _finite(f.first)).flatten(1).sum(-1) + (g_edge * _finite(f.edge)).flatten(1).sum(-1)
+    expected = (g_first * finite_or_zero(f.first)).flatten(1).sum(-1)
+    expected = expected + (g_edge * finite_or_zero(f.edge)).flatten(1).sum(-1)
     return log_z - expected
 
 

@@ -22,7 +22,8 @@ import torch
 from torch import Tensor
 
 from zoo.inference.checks import as_dp_tensor, check_finite, check_nonnegative, check_shape
-from zoo.inference.logmatmul import Matrix, log_matmul, logsumexp, safe_log
+from zoo.inference.logmatmul import Matrix, log_matmul
+from zoo.inference.numerics import logsumexp, safe_log
 
 
 def _per_sequence(name: str, value: Tensor | None, batch: int, states: int, like: Tensor) -> Tensor:

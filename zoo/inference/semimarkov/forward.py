@@ -28,16 +28,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from zoo.inference.chain.engine import gumbel_noise
-from zoo.inference.logmatmul import NEG, Matrix, entropy_step, finite_or_zero, log_matmul, safe_log
+from zoo.inference.logmatmul import Matrix, entropy_step, log_matmul
+from zoo.inference.numerics import finite_or_zero, gumbel_noise, logsumexp
 
 MAX_CHUNK = 2**24  # elements of one block in the max-product transition
-
-
-def lse(x: Tensor, dim: int) -> Tensor:
-    """log-sum-exp with a detached max; all -inf gives -inf with a zero (not NaN) gradient."""
-    m = x.detach().amax(dim, keepdim=True).clamp_min(NEG)
-    return safe_log((x - m).exp().sum(dim)) + m.squeeze(dim)
 
 
 class MatrixStep:
@@ -130,7 +124,7 @@ def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semi
     cum, dur, init = problem.cum, problem.duration, problem.init
     B, T1, K = cum.shape
     T, D = T1 - 1, dur.shape[-1]
-    reduce = lse if semiring == "log" else (lambda x, dim: x.amax(dim))
+    reduce = logsumexp if semiring == "log" else (lambda x, dim: x.amax(dim))
     step = problem.step if semiring == "log" else problem.max_step
     dur_rev = dur.transpose(1, 2).flip(1)  # B x D x K, row i holds duration D - i
     # per end frame: B x D x K (one backward for all)
@@ -174,7 +168,7 @@ def entropy(problem: Problem, lengths: Tensor) -> Tensor:
     for t in range(1, T + 1):
         n = min(D, t)
         x = torch.stack(alphas[t - n : t], 1) + dur_rev[:, D - n :] + segments[t - 1][:, D - n :]
-        beta = lse(x, 1)
+        beta = logsumexp(x, 1)
         log_w = x - finite_or_zero(beta).unsqueeze(1)  # log p(duration | end), B x n x K
         H_end = (log_w.exp() * (torch.stack(entropies[t - n : t], 1) - finite_or_zero(log_w))).sum(1)
         if bool((lengths == t).any()):

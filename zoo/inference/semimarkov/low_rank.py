@@ -9,8 +9,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.logmatmul import Matrix, log_matmul, logsumexp, safe_log
-from zoo.inference.semimarkov.engine import FALLBACK, NATIVE, SemiMarkovEngine
+from zoo.inference.kinds import FALLBACK, NATIVE
+from zoo.inference.logmatmul import Matrix, log_matmul
+from zoo.inference.numerics import logsumexp, safe_log
+from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine, factorized_sample
 from zoo.inference.semimarkov.factors import LowRankSemiMarkov, cumulative
 from zoo.inference.semimarkov.forward import Problem, forward

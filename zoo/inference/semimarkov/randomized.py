@@ -17,9 +17,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from zoo.inference.chain.randomized import KeptStates, RDPOptions, proposal_weights, select_states
+from zoo.inference.chain.randomized import proposal_weights
+from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.logmatmul import Matrix, entropy_step, log_matmul
-from zoo.inference.semimarkov.engine import ESTIMATE, FALLBACK, SemiMarkovEngine
+from zoo.inference.rdp import KeptStates, RDPOptions, select_states
+from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine, dense_problem
 from zoo.inference.semimarkov.factors import DenseSemiMarkov, LowRankSemiMarkov, cumulative
 from zoo.inference.semimarkov.forward import Problem, entropy, forward

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from zoo.inference.chain.engine import gumbel_noise
-from zoo.inference.logmatmul import safe_log
-from zoo.inference.semimarkov.engine import FALLBACK, NATIVE, SemiMarkovEngine
+from zoo.inference.kinds import FALLBACK, NATIVE
+from zoo.inference.numerics import gumbel_noise, safe_log
+from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine
 from zoo.inference.semimarkov.factors import RankSpaceSemiMarkov
 from zoo.inference.semimarkov.forward import (

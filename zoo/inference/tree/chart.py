@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.logmatmul import safe_log
+from zoo.inference.numerics import safe_log
 
 
 def finite_max(x: Tensor, dim, keepdim: bool = False) -> Tensor:
@@ -28,12 +28,6 @@ def to_scaled(log_v: Tensor) -> tuple[Tensor, Tensor]:
     """log-values ... x K -> (log-scale ..., non-negative values ... x K with maximum 1)."""
     m = finite_max(log_v, -1)
     return m, (log_v - m.unsqueeze(-1)).exp()
-
-
-def safe_logsumexp(x: Tensor, dim: int) -> Tensor:
-    """logsumexp whose gradient is 0, not NaN, where every entry is -inf."""
-    m = finite_max(x, dim, keepdim=True)
-    return safe_log((x - m).exp().sum(dim)) + m.squeeze(dim)
 
 
 def combine(parts: list[tuple[Tensor, Tensor]]) -> Tensor:

@@ -15,23 +15,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.chain.engine import NATIVE
+from zoo.inference.kinds import NATIVE
+from zoo.inference.numerics import finite_or_zero, needs_grad
 from zoo.inference.tree import exact
 from zoo.inference.tree.chart import mbr_tree
 from zoo.inference.tree.factors import DenseGrammar, GrammarFactors
 from zoo.inference.tree.sampling import sample_trees
 from zoo.inference.tree.trees import tree_score
-
-UNSUPPORTED = "unsupported"
-
-
-def _finite(x: Tensor) -> Tensor:
-    """x with -inf replaced by 0 (a forbidden entry contributes nothing to an expectation)."""
-    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
-
-
-def _requires_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def probe_gradient(log_partition, probe_shape, like: Tensor, differentiable: bool) -> Tensor:
@@ -68,7 +58,7 @@ class TreeEngine:
 
     # --- marginals by autograd --------------------------------------------------------------
     def _differentiable(self, grammar, terms) -> bool:
-        return _requires_grad(terms, *grammar_tensors(grammar))
+        return needs_grad(terms, *grammar_tensors(grammar))
 
     def span_marginals(self, grammar, terms, lengths, nodes=None) -> Tensor:
         """p(span [i, k) is a constituent): B x T x (T+1); width-1 spans are 1 within the length."""
@@ -144,7 +134,7 @@ def dense_entropy(
     if nodes is None:
         nodes = terms.new_zeros(B, T, T + 1, grammar.num_nonterminals)
     potentials = (root, rules, terms, nodes)
-    differentiable = _requires_grad(*potentials)
+    differentiable = needs_grad(*potentials)
     with torch.enable_grad():
         probes = [torch.zeros_like(x, requires_grad=True) for x in potentials]
         probed = DenseGrammar(root + probes[0], rules + probes[1])
@@ -154,7 +144,7 @@ def dense_entropy(
         grads = torch.autograd.grad(
             log_z.sum(), probes, create_graph=differentiable, materialize_grads=True
         )
-    expected = sum((g * _finite(x)).flatten(1).sum(-1) for g, x in zip(grads, potentials))
+    expected = sum((g * finite_or_zero(x)).flatten(1).sum(-1) for g, x in zip(grads, potentials))
     entropy = log_z - expected
     return entropy if differentiable else entropy.detach()
 

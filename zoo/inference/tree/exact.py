@@ -22,13 +22,13 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from zoo.inference.numerics import logsumexp
 from zoo.inference.tree.chart import (
     backtrack,
     combine,
     finite_max,
     outer_sum,
     root_chart,
-    safe_logsumexp,
     span_diagonal,
     to_scaled,
 )
@@ -147,7 +147,7 @@ def inside(
         if label_scores is not None:
             beta = beta + span_diagonal(label_scores, w)
         chart.append(beta)
-    return safe_logsumexp(grammar.root + root_chart(chart, lengths), -1), chart
+    return logsumexp(grammar.root + root_chart(chart, lengths), -1), chart
 
 
 #: entries of the B x n x NT x K1 x K2 max-plus tensor built at once by ``viterbi``

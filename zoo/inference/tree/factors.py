@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.checks import as_tensor, check_finite, check_nonnegative, check_shape
-from zoo.inference.logmatmul import safe_log
+from zoo.inference.numerics import safe_log
 
 #: the most entries a dense NT x S x S rule tensor may have when materialized for an exact fallback
 MAX_DENSE_RULES = 1 << 27

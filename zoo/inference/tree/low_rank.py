@@ -7,7 +7,7 @@ instead of the dense O(T^2 NT^3). Productions with a preterminal child use the d
 
 from __future__ import annotations
 
-from zoo.inference.chain.engine import FALLBACK, NATIVE
+from zoo.inference.kinds import FALLBACK, NATIVE
 from zoo.inference.tree import exact
 from zoo.inference.tree.engine import TreeEngine
 from zoo.inference.tree.factors import LowRankGrammar

@@ -26,18 +26,11 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from zoo.inference.chain.engine import ESTIMATE, FALLBACK
-from zoo.inference.chain.randomized import KeptStates, RDPOptions, select_states
 from zoo.inference.checks import check_shape
-from zoo.inference.logmatmul import safe_log
-from zoo.inference.tree.chart import (
-    combine,
-    finite_max,
-    outer_sum,
-    safe_logsumexp,
-    span_diagonal,
-    to_scaled,
-)
+from zoo.inference.kinds import ESTIMATE, FALLBACK
+from zoo.inference.numerics import logsumexp, safe_log
+from zoo.inference.rdp import KeptStates, RDPOptions, select_states
+from zoo.inference.tree.chart import combine, finite_max, outer_sum, span_diagonal, to_scaled
 from zoo.inference.tree.engine import ExactEngine, TreeEngine
 from zoo.inference.tree.exact import BLOCKS, block_splits
 from zoo.inference.tree.factors import GrammarFactors, LowRankGrammar, RankSpaceGrammar
@@ -179,7 +172,7 @@ def _root(grammar, kept: KeptLabels, lengths: Tensor, top_values) -> Tensor:
     pick = (lengths - 2).view(B, 1, 1).expand(B, 1, values.shape[-1])
     value, index, weights = (x.gather(1, pick).squeeze(1) for x in (values, index, weights))
     root = grammar.root.expand(B, -1).gather(-1, index)
-    return safe_logsumexp(root + value + weights, -1)
+    return logsumexp(root + value + weights, -1)
 
 
 def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptLabels,
@@ -221,7 +214,7 @@ def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptL
             scale, alpha = to_scaled(scale.unsqueeze(-1) + safe_log(alpha) + labels)
         left, right = children((scale, alpha), index, weights)
         top_root = root.gather(-1, index.flatten(1)).view(index.shape) + weights
-        top = scale + safe_logsumexp(safe_log(alpha) + top_root, -1)
+        top = scale + logsumexp(safe_log(alpha) + top_root, -1)
         return left, right, top
 
     return projected_inside(lift, leaves, lengths, span_scores)

@@ -23,10 +23,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from zoo.inference.chain.engine import FALLBACK, NATIVE
-from zoo.inference.logmatmul import safe_log
+from zoo.inference.kinds import FALLBACK, NATIVE, UNSUPPORTED
+from zoo.inference.numerics import safe_log
 from zoo.inference.tree.chart import finite_max, span_diagonal, to_scaled
-from zoo.inference.tree.engine import UNSUPPORTED, TreeEngine
+from zoo.inference.tree.engine import TreeEngine
 from zoo.inference.tree.exact import grammar_matmul
 from zoo.inference.tree.factors import RankSpaceGrammar
 from zoo.inference.tree.sampling import gumbel_argmax, top_down

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.chain.engine import gumbel_noise
+from zoo.inference.numerics import gumbel_noise
 from zoo.inference.tree import exact
 from zoo.inference.tree.chart import finite_max, mask_terms
 from zoo.inference.tree.factors import DenseGrammar

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.checks import as_tensor, check_finite, check_lengths, check_sample_count
-from zoo.inference.tree.chart import safe_logsumexp
+from zoo.inference.numerics import logsumexp
 from zoo.inference.tree.factors import GrammarFactors, RankSpaceGrammar
 from zoo.inference.tree.rank_space import sample_rank_space
 from zoo.inference.tree.sampling import gumbel_argmax, sample_trees
@@ -58,7 +58,7 @@ def sample_sentences(
     for name, size in (("emission", emission.shape[0]), ("grammar", grammar.grammar_batch)):
         if size not in (1, B):
             raise ValueError(f"the {name} has batch size {size} but lengths has B = {B}")
-    any_word = safe_logsumexp(emission, -1)  # G x PT
+    any_word = logsumexp(emission, -1)  # G x PT
     terms = any_word.expand(B, PT).unsqueeze(1).expand(B, T, PT)
     if isinstance(grammar, RankSpaceGrammar):
         trees = sample_rank_space(grammar, terms, lengths, n, generator)

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.inference import Backend, EmbeddingChain, LinearChain, LowRankChain, RDPOptions
-from zoo.inference.chain.randomized import PROPOSALS
+from zoo.inference.rdp import PROPOSALS
 from zoo.models.arguments import check_int, check_randomized, check_rank
 from zoo.models.layers import ExpFeatureMap
 

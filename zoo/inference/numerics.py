@@ -1,0 +1,49 @@
+"""The numerics every structure shares: one finite stand-in for -inf, one log-sum-exp, a safe log, the
+finite and gradient checks, Gumbel noise. Structure-neutral: chains, semi-Markov chains and trees
+import these, nothing structure-specific lives here.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+NEG = -1e30  # a finite stand-in for -inf where a max must stay finite
+
+
+def detached_max(x: Tensor, dim: int = -1) -> Tensor:
+    """The detached max over ``dim`` (kept), finite (an all -inf slice gives NEG, not -inf)."""
+    return x.detach().amax(dim, keepdim=True).clamp_min(NEG)
+
+
+def logsumexp(x: Tensor, dim: int = -1) -> Tensor:
+    """log-sum-exp over ``dim`` about the detached max; where every entry is -inf, -inf with a zero (not
+    NaN) gradient. Written out rather than torch.logsumexp, whose gradient exp(x - result) reuses its
+    rounded result: in bfloat16 (autocast), 0.125 apart at 30 nats, the softmax weights are off by up
+    to 12 % (a semi-Markov entropy 3.7 nats off in tests/numerics/test_autocast.py)."""
+    m = detached_max(x, dim)
+    return safe_log((x - m).exp().sum(dim)) + m.squeeze(dim)
+
+
+def safe_log(x: Tensor) -> Tensor:
+    """log of a non-negative tensor, with log 0 = -inf and no NaN gradient at 0."""
+    tiny = torch.finfo(x.dtype).tiny
+    return torch.where(x > 0, x.clamp_min(tiny).log(), torch.full_like(x, float("-inf")))
+
+
+def finite_or_zero(x: Tensor) -> Tensor:
+    """x with non-finite entries replaced by 0 (a forbidden entry adds nothing to an expectation; an
+    all -inf column keeps a shift of 0)."""
+    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)  # one kernel (isfinite is four)
+
+
+def needs_grad(*values) -> bool:
+    """Whether autograd is on and one of the tensors among ``values`` requires grad (others ignored)."""
+    return torch.is_grad_enabled() and any(isinstance(v, Tensor) and v.requires_grad for v in values)
+
+
+def gumbel_noise(shape: tuple, like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Standard Gumbel noise of ``shape`` with ``like``'s dtype and device."""
+    u = torch.rand(shape, generator=generator, dtype=like.dtype, device=like.device)
+    tiny = torch.finfo(like.dtype).tiny
+    return -(-(u.clamp_min(tiny)).log()).clamp_min(tiny).log()
