@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zoo.inference.chain.distribution import ENGINES as CHAIN_ENGINES
-from zoo.inference.semimarkov.distribution import ENGINES as SEMIMARKOV_ENGINES
-from zoo.inference.tree.distribution import ENGINES as TREE_ENGINES
+from zoo.inference import chain, semimarkov, tree  # noqa: F401  (their engines register on import)
+from zoo.inference.engines import engines_of
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class Structure:
 STRUCTURES = [
     Structure(
         "linear chain",
-        CHAIN_ENGINES,
+        engines_of("chain"),
         (
             "log_partition",
             "marginals",
@@ -42,7 +41,7 @@ STRUCTURES = [
     ),
     Structure(
         "tree (CNF grammar)",
-        TREE_ENGINES,
+        engines_of("tree"),
         (
             "log_partition",
             "span_marginals",
@@ -56,7 +55,7 @@ STRUCTURES = [
     ),
     Structure(
         "semi-Markov chain",
-        SEMIMARKOV_ENGINES,
+        engines_of("semimarkov"),
         (
             "log_partition",
             "segment_marginals",

@@ -1,19 +1,48 @@
-"""Choosing a structure's engine object from a backend and its options (shared by every structure)."""
+"""The engine registry: each structure's engine class per backend, and an engine object from it.
+
+An engine module registers its class where it is defined (``@register_engine("chain", "low-rank")``);
+a structure's distribution asks ``make_engine`` for the backend it was given. A fifth backend is one
+engine file per structure that offers it, registered the same way.
+"""
 
 from __future__ import annotations
 
 from zoo.inference.backend import Backend
 from zoo.inference.precision import FullPrecision
 
+_ENGINES: dict[str, dict[Backend, type]] = {}
 
-def make_engine(backend: Backend, engines: dict, options) -> FullPrecision:
-    """The engine of ``backend`` from a structure's ``engines`` map, run in full float32 precision
+
+def register_engine(structure: str, backend: str | Backend):
+    """Class decorator: the engine class of ``backend`` for ``structure`` ("chain", "semimarkov",
+    "tree")."""
+    parsed = Backend.parse(backend)
+
+    def add(engine: type) -> type:
+        _ENGINES.setdefault(structure, {})[parsed] = engine
+        return engine
+
+    return add
+
+
+def engines_of(structure: str) -> dict[Backend, type]:
+    """The engine classes registered for ``structure``, by backend (in the Backend enum's order)."""
+    registered = _ENGINES.get(structure, {})
+    return {backend: registered[backend] for backend in Backend if backend in registered}
+
+
+def make_engine(structure: str, backend: Backend, options) -> FullPrecision:
+    """The engine of ``backend`` for ``structure``, run in full float32 precision
     (``zoo.inference.precision``).
 
     The randomized backend needs ``options=RDPOptions(...)``; another backend takes options only if
     its engine class says so (``takes_options = True``, e.g. the tree rank-space engine's
     "state-space"), and is built without arguments otherwise.
     """
+    engines = engines_of(structure)
+    if backend not in engines:
+        offered = ", ".join(repr(b.value) for b in engines) or "none"
+        raise ValueError(f"the {structure} structure has no {backend.value!r} backend; it has {offered}")
     return FullPrecision(_build(engines[backend], backend, options))
 
 

@@ -8,39 +8,14 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.chain.engine import ChainEngine, ExactEngine
-from zoo.inference.chain.factors import (
-    ChainFactors,
-    DenseChain,
-    EmbeddingChain,
-    LowRankChain,
-    RankSpaceChain,
-)
-from zoo.inference.chain.low_rank import LowRankEngine
-from zoo.inference.chain.randomized import RandomizedEngine
-from zoo.inference.chain.rank_space import RankSpaceEngine
+from zoo.inference.chain import engine, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
+from zoo.inference.chain.factors import ChainFactors
 from zoo.inference.checks import check_label_sequences, check_lengths, check_sample_count
-from zoo.inference.engines import make_engine
+from zoo.inference.distribution import StructuredDistribution
 from zoo.inference.rdp import RDPOptions
 
-NATIVE_BACKEND = {
-    DenseChain: Backend.EXACT,
-    EmbeddingChain: Backend.EXACT,
-    LowRankChain: Backend.LOW_RANK,
-    RankSpaceChain: Backend.RANK_SPACE,
-}
 
-ENGINES: dict[Backend, type[ChainEngine]] = {
-    Backend.EXACT: ExactEngine,
-    Backend.LOW_RANK: LowRankEngine,
-    Backend.RANK_SPACE: RankSpaceEngine,
-    Backend.RANDOMIZED: RandomizedEngine,
-}
-
-
-
-
-class LinearChain:
+class LinearChain(StructuredDistribution):
     """A distribution over state sequences of a linear chain (HMM or linear-chain CRF).
 
     Args:
@@ -57,6 +32,10 @@ class LinearChain:
     length), ``max_score`` (B,), ``sample(n)`` (n x B x T), ``rsample(temperature)`` (B x T x N).
     """
 
+    structure = "chain"
+    factor_type = ChainFactors
+    accepted = "a DenseChain, EmbeddingChain, LowRankChain or RankSpaceChain"
+
     def __init__(
         self,
         factors: ChainFactors,
@@ -64,13 +43,7 @@ class LinearChain:
         backend: str | Backend | None = None,
         options: RDPOptions | None = None,
     ):
-        if not isinstance(factors, ChainFactors):
-            raise TypeError(
-                "factors must be a DenseChain, EmbeddingChain, LowRankChain or RankSpaceChain, "
-                f"got {type(factors).__name__}"
-            )
-        self.backend = NATIVE_BACKEND[type(factors)] if backend is None else Backend.parse(backend)
-        self.engine = make_engine(self.backend, ENGINES, options)
+        self._choose_engine(factors, backend, options)
         self.lengths = check_lengths(
             lengths, factors.batch, factors.max_length, factors.unary.device
         )
@@ -100,16 +73,6 @@ class LinearChain:
     def _viterbi(self) -> tuple[Tensor, Tensor]:
         return self.engine.argmax(self.factors, self.lengths)
 
-    @property
-    def argmax(self) -> Tensor:
-        """The most probable state sequence: B x T long, -1 past each length."""
-        return self._viterbi[1]
-
-    @property
-    def max_score(self) -> Tensor:
-        """score(argmax): (B,)."""
-        return self._viterbi[0]
-
     def log_prob(self, states: Tensor) -> Tensor:
         """log p(states): states B x T or S x B x T (entries past a length are ignored)."""
         states = check_label_sequences("states", states, self.factors.batch, self.factors.max_length)
@@ -124,6 +87,5 @@ class LinearChain:
         self, temperature: float = 1.0, generator: torch.Generator | None = None
     ) -> Tensor:
         """A Gumbel-softmax relaxed sample: B x T x N one-hot-like rows, differentiable."""
-        if not temperature > 0:
-            raise ValueError(f"temperature must be positive, got {temperature!r}")
+        self._check_temperature(temperature)
         return self.engine.rsample(self.factors, self.lengths, temperature, generator)

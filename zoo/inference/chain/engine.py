@@ -22,6 +22,7 @@ from torch import Tensor
 from zoo.inference.chain import exact
 from zoo.inference.chain.entropy import dense_entropy
 from zoo.inference.chain.factors import ChainFactors, DenseChain
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import NATIVE
 from zoo.inference.numerics import gumbel_noise, needs_grad
 
@@ -169,6 +170,7 @@ class ChainEngine:
         return soft[0]
 
 
+@register_engine("chain", "exact")
 class ExactEngine(ChainEngine):
     """The classical forward on dense potentials; accepts every container by materializing it."""
 

@@ -23,6 +23,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
+from zoo.inference.backend import Backend
 from zoo.inference.checks import (
     as_dp_tensor,
     check_finite,
@@ -146,6 +147,8 @@ class DenseChain(ChainFactors):
     Entries may be -inf (a forbidden state or transition); NaN and +inf are rejected.
     """
 
+    native_backend = Backend.EXACT
+
     def __init__(self, unary: Tensor, transition: Tensor, init: Tensor | None = None):
         self.unary = self._check_unary(unary)
         B, T, N = self.unary.shape
@@ -226,6 +229,8 @@ class EmbeddingChain(ChainFactors):
         init: N or B x N log-potentials of z_1; None means zeros.
     """
 
+    native_backend = Backend.EXACT
+
     def __init__(self, unary: Tensor, states: Tensor, init: Tensor | None = None):
         self.unary = self._check_unary(unary)
         B, T, N = self.unary.shape
@@ -271,6 +276,8 @@ class LowRankChain(ChainFactors):
         log_rank_weights: optional B x (T-1) x R log-weights w_t on the rank components of the
             transition into positions 2..T (the rank-space chain uses these to carry emissions).
     """
+
+    native_backend = Backend.LOW_RANK
 
     def __init__(
         self,
@@ -377,6 +384,8 @@ class RankSpaceChain(ChainFactors):
             is exact for any non-negative values).
         emission: B x T x R log-weights log W[x_t, r] of each position's observation.
     """
+
+    native_backend = Backend.RANK_SPACE
 
     def __init__(self, start: Tensor, U: Tensor, V: Tensor, emission: Tensor):
         emission = as_dp_tensor("emission", emission)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from zoo.inference.chain import scaled
 from zoo.inference.chain.engine import ChainEngine
 from zoo.inference.chain.factors import LowRankChain, RankSpaceChain
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE
 
 
@@ -18,6 +19,7 @@ def low_rank_scaled(chain: LowRankChain) -> scaled.ScaledChain:
     )
 
 
+@register_engine("chain", "low-rank")
 class LowRankEngine(ChainEngine):
     """LHMM inference: every operation over states in O(T N R), except those that need N x N."""
 

@@ -29,6 +29,7 @@ from zoo.inference.chain.engine import (
 from zoo.inference.chain.entropy import dense_entropy
 from zoo.inference.chain.factors import ChainFactors, DenseChain
 from zoo.inference.checks import check_shape
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.rdp import KeptStates, RDPOptions, select_states
 
@@ -67,6 +68,7 @@ def reduced_chain(factors: ChainFactors, kept: KeptStates) -> DenseChain:
     return DenseChain(small, blocks)
 
 
+@register_engine("chain", "randomized")
 class RandomizedEngine(ChainEngine):
     """RDP estimators over the states kept at each position; see the module docstring."""
 

@@ -14,6 +14,7 @@ from zoo.inference.chain import scaled
 from zoo.inference.chain.engine import ChainEngine
 from zoo.inference.chain.factors import RankSpaceChain
 from zoo.inference.chain.low_rank import LowRankEngine
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE
 from zoo.inference.numerics import safe_log
 
@@ -39,6 +40,7 @@ def rank_space_log_partition(
     return scaled.log_partition(rank_space_scaled(chain, transition), lengths)
 
 
+@register_engine("chain", "rank-space")
 class RankSpaceEngine(LowRankEngine):
     """Rank-space HMM inference: log Z over rank nodes in O(T R^2); operations on states (which
     rank nodes do not carry) run exactly on the equivalent state chain U diag(W[x_t]) V^T."""

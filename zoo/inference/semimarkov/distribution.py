@@ -9,39 +9,14 @@ from torch import Tensor
 
 from zoo.inference.backend import Backend
 from zoo.inference.checks import check_label_sequences, check_lengths, check_sample_count
-from zoo.inference.engines import make_engine
+from zoo.inference.distribution import StructuredDistribution
 from zoo.inference.rdp import RDPOptions
-from zoo.inference.semimarkov.engine import SemiMarkovEngine
-from zoo.inference.semimarkov.exact import ExactEngine
-from zoo.inference.semimarkov.factors import (
-    DenseSemiMarkov,
-    EdgeSemiMarkov,
-    LowRankSemiMarkov,
-    RankSpaceSemiMarkov,
-    SemiMarkovFactors,
-)
-from zoo.inference.semimarkov.low_rank import LowRankEngine
-from zoo.inference.semimarkov.randomized import RandomizedEngine
-from zoo.inference.semimarkov.rank_space import RankSpaceEngine, rank_space_argmax
-
-NATIVE_BACKEND = {
-    DenseSemiMarkov: Backend.EXACT,
-    EdgeSemiMarkov: Backend.EXACT,
-    LowRankSemiMarkov: Backend.LOW_RANK,
-    RankSpaceSemiMarkov: Backend.RANK_SPACE,
-}
-
-ENGINES: dict[Backend, type[SemiMarkovEngine]] = {
-    Backend.EXACT: ExactEngine,
-    Backend.LOW_RANK: LowRankEngine,
-    Backend.RANK_SPACE: RankSpaceEngine,
-    Backend.RANDOMIZED: RandomizedEngine,
-}
+from zoo.inference.semimarkov import exact, low_rank, randomized  # noqa: F401  (register the engines)
+from zoo.inference.semimarkov.factors import SemiMarkovFactors
+from zoo.inference.semimarkov.rank_space import rank_space_argmax
 
 
-
-
-class SemiMarkovChain:
+class SemiMarkovChain(StructuredDistribution):
     """A distribution over segmentations of a sequence into labelled segments of length 1..D (HSMM).
 
     Args:
@@ -58,6 +33,10 @@ class SemiMarkovChain:
     (B x T x D x N).
     """
 
+    structure = "semimarkov"
+    factor_type = SemiMarkovFactors
+    accepted = "a DenseSemiMarkov, LowRankSemiMarkov, RankSpaceSemiMarkov or EdgeSemiMarkov"
+
     def __init__(
         self,
         factors: SemiMarkovFactors,
@@ -65,13 +44,7 @@ class SemiMarkovChain:
         backend: str | Backend | None = None,
         options: RDPOptions | None = None,
     ):
-        if not isinstance(factors, SemiMarkovFactors):
-            raise TypeError(
-                "factors must be a DenseSemiMarkov, LowRankSemiMarkov, RankSpaceSemiMarkov or "
-                f"EdgeSemiMarkov, got {type(factors).__name__}"
-            )
-        self.backend = NATIVE_BACKEND[type(factors)] if backend is None else Backend.parse(backend)
-        self.engine = make_engine(self.backend, ENGINES, options)
+        self._choose_engine(factors, backend, options)
         self.lengths = check_lengths(lengths, factors.batch, factors.max_length, factors.device)
         self.factors = self.engine.prepare(factors)
 
@@ -100,16 +73,6 @@ class SemiMarkovChain:
     def _viterbi(self) -> tuple[Tensor, Tensor]:
         self.log_partition  # noqa: B018  (raises when no segmentation covers a sequence)
         return self.engine.argmax(self.factors, self.lengths)
-
-    @property
-    def argmax(self) -> Tensor:
-        """The best segmentation: B x T (state at each segment start, -1 elsewhere)."""
-        return self._viterbi[1]
-
-    @property
-    def max_score(self) -> Tensor:
-        """score(argmax): (B,)."""
-        return self._viterbi[0]
 
     @cached_property
     def _rank_viterbi(self) -> tuple[Tensor, Tensor]:
@@ -148,8 +111,7 @@ class SemiMarkovChain:
 
     def rsample(self, temperature: float = 1.0, generator: torch.Generator | None = None) -> Tensor:
         """Relaxed segment indicators B x T x D x N (Gumbel-softmax backward sampling), differentiable."""
-        if not temperature > 0:
-            raise ValueError(f"temperature must be positive, got {temperature!r}")
+        self._check_temperature(temperature)
         if self.backend is not Backend.RANDOMIZED:
             self.log_partition  # noqa: B018
         return self.engine.rsample(self.factors, self.lengths, temperature, generator)

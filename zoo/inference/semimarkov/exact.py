@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import NATIVE
 from zoo.inference.numerics import finite_or_zero, logsumexp, needs_grad
 from zoo.inference.semimarkov.engine import SemiMarkovEngine
@@ -124,6 +125,7 @@ def edge_log_partition(f: EdgeSemiMarkov, lengths: Tensor, probe: Tensor | None 
     return edge_forward(f, lengths, first=first, edge=edge)[0]
 
 
+@register_engine("semimarkov", "exact")
 class ExactEngine(SemiMarkovEngine):
     """The exact semi-Markov forward; accepts every container by materializing it (``dense()``)."""
 

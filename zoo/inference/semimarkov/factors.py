@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.inference.backend import Backend
 from zoo.inference.checks import as_dp_tensor, check_finite, check_nonnegative, check_shape
 from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.numerics import logsumexp, safe_log
@@ -178,6 +179,8 @@ class DenseSemiMarkov(FactorizedSemiMarkov):
         init: N or B x N log-potentials of the first segment's state; None means zeros.
     """
 
+    native_backend = Backend.EXACT
+
     def __init__(self, unary: Tensor, transition: Tensor, duration: Tensor, init: Tensor | None = None):
         self._setup(unary, duration, init)
         N = self.num_states
@@ -242,6 +245,8 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
         self_transitions: False removes the diagonal (a segment is never followed by its own state);
             the step stays O(N R) (diag(L R^T) is subtracted).
     """
+
+    native_backend = Backend.LOW_RANK
 
     def __init__(
         self,
@@ -340,6 +345,8 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
         emission: B x T x R log-likelihoods of each frame given the rank.
     """
 
+    native_backend = Backend.RANK_SPACE
+
     def __init__(self, start: Tensor, U: Tensor, V: Tensor, duration: Tensor, emission: Tensor):
         self.emission = _check_frames("emission", emission, "R")
         B, T, R = self.emission.shape
@@ -418,6 +425,8 @@ class EdgeSemiMarkov(SemiMarkovFactors):
         edge: B x (T-1) x D x N x N, seg(s, d, i, j) at [b, s-1, d-1, i, j] for s = 1..T-1.
     Entries of segments that would end past T are ignored.
     """
+
+    native_backend = Backend.EXACT
 
     def __init__(self, first: Tensor, edge: Tensor):
         first, edge = as_dp_tensor("first", first), as_dp_tensor("edge", edge)

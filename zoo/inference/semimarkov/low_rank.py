@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE
 from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.numerics import logsumexp, safe_log
@@ -51,6 +52,7 @@ def low_rank_problem(f: LowRankSemiMarkov) -> Problem:
     return Problem(cumulative(f.unary), f.duration, f.init, LowRankStep(f))
 
 
+@register_engine("semimarkov", "low-rank")
 class LowRankEngine(SemiMarkovEngine):
     """LHSMM inference in O(T (D N + N R)); operations that need N x N run on the materialized form."""
 

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain.randomized import proposal_weights
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.logmatmul import Matrix, entropy_step, log_matmul
 from zoo.inference.rdp import KeptStates, RDPOptions, select_states
@@ -67,6 +68,7 @@ def _rows_of(transition: Tensor):
     return lambda idx: transition.gather(1, idx.unsqueeze(-1).expand(*idx.shape, transition.shape[-1]))
 
 
+@register_engine("semimarkov", "randomized")
 class RandomizedEngine(SemiMarkovEngine):
     """RDP estimators over the states kept at each boundary; see the module docstring."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE
 from zoo.inference.numerics import gumbel_noise, safe_log
 from zoo.inference.semimarkov.engine import SemiMarkovEngine
@@ -85,6 +86,7 @@ def rank_space_argmax(f: RankSpaceSemiMarkov, lengths) -> tuple[torch.Tensor, to
     return score, seg[0]
 
 
+@register_engine("semimarkov", "rank-space")
 class RankSpaceEngine(SemiMarkovEngine):
     """Rank-space HSMM: log Z over rank nodes; state-level operations (which rank nodes do not carry)
     run exactly on the materialized per-segment form (B x (T-1) x D x N x N: small sizes)."""

@@ -9,30 +9,13 @@ from torch import Tensor
 
 from zoo.inference.backend import Backend
 from zoo.inference.checks import as_tensor, check_finite, check_lengths, check_sample_count, check_shape
-from zoo.inference.engines import make_engine
+from zoo.inference.distribution import StructuredDistribution
+from zoo.inference.tree import engine, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
 from zoo.inference.tree.chart import mask_terms
-from zoo.inference.tree.engine import ExactEngine, TreeEngine
-from zoo.inference.tree.factors import DenseGrammar, GrammarFactors, LowRankGrammar, RankSpaceGrammar
-from zoo.inference.tree.low_rank import LowRankEngine
-from zoo.inference.tree.randomized import RandomizedEngine
-from zoo.inference.tree.rank_space import RankSpaceEngine
-
-NATIVE_BACKEND = {
-    DenseGrammar: Backend.EXACT,
-    LowRankGrammar: Backend.LOW_RANK,
-    RankSpaceGrammar: Backend.RANK_SPACE,
-}
-
-ENGINES: dict[Backend, type[TreeEngine]] = {
-    Backend.EXACT: ExactEngine,
-    Backend.LOW_RANK: LowRankEngine,
-    Backend.RANK_SPACE: RankSpaceEngine,
-    Backend.RANDOMIZED: RandomizedEngine,
-}
+from zoo.inference.tree.factors import GrammarFactors
 
 
-
-class TreeDistribution:
+class TreeDistribution(StructuredDistribution):
     """A distribution over the binary trees of a batch of sentences under a CNF grammar.
 
     Args:
@@ -52,6 +35,11 @@ class TreeDistribution:
     (n x B x (2T-1) x 3), ``log_prob(trees)``.
     """
 
+    structure = "tree"
+    factors_argument = "grammar"
+    factor_type = GrammarFactors
+    accepted = "a DenseGrammar, LowRankGrammar or RankSpaceGrammar"
+
     def __init__(
         self,
         grammar: GrammarFactors,
@@ -61,11 +49,8 @@ class TreeDistribution:
         options=None,
         node_scores: Tensor | None = None,
     ):
-        if not isinstance(grammar, GrammarFactors):
-            raise TypeError(
-                "grammar must be a DenseGrammar, LowRankGrammar or RankSpaceGrammar, "
-                f"got {type(grammar).__name__}"
-            )
+        if not isinstance(grammar, GrammarFactors):  # before its attributes are read below
+            self._choose_engine(grammar, backend, options)
         terms = as_tensor("terms", terms)
         if terms.dim() != 3 or terms.shape[-1] != grammar.num_preterminals or 0 in terms.shape:
             raise ValueError(
@@ -88,8 +73,7 @@ class TreeDistribution:
                 "sentences need at least 2 words (a CNF tree's root is a nonterminal), "
                 f"got lengths {self.lengths.tolist()}"
             )
-        self.backend = NATIVE_BACKEND[type(grammar)] if backend is None else Backend.parse(backend)
-        self.engine = make_engine(self.backend, ENGINES, options)
+        self._choose_engine(grammar, backend, options)
         self.grammar = self.engine.prepare(grammar)
         self.terms = mask_terms(terms, self.lengths)
         if node_scores is not None:
@@ -141,16 +125,6 @@ class TreeDistribution:
     @cached_property
     def _viterbi(self) -> tuple[Tensor, Tensor]:
         return self.engine.argmax(*self._args, self.node_scores)
-
-    @property
-    def argmax(self) -> Tensor:
-        """The highest-scoring tree (Viterbi): B x (2T-1) x 3 long rows (start, end, label)."""
-        return self._viterbi[1]
-
-    @property
-    def max_score(self) -> Tensor:
-        """score(argmax): (B,)."""
-        return self._viterbi[0]
 
     def mbr(self) -> Tensor:
         """Minimum Bayes risk tree (CKY over span marginals): B x (2T-1) x 2 long (start, end)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import NATIVE
 from zoo.inference.numerics import finite_or_zero, needs_grad
 from zoo.inference.tree import exact
@@ -149,6 +150,7 @@ def dense_entropy(
     return entropy if differentiable else entropy.detach()
 
 
+@register_engine("tree", "exact")
 class ExactEngine(TreeEngine):
     """The inside algorithm on dense rules; accepts every grammar by materializing it."""
 

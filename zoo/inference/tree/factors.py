@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.inference.backend import Backend
 from zoo.inference.checks import as_tensor, check_finite, check_nonnegative, check_shape
 from zoo.inference.numerics import safe_log
 
@@ -129,6 +130,8 @@ class DenseGrammar(GrammarFactors):
     Entries may be -inf (a forbidden rule); NaN and +inf are rejected.
     """
 
+    native_backend = Backend.EXACT
+
     def __init__(self, root: Tensor, rules: Tensor):
         self.root = self._check_root(root)
         NT = self.root.shape[-1]
@@ -167,6 +170,8 @@ class LowRankGrammar(GrammarFactors):
         children: (B x) NT x NT x R non-negative features of the child pair, phi(v_BC).
     psi(A, B, C) = sum_r head[A, r] children[B, C, r] for nonterminals B, C.
     """
+
+    native_backend = Backend.LOW_RANK
 
     def __init__(self, root: Tensor, rules: Tensor, head: Tensor, children: Tensor):
         dense = DenseGrammar(root, rules)
@@ -215,6 +220,8 @@ class RankSpaceGrammar(GrammarFactors):
     psi(A, b, c) = sum_r U[A, r] V[b, r] W[c, r]. For a PCFG, Yang et al. normalize U's rows and
     the columns of V and W, which makes every psi(A, ., .) a distribution.
     """
+
+    native_backend = Backend.RANK_SPACE
 
     def __init__(self, root: Tensor, U: Tensor, V: Tensor, W: Tensor):
         self.root = self._check_root(root)

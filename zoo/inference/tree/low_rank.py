@@ -7,6 +7,7 @@ instead of the dense O(T^2 NT^3). Productions with a preterminal child use the d
 
 from __future__ import annotations
 
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE
 from zoo.inference.tree import exact
 from zoo.inference.tree.engine import TreeEngine
@@ -28,6 +29,7 @@ def low_rank_rule_op(grammar: LowRankGrammar) -> exact.RuleOp:
     return op
 
 
+@register_engine("tree", "low-rank")
 class LowRankEngine(TreeEngine):
     """LPCFG inference: log Z and marginals in O(T^3 NT^2 + T^2 NT^2 R); Viterbi, entropy and
     sampling need psi(A, B, C) itself and run on the materialized rules."""

@@ -27,6 +27,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from zoo.inference.checks import check_shape
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.numerics import logsumexp, safe_log
 from zoo.inference.rdp import KeptStates, RDPOptions, select_states
@@ -229,6 +230,7 @@ def exact_engine(grammar: GrammarFactors) -> TreeEngine:
     return ExactEngine()
 
 
+@register_engine("tree", "randomized")
 class RandomizedEngine(TreeEngine):
     """RDP estimates over the labels each span keeps; see the module docstring."""
 

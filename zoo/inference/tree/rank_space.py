@@ -23,6 +23,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE, UNSUPPORTED
 from zoo.inference.numerics import safe_log
 from zoo.inference.tree.chart import finite_max, span_diagonal, to_scaled
@@ -238,6 +239,7 @@ def sample_rank_space(grammar: RankSpaceGrammar, terms, lengths, n: int, generat
         return top_down(lengths, n, T, root, expand)
 
 
+@register_engine("tree", "rank-space")
 class RankSpaceEngine(TreeEngine):
     """TD-PCFG inference in rank space; labelled marginals by the state-space CPD inside.
 
