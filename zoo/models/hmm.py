@@ -55,7 +55,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from zoo.inference import Backend, DenseChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
+from zoo.inference import Backend, DenseChain, LinearChain, LowRankChain, RankSpaceChain
 from zoo.inference.rdp import PROPOSALS
 from zoo.models.arguments import (
     RANK_BACKENDS,
@@ -66,6 +66,7 @@ from zoo.models.arguments import (
 )
 from zoo.models.base import ZooModel, renamed, scoring
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
+from zoo.models.evaluation import RandomizedEvaluation
 from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
 
 INITIALIZATIONS = ("embeddings", "app-d")
@@ -76,7 +77,7 @@ def _kept_count(total: int, p: float) -> int:
     return max(1, round(total * (1.0 - p)))
 
 
-class HMM(ZooModel):
+class HMM(RandomizedEvaluation, ZooModel):
     """Base class of the neural HMMs; use ``CategoricalHMM`` or ``BernoulliHMM``.
 
     Subclasses set ``observation_key`` (the batch key of the observations) and build
@@ -87,6 +88,8 @@ class HMM(ZooModel):
     (randomized), memory ~ B T N plus the N x V emission table: linear in the length, no evaluation
     length limit.
     """
+
+    exact_evaluation = ("num_states", "exact_max_states")
 
     observation_key: str = ""
 
@@ -264,11 +267,6 @@ class HMM(ZooModel):
                 )
         return batch[self.observation_key], batch["lengths"]
 
-    def evaluation_is_exact(self) -> bool:
-        """Whether ``log_likelihood`` in eval mode is the exact log p(x) (False only for the
-        randomized backend with num_states > exact_max_states: then it is a random estimate)."""
-        return self.backend != Backend.RANDOMIZED.value or self.num_states <= self.exact_max_states
-
     chain = renamed("chain", "posterior")
 
     def posterior(self, batch: dict, generator: torch.Generator | None = None) -> LinearChain:
@@ -293,10 +291,7 @@ class HMM(ZooModel):
             left, right = self._low_rank_features(prev, nxt, features)
             return LinearChain(LowRankChain(unary, left, right, init=start), lengths, "low-rank")
         factors = DenseChain(unary, self._transition_log_probs(prev, nxt), init=start)
-        if self.backend == Backend.EXACT.value or (not self.training and self.evaluation_is_exact()):
-            return LinearChain(factors, lengths, "exact")
-        options = RDPOptions(self.k1, self.k2, self.proposal, generator)
-        return LinearChain(factors, lengths, "randomized", options)
+        return LinearChain(factors, lengths, *self.exact_or_randomized(generator))
 
     @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:

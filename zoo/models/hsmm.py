@@ -48,7 +48,6 @@ from zoo.inference import (
     DenseSemiMarkov,
     LowRankSemiMarkov,
     RankSpaceSemiMarkov,
-    RDPOptions,
     SemiMarkovChain,
 )
 from zoo.inference.rdp import PROPOSALS
@@ -56,11 +55,12 @@ from zoo.inference.semimarkov import to_frame_states
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel, renamed, scoring
 from zoo.models.emissions import GaussianEmission
+from zoo.models.evaluation import RandomizedEvaluation
 from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
 from zoo.models.projection import InputProjection
 
 
-class GaussianHSMM(ZooModel):
+class GaussianHSMM(RandomizedEvaluation, ZooModel):
     """A neural HSMM with diagonal Gaussian emissions (module docstring).
 
     Cost model: time ~ B T D N^2 (exact; low-rank B T D N R, rank-space B T D R^2), memory ~ B T D N
@@ -90,6 +90,8 @@ class GaussianHSMM(ZooModel):
             recording's offsets and scale (a subject's, a sensor's), so that states model what
             recordings share.
     """
+
+    exact_evaluation = ("num_states", "exact_max_states")
 
     observation_key = "features"
 
@@ -301,11 +303,6 @@ class GaussianHSMM(ZooModel):
             features = self.input_projection(features, lengths)
         return features, lengths
 
-    def evaluation_is_exact(self) -> bool:
-        """Whether ``log_likelihood`` in eval mode is the exact log p(x) (False only for the randomized
-        backend with num_states > exact_max_states: then it is a random estimate)."""
-        return self.backend != Backend.RANDOMIZED.value or self.num_states <= self.exact_max_states
-
     hsmm = renamed("hsmm", "posterior")
 
     def posterior(self, batch: dict, generator: torch.Generator | None = None) -> SemiMarkovChain:
@@ -328,10 +325,7 @@ class GaussianHSMM(ZooModel):
             )
             return SemiMarkovChain(factors, lengths, "low-rank")
         factors = DenseSemiMarkov(unary, self._transition_log_probs(), duration, start)
-        if self.backend == Backend.EXACT.value or (not self.training and self.evaluation_is_exact()):
-            return SemiMarkovChain(factors, lengths, "exact")
-        options = RDPOptions(self.k1, self.k2, self.proposal, generator)
-        return SemiMarkovChain(factors, lengths, "randomized", options)
+        return SemiMarkovChain(factors, lengths, *self.exact_or_randomized(generator))
 
     @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:

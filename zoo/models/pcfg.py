@@ -45,7 +45,6 @@ from zoo.inference import (
     DenseGrammar,
     LowRankGrammar,
     RankSpaceGrammar,
-    RDPOptions,
     TreeDistribution,
     sample_sentences,
     terminal_scores,
@@ -54,10 +53,11 @@ from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.randomized import TREE_PROPOSALS
 from zoo.models.arguments import check_int, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel, gradients_in_evaluation, renamed, scoring
+from zoo.models.evaluation import RandomizedEvaluation
 from zoo.models.layers import ResidualMLP, embedding_table, orthogonal_random_features
 
 
-class PCFG(ZooModel):
+class PCFG(RandomizedEvaluation, ZooModel):
     """A neural PCFG over words; batch key ``tokens`` (B x T long, ``<eos>`` last, counted in
     ``lengths``).
 
@@ -79,6 +79,8 @@ class PCFG(ZooModel):
         exact_max_nonterminals: randomized only: in eval mode the exact inside runs when
             NT <= this bound, else the randomized estimate.
     """
+
+    exact_evaluation = ("num_nonterminals", "exact_max_nonterminals")
 
     observation_key = "tokens"
     # Cost model: the inside pass (and the parse's backward) take time ~ B T^3 (NT + PT)^2 and memory
@@ -265,13 +267,6 @@ class PCFG(ZooModel):
             )
         return tokens[:, : int(n.max())], n
 
-    def evaluation_is_exact(self) -> bool:
-        """Whether ``log_likelihood`` in eval mode is the exact log p(x) (False only for the
-        randomized backend with NT > exact_max_nonterminals: then it is a random estimate)."""
-        return (
-            self.backend != Backend.RANDOMIZED.value or self.num_nonterminals <= self.exact_max_nonterminals
-        )
-
     distribution = renamed("distribution", "posterior")
 
     def posterior(self, batch: dict, generator: torch.Generator | None = None) -> TreeDistribution:
@@ -283,10 +278,7 @@ class PCFG(ZooModel):
         grammar = self.grammar()
         if self.backend != Backend.RANDOMIZED.value:
             return TreeDistribution(grammar, terms, n, self.backend)
-        if not self.training and self.evaluation_is_exact():
-            return TreeDistribution(grammar, terms, n, "exact")
-        options = RDPOptions(self.k1, self.k2, self.proposal, generator)
-        return TreeDistribution(grammar, terms, n, "randomized", options)
+        return TreeDistribution(grammar, terms, n, *self.exact_or_randomized(generator))
 
     @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
