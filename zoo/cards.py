@@ -67,7 +67,7 @@ def dataset_name(data: dict[str, Any] | None) -> str | None:
         dataset = args.get("dataset") or "chorales"
         return "chorales" if dataset == "chorales" else Path(dataset).stem
     if short == "PCFGDataModule" and args.get("tree_files"):
-        return "ptb-wsj"
+        return _trees_name(args["tree_files"])
     if short in ("PTBDataModule", "PCFGDataModule") and args.get("data_dir"):
         return _text_name(Path(args["data_dir"]))
     if short == "PCFGDataModule":
@@ -100,6 +100,28 @@ def _text_name(folder: Path) -> str:
     for f in files:
         digest.update(f.read_bytes())
     return f"text in {folder.name} (sha256 {digest.hexdigest()[:12]})"
+
+
+WSJ_TEST_TREES = 2416  # WSJ section 23: the test split of the PTB parsing papers
+
+
+def _trees_name(tree_files: dict[str, str]) -> str:
+    """"ptb-wsj" when the test trees are WSJ section 23 (its 2,416 trees), the split of the papers'
+    F1; else what the trees are: their folder's name and the sha256 of the files."""
+    from zoo.data.pcfg import read_tree_file
+
+    paths = [Path(tree_files[split]) for split in sorted(tree_files)]
+    test = Path(tree_files.get("test", paths[0]))
+    try:
+        if len(read_tree_file(test)) == WSJ_TEST_TREES:
+            return "ptb-wsj"
+    except (OSError, ValueError):  # unreadable here: named by its folder alone
+        return f"trees in {test.parent.name or test.name}"
+    digest = hashlib.sha256()
+    for path in paths:
+        for f in sorted(path.rglob("*.mrg")) if path.is_dir() else [path]:
+            digest.update(f.read_bytes())
+    return f"trees in {test.parent.name or test.name} (sha256 {digest.hexdigest()[:12]})"
 
 
 def _hf_name(source: dict[str, Any]) -> str:

@@ -138,13 +138,32 @@ def test_vae_card_names_its_encoder_and_the_papers_table(tmp_path):
 
 
 def test_papers_on_other_data_are_shown_marked_as_not_comparable(tmp_path):
-    config = config_of("vae_crf_n100_enc2x64_lstm128_d56", "exact", tmp_path)
+    config = config_of("vae_crf_n100_enc2x64_lstm128_v8000_d56", "exact", tmp_path)
     text = render_card(config, results={"dataset": "ptb-short", "metrics": {"test/nll_sentence": 60.2}}).text
     assert "| FULL-100 | 100 states, exact | mscoco | `test/nll_sentence` | 39.71 | Fu et al." in text
     assert "measured on other data than this model's\nptb-short: they show the scale" in text
     hmm_results = {"dataset": "ptb", "metrics": {"test/ppl": 262.8}}
     hmm = render_card(config_of("hmm_categorical_n512_d64", "exact", tmp_path / "hmm"), hmm_results)
     assert "| softmax HMM | 2^14 states | ptb |" in hmm.text and "other data" not in hmm.text
+
+
+def test_tree_files_are_named_by_what_they_are(tmp_path, monkeypatch):
+    """Trees are "ptb-wsj" (the papers' F1 data) only when the test split is WSJ section 23's 2,416
+    trees; other trees are named by their folder and digest."""
+    folder = tmp_path / "my-trees"
+    folder.mkdir()
+    tree = "(S (NP (DT the) (NN cat)) (VP (VBD sat)))\n"
+    files = {}
+    for split, count in (("train", 3), ("valid", 2), ("test", 2)):
+        (folder / f"{split}.txt").write_text(tree * count)
+        files[split] = str(folder / f"{split}.txt")
+    data = {"class_path": "zoo.data.PCFGDataModule", "init_args": {"tree_files": files}}
+    name = dataset_name(data)
+    assert name.startswith("trees in my-trees (sha256 ") and name != dataset_name(
+        {**data, "init_args": {"tree_files": {**files, "valid": files["train"]}}}
+    )
+    monkeypatch.setattr("zoo.cards.WSJ_TEST_TREES", 2)
+    assert dataset_name(data) == "ptb-wsj"
 
 
 def test_read_results_formats_and_errors(tmp_path):
@@ -171,10 +190,8 @@ def test_dataset_names():
         == "Nottingham"
     )
     assert dataset_name({"class_path": "zoo.data.MusicDataModule", "init_args": {}}) == "chorales"
-    assert (
-        dataset_name({"class_path": "zoo.data.PCFGDataModule", "init_args": {"tree_files": {"train": "x"}}})
-        == "ptb-wsj"
-    )
+    pcfg = "zoo.data.PCFGDataModule"
+    assert dataset_name({"class_path": pcfg, "init_args": {"tree_files": {"train": "x"}}}) == "trees in x"
     assert dataset_name({"class_path": "zoo.data.SmartwatchDataModule", "init_args": {}}) == "smartwatch"
     assert dataset_name({"class_path": "zoo.data.CrossTaskDataModule", "init_args": {}}) == "crosstask"
     captions = "zoo.data.CaptionsDataModule"
