@@ -190,3 +190,35 @@ def test_feature_sequences_read_as_the_same_npy_folder(tmp_path):
         NpyFolderDataModule(hf_dataset={**source, "labels": "segmnt"}).setup()
     with pytest.raises(ValueError, match="give data_dir or hf_dataset, not both"):
         NpyFolderDataModule(str(tmp_path / "npy"), hf_dataset=source)
+
+
+def test_smartwatch_recordings_of_your_own(tmp_path):
+    """Raw recordings through a datasets source are pooled into frames as the packaged ones are: the
+    features of each window's mean and std, the label of its middle sample, the source's splits."""
+    import numpy as np
+
+    from zoo.data import SmartwatchDataModule
+    from zoo.data.smartwatch import pool_windows
+
+    rng = np.random.default_rng(0)
+    files, recordings = {}, {}
+    for split in ("train", "validation", "test"):
+        samples = [rng.normal(size=(n, 6)) for n in (50, 75)]
+        labels = [np.repeat([0, 3], [30, n - 30]) for n in (50, 75)]
+        recordings[split] = (samples, labels)
+        table = {"imu": [x.tolist() for x in samples], "exercise": [y.tolist() for y in labels]}
+        datasets.Dataset.from_dict(table).to_parquet(tmp_path / f"{split}.parquet")
+        files[split] = str(tmp_path / f"{split}.parquet")
+    source = {"path": "parquet", "data_files": files, "column": "imu", "labels": "exercise"}
+    data = SmartwatchDataModule(window=25, hf_dataset=source)
+    data.setup()
+    assert data.num_classes == 4 and data.input_dim == 12
+    samples, labels = recordings["validation"]
+    first = data.datasets["valid"][0]
+    torch.testing.assert_close(
+        torch.as_tensor(first["features"]), torch.tensor(pool_windows(samples[0], 25), dtype=torch.float32)
+    )
+    assert first["labels"].tolist() == [0, 3]  # the windows' middle samples 12 and 37
+    assert [len(x["labels"]) for x in data.datasets["test"]] == [2, 3]
+    with pytest.raises(ValueError, match="expected at least window = 100 samples"):
+        SmartwatchDataModule(window=100, hf_dataset=source).setup()

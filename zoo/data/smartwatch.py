@@ -14,6 +14,11 @@ the sequences have 260..640 frames and segments 37..104 frames.
 
 Split by subject (no subject in two splits): a seeded permutation of the 10 subjects gives 7 training
 (14 sequences), 1 validation (2) and 2 test subjects (4).
+
+Your own recordings in this format come through ``hf_dataset`` (``zoo.data.hf_source``): one
+recording a row, its samples x axes in the ``features`` column and a label a sample in ``labels``
+(-1: unknown), the splits the source's own. They are pooled into windows as above; a frame takes the
+label of its window's middle sample.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from zoo.data.hf_source import check_source, load_feature_sequences
+from zoo.data.npy_folder import frame_labels
 from zoo.data.segments import SegmentDataModule, SequenceFeatures
 
 __all__ = ["SmartwatchDataModule", "load_smartwatch", "smartwatch_file"]
@@ -79,6 +86,27 @@ def load_smartwatch(window: int = 25, path: str | Path | None = None) -> list[di
     return sequences
 
 
+def pooled_recordings(source: dict, split: str, window: int) -> SequenceFeatures:
+    """One split of a ``datasets`` source of raw recordings (module docstring), pooled into windows."""
+    rows, label_rows = load_feature_sequences(source, split)
+    if not rows:
+        raise ValueError(f"hf_dataset split {split!r} holds no recording")
+    features, labels = [], []
+    for i, row in enumerate(rows):
+        samples = np.asarray(row, dtype=np.float64)
+        if samples.ndim != 2 or len(samples) < window:
+            raise ValueError(
+                f"hf_dataset {split} row {i}: expected at least window = {window} samples x axes, got "
+                f"shape {samples.shape}"
+            )
+        features.append(torch.tensor(pool_windows(samples, window), dtype=torch.float32))
+        if label_rows is not None:
+            per_sample = frame_labels(np.asarray(label_rows[i]), f"hf_dataset {split} row {i}", len(samples))
+            labels.append(per_sample[window // 2 :: window][: len(features[-1])])
+    names = [str(i) for i in range(len(rows))]
+    return SequenceFeatures(features, labels if label_rows is not None else None, names)
+
+
 def split_subjects(subjects: list[int], seed: int) -> dict[str, set[int]]:
     """A seeded permutation of the subjects cut 70 / 10 / 20 % (at least one subject each)."""
     unique = sorted(set(subjects))
@@ -100,6 +128,7 @@ class SmartwatchDataModule(SegmentDataModule):
     Args:
         window: 50 Hz samples pooled into one frame (25: 2 frames a second).
         split_seed: the subject permutation's seed (keep 0 to compare numbers).
+        hf_dataset: instead of seglearn's recordings, a ``datasets`` source of yours (module docstring).
         batch_frames, batch_size, num_workers, seed, transform_frames, predict_split: as
             ``SegmentDataModule``.
     """
@@ -110,6 +139,7 @@ class SmartwatchDataModule(SegmentDataModule):
         self,
         window: int = 25,
         split_seed: int = 0,
+        hf_dataset: dict | None = None,
         batch_frames: int | None = None,
         batch_size: int | None = 4,
         num_workers: int = 0,
@@ -120,13 +150,21 @@ class SmartwatchDataModule(SegmentDataModule):
         super().__init__(batch_frames, batch_size, num_workers, seed, transform_frames, predict_split)
         if not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be a positive int (samples at 50 Hz per frame), got {window!r}")
-        smartwatch_file()  # fail now, with the install hint, if seglearn is missing
+        if hf_dataset is None:
+            smartwatch_file()  # fail now, with the install hint, if seglearn is missing
+        self.hf_dataset = None if hf_dataset is None else check_source(hf_dataset, "features")
         self.window, self.split_seed = window, split_seed
-        self.name = "seglearn-smartwatch"
+        self.name = "seglearn-smartwatch" if hf_dataset is None else str(hf_dataset["path"])
         self.save_hyperparameters()
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
+            return
+        if self.hf_dataset is not None:
+            for split in ("train", "valid", "test"):
+                self.datasets[split] = pooled_recordings(self.hf_dataset, split, self.window)
+            labels = [lab for d in self.datasets.values() for lab in d.labels or [] if lab is not None]
+            self.num_classes = 1 + max(int(lab.max()) for lab in labels) if labels else None
             return
         sequences = load_smartwatch(self.window)
         subjects = split_subjects([s["subject"] for s in sequences], self.split_seed)
