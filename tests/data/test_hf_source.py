@@ -67,6 +67,25 @@ def test_a_datasets_source_reads_as_the_same_text_in_files(tmp_path, make):
     assert batch["tokens"].shape[0] == batch["lengths"].shape[0] > 0
 
 
+def test_token_ids_come_from_a_cached_map(tmp_path):
+    """The ids are computed by datasets' map and cached: a second data module with the same source and
+    vocabulary reads them from the cache, writing no new cache file."""
+    source = parquet_source(tmp_path / "source")
+    cache = tmp_path / "hf-cache"
+
+    def cache_files():
+        return sorted(p.name for p in cache.rglob("cache-*.arrow"))
+
+    first = PTBDataModule(hf_dataset=source)
+    first.setup()
+    written = cache_files()
+    assert written
+    second = PTBDataModule(hf_dataset=source)
+    second.setup()
+    assert cache_files() == written
+    assert [x.tolist() for x in second.datasets["test"]] == [x.tolist() for x in first.datasets["test"]]
+
+
 def test_the_pcfg_data_reads_a_datasets_source_too(tmp_path):
     data = PCFGDataModule(hf_dataset=parquet_source(tmp_path / "source"))
     data.setup()

