@@ -56,3 +56,17 @@ def test_the_distributions_share_their_base():
         assert issubclass(distribution, StructuredDistribution)
     with pytest.raises(TypeError, match="factors must be a DenseChain, EmbeddingChain, LowRankChain or "):
         LinearChain(torch.randn(1, 3, 2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_the_shared_logsumexp_in_every_dtype(dtype):
+    """One log-sum-exp for every structure: torch.logsumexp's value, -inf for an all -inf slice with a
+    zero gradient there, in every floating dtype (float16 too: the trees run in it)."""
+    from zoo.inference.numerics import logsumexp
+
+    x = torch.tensor([[1.0, 2.0, float("-inf")], [float("-inf")] * 3], dtype=dtype, requires_grad=True)
+    out = logsumexp(x, -1)
+    assert out.dtype == dtype and torch.isneginf(out[1])
+    torch.testing.assert_close(out[0], torch.logsumexp(x[0].detach().double(), -1).to(dtype))
+    out[0].backward()
+    assert torch.isfinite(x.grad).all() and (x.grad[1] == 0).all()

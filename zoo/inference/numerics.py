@@ -12,8 +12,9 @@ NEG = -1e30  # a finite stand-in for -inf where a max must stay finite
 
 
 def detached_max(x: Tensor, dim: int = -1) -> Tensor:
-    """The detached max over ``dim`` (kept), finite (an all -inf slice gives NEG, not -inf)."""
-    return x.detach().amax(dim, keepdim=True).clamp_min(NEG)
+    """The detached max over ``dim`` (kept), finite (an all -inf slice gives NEG, not -inf; float16,
+    whose range ends at -65504, its lowest finite value)."""
+    return x.detach().amax(dim, keepdim=True).clamp_min(max(NEG, torch.finfo(x.dtype).min))
 
 
 def logsumexp(x: Tensor, dim: int = -1) -> Tensor:
