@@ -21,6 +21,7 @@ from typing import Any
 import jinja2
 import yaml
 
+from zoo.models.base import family_class
 from zoo.paper_results import paper_results
 
 CARDS = Path(__file__).resolve().parent / "card_templates"  # package data: installs carry it
@@ -46,15 +47,6 @@ METRICS = {
 NOTES = ("training", "quick_check", "baselines")
 SPLITS = {"val": "validation", "test": "test"}
 # The Hub's task type of each family's model index (it has none for unsupervised segmentation).
-TASK_TYPES = {
-    "CategoricalHMM": "text-generation",
-    "PCFG": "text-generation",
-    "BernoulliHMM": "other",
-    "GaussianHSMM": "other",
-    "StructuredVAE": "text-generation",
-}
-
-
 def dataset_name(data: dict[str, Any] | None) -> str | None:
     """The dataset a LightningCLI ``data`` section ({"class_path", "init_args"}) reads, for cards."""
     if not data or "class_path" not in data:
@@ -181,8 +173,9 @@ def _family_part(model_class: str, name: str, context: dict[str, Any]) -> str:
     return jinja2.Template(path.read_text(), keep_trailing_newline=True).render(**context).strip()
 
 
-def eval_results(model_class: str, results: dict[str, Any]):
-    """``huggingface_hub.EvalResult`` rows (model-index) of our measured metrics."""
+def eval_results(task_type: str, results: dict[str, Any]):
+    """``huggingface_hub.EvalResult`` rows (model-index) of our measured metrics, for a family whose
+    cards have the Hugging Face task ``task_type`` (its ``card_task_type``)."""
     from huggingface_hub import EvalResult
 
     rows = []
@@ -194,7 +187,7 @@ def eval_results(model_class: str, results: dict[str, Any]):
         metric_type, metric_name = METRICS[metric]
         rows.append(
             EvalResult(
-                task_type=TASK_TYPES.get(model_class, "other"),
+                task_type=task_type,
                 dataset_type=dataset,
                 dataset_name=dataset,
                 dataset_split=SPLITS[stage],
@@ -262,6 +255,7 @@ def render_card(
     if backend:
         tags.append(f"backend-{backend}")
     measured = (results or {}).get("metrics", {})
+    task_type = family_class(config["class_path"]).card_task_type
     metric_types = sorted({METRICS[m][0] for m in (n.partition("/")[2] for n in measured) if m in METRICS})
     card_data = ModelCardData(
         library_name=LIBRARY_NAME,
@@ -270,7 +264,7 @@ def render_card(
         datasets=[dataset] if dataset else None,
         metrics=metric_types or None,
         model_name=model_name,
-        eval_results=(eval_results(model_class, results) if results else None) or None,
+        eval_results=(eval_results(task_type, results) if results else None) or None,
     )
     return ModelCard.from_template(card_data, template_path=str(CARDS / "model_card.md"), **context)
 

@@ -105,6 +105,18 @@ def _plain(name: str, value: Any) -> Any:
     )
 
 
+def family_class(class_path: str) -> type[ZooModel]:
+    """The ZooModel subclass at ``class_path`` ("zoo.models.PCFG"); ValueError when there is none."""
+    module_name, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ValueError(f"unknown model class {class_path!r}: {error}") from None
+    if not (isinstance(cls, type) and issubclass(cls, ZooModel)):
+        raise ValueError(f"{class_path!r} is not a zoo model (a ZooModel subclass)")
+    return cls
+
+
 class ZooModel(nn.Module):
     """An nn.Module whose ``config`` holds its constructor arguments as plain values.
 
@@ -115,6 +127,8 @@ class ZooModel(nn.Module):
 
     config: dict[str, Any]
     _vocab: Vocabulary | None = None
+    # the Hugging Face task of the family's model cards (their model index)
+    card_task_type: str = "other"
     # the longest sequence evaluation takes (events, as ``lengths`` counts them), from the family's cost
     # model (each family's docstring states it); None: no limit (cost linear in the length)
     max_eval_length: int | None = None
@@ -182,14 +196,7 @@ class ZooModel(nn.Module):
         """Rebuild a model from ``spec()`` (fresh parameters; load a state dict for the weights)."""
         if not isinstance(spec, dict) or "class_path" not in spec:
             raise ValueError(f"a model spec is a dict with 'class_path' and 'init_args', got {spec!r}")
-        module_name, _, name = spec["class_path"].rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as error:
-            raise ValueError(f"unknown model class {spec['class_path']!r}: {error}") from None
-        if not (isinstance(cls, type) and issubclass(cls, ZooModel)):
-            raise ValueError(f"{spec['class_path']!r} is not a zoo model (a ZooModel subclass)")
-        return cls(**spec.get("init_args", {}))
+        return family_class(spec["class_path"])(**spec.get("init_args", {}))
 
     # --- the zoo's checkpoint format (zoo.pretrained) -----------------------------------------
     def save_pretrained(self, directory, **kwargs):

@@ -338,6 +338,8 @@ class CategoricalHMM(HMM):
         initialization: "embeddings" or "app-d" (Yang et al. 2022, App. D; module docstring).
     """
 
+    card_task_type = "text-generation"
+
     observation_key = "tokens"
 
     def __init__(

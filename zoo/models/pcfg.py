@@ -80,6 +80,8 @@ class PCFG(RandomizedEvaluation, ZooModel):
             NT <= this bound, else the randomized estimate.
     """
 
+    card_task_type = "text-generation"
+
     exact_evaluation = ("num_nonterminals", "exact_max_nonterminals")
 
     observation_key = "tokens"

@@ -123,6 +123,8 @@ class StructuredVAE(ZooModel):
         eval_chunk_tokens: tokens the decoder scores at once while importance sampling (memory bound).
     """
 
+    card_task_type = "text-generation"
+
     def __init__(
         self,
         num_states: int = 100,
