@@ -239,5 +239,5 @@ def test_smartwatch_recordings_of_your_own(tmp_path):
     )
     assert first["labels"].tolist() == [0, 3]  # the windows' middle samples 12 and 37
     assert [len(x["labels"]) for x in data.datasets["test"]] == [2, 3]
-    with pytest.raises(ValueError, match="expected at least window = 100 samples"):
+    with pytest.raises(ValueError, match="expected at least window = 100 samples, got 50"):
         SmartwatchDataModule(window=100, hf_dataset=source).setup()

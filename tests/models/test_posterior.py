@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from family_batches import SMALL, batches
 
 from zoo.inference import LinearChain, SemiMarkovChain, TreeDistribution
 from zoo.models import PCFG, BernoulliHMM, CategoricalHMM, GaussianHSMM, StructuredVAE
 
 
 def families():
-    torch.manual_seed(0)
-    tokens = {"tokens": torch.randint(1, 20, (2, 5)), "lengths": torch.tensor([5, 3])}
-    frames = {"frames": (torch.rand(2, 5, 6) < 0.3).float(), "lengths": torch.tensor([5, 3])}
-    features = {"features": torch.randn(2, 7, 3), "lengths": torch.tensor([7, 4])}
-    small = {"embedding_dim": 8, "hidden_dim": 8}
+    b = batches()
+    tokens, frames, features, small = b["tokens"], b["frames"], b["features"], SMALL
     vae = StructuredVAE(4, vocab_size=20, encoder_layers=1, encoder_dim=8, state_dim=8, decoder_dim=8,
                         decoder_hidden=8, max_positions=8)  # fmt: skip
     return {

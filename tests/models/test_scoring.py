@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from family_batches import SMALL, batches
 
 from zoo.models import PCFG, BernoulliHMM, CategoricalHMM, GaussianHSMM
 
 
 def families():
-    torch.manual_seed(0)
-    tokens = {"tokens": torch.randint(1, 20, (2, 5)), "lengths": torch.tensor([5, 3])}
-    frames = {"frames": (torch.rand(2, 5, 6) < 0.3).float(), "lengths": torch.tensor([5, 3])}
-    features = {"features": torch.randn(2, 7, 3), "lengths": torch.tensor([7, 4])}
-    small = {"embedding_dim": 8, "hidden_dim": 8}
+    b = batches()
     return {
-        "categorical HMM": (CategoricalHMM(20, 4, **small), tokens, None),
-        "Bernoulli HMM": (BernoulliHMM(4, num_keys=6, **small), frames, "frames"),
-        "PCFG": (PCFG(20, 3, 4, "exact", **small), tokens, None),
-        "HSMM": (GaussianHSMM(3, 3, 4, **small), features, "features"),
+        "categorical HMM": (CategoricalHMM(20, 4, **SMALL), b["tokens"], None),
+        "Bernoulli HMM": (BernoulliHMM(4, num_keys=6, **SMALL), b["frames"], "frames"),
+        "PCFG": (PCFG(20, 3, 4, "exact", **SMALL), b["tokens"], None),
+        "HSMM": (GaussianHSMM(3, 3, 4, **SMALL), b["features"], "features"),
     }
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from zoo.data.hf_source import check_source, load_feature_sequences
-from zoo.data.npy_folder import frame_labels
+from zoo.data.hf_source import check_source
+from zoo.data.npy_folder import read_feature_rows
 from zoo.data.segments import SegmentDataModule, SequenceFeatures
 
 __all__ = ["SmartwatchDataModule", "load_smartwatch", "smartwatch_file"]
@@ -88,23 +88,17 @@ def load_smartwatch(window: int = 25, path: str | Path | None = None) -> list[di
 
 def pooled_recordings(source: dict, split: str, window: int) -> SequenceFeatures:
     """One split of a ``datasets`` source of raw recordings (module docstring), pooled into windows."""
-    rows, label_rows = load_feature_sequences(source, split)
-    if not rows:
-        raise ValueError(f"hf_dataset split {split!r} holds no recording")
+    raw = read_feature_rows(source, split)  # one frame a sample, checked
     features, labels = [], []
-    for i, row in enumerate(rows):
-        samples = np.asarray(row, dtype=np.float64)
-        if samples.ndim != 2 or len(samples) < window:
+    for i, samples in enumerate(raw.sources):
+        if len(samples) < window:
             raise ValueError(
-                f"hf_dataset {split} row {i}: expected at least window = {window} samples x axes, got "
-                f"shape {samples.shape}"
+                f"hf_dataset {split} row {i}: expected at least window = {window} samples, got {len(samples)}"
             )
-        features.append(torch.tensor(pool_windows(samples, window), dtype=torch.float32))
-        if label_rows is not None:
-            per_sample = frame_labels(np.asarray(label_rows[i]), f"hf_dataset {split} row {i}", len(samples))
-            labels.append(per_sample[window // 2 :: window][: len(features[-1])])
-    names = [str(i) for i in range(len(rows))]
-    return SequenceFeatures(features, labels if label_rows is not None else None, names)
+        features.append(torch.tensor(pool_windows(samples.double().numpy(), window), dtype=torch.float32))
+        if raw.labels is not None:
+            labels.append(raw.labels[i][window // 2 :: window][: len(features[-1])])
+    return SequenceFeatures(features, labels if raw.labels is not None else None, raw.names)
 
 
 def split_subjects(subjects: list[int], seed: int) -> dict[str, set[int]]:
