@@ -156,8 +156,9 @@ FAMILIES = {  # class -> (table title, metrics shown)
     ),
     "StructuredVAE": (
         "Structured VAEs on short PTB sentences (importance-sampled NLL, 100 samples: nats per sentence, "
-        "the metric of Fu et al. 2022, Table 5; per GPT-2 token and perplexity, <|endoftext|> counted)",
-        ("test/nll_sentence", "test/nll", "test/ppl"),
+        "the metric of Fu et al. 2022, Table 5; per GPT-2 token and perplexity, <|endoftext|> counted; "
+        "-ELBO per sentence; distinct MAP states a sentence: 1 is a collapsed posterior)",
+        ("test/nll_sentence", "test/nll", "test/ppl", "test/neg_elbo_sentence", "test/distinct_map_states"),
     ),
 }
 
