@@ -13,6 +13,23 @@ from zoo.inference.precision import FullPrecision
 _ENGINES: dict[str, dict[Backend, type]] = {}
 
 
+class Engine:
+    """The base of every structure's engines: its backend's ``name``, the factor containers it
+    consumes (``factor_types``), what it computes how (``capabilities``: operation -> (kind, note),
+    ``zoo.inference.kinds``), and ``prepare``, which checks (and may convert) the factors."""
+
+    name: str = ""
+    factor_types: tuple = ()
+    capabilities: dict[str, tuple[str, str]] = {}
+
+    def prepare(self, factors):
+        """The factors this backend consumes; TypeError naming the containers it takes otherwise."""
+        if not isinstance(factors, self.factor_types):
+            wanted = " or ".join(t.__name__ for t in self.factor_types)
+            raise TypeError(f"the {self.name!r} backend needs {wanted}, got {type(factors).__name__}")
+        return factors
+
+
 def register_engine(structure: str, backend: str | Backend):
     """Class decorator: the engine class of ``backend`` for ``structure`` ("chain", "semimarkov",
     "tree")."""

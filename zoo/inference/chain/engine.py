@@ -22,7 +22,7 @@ from torch import Tensor
 from zoo.inference.chain import exact
 from zoo.inference.chain.entropy import dense_entropy
 from zoo.inference.chain.factors import ChainFactors, DenseChain
-from zoo.inference.engines import register_engine
+from zoo.inference.engines import Engine, register_engine
 from zoo.inference.kinds import NATIVE
 from zoo.inference.numerics import gumbel_noise, needs_grad
 
@@ -85,21 +85,8 @@ def sequence_score(factors: ChainFactors, states: Tensor, lengths: Tensor) -> Te
     return score
 
 
-class ChainEngine:
+class ChainEngine(Engine):
     """Base class of the chain backends; see the module docstring."""
-
-    name: str = ""
-    factor_types: tuple = ()
-    capabilities: dict[str, tuple[str, str]] = {}
-
-    def prepare(self, factors: ChainFactors) -> ChainFactors:
-        """Check (and convert) the factors this backend consumes."""
-        if not isinstance(factors, self.factor_types):
-            wanted = " or ".join(t.__name__ for t in self.factor_types)
-            raise TypeError(
-                f"the {self.name!r} backend needs {wanted} factors, got {type(factors).__name__}"
-            )
-        return factors
 
     # --- primitives -------------------------------------------------------------------------
     def log_partition(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.inference.engines import Engine
 from zoo.inference.numerics import needs_grad
 from zoo.inference.semimarkov.factors import SemiMarkovFactors
 
@@ -99,18 +100,8 @@ def segmentation_score(factors: SemiMarkovFactors, seg: Tensor, lengths: Tensor)
     return torch.where(start, scores, 0.0).sum(-1)
 
 
-class SemiMarkovEngine:
+class SemiMarkovEngine(Engine):
     """Base class of the semi-Markov backends; see the module docstring."""
-
-    name: str = ""
-    factor_types: tuple = ()
-    capabilities: dict[str, tuple[str, str]] = {}
-
-    def prepare(self, factors: SemiMarkovFactors) -> SemiMarkovFactors:
-        if not isinstance(factors, self.factor_types):
-            wanted = " or ".join(t.__name__ for t in self.factor_types)
-            raise TypeError(f"the {self.name!r} backend needs {wanted} factors, got {type(factors).__name__}")
-        return factors
 
     def log_partition(self, factors, lengths: Tensor, probe: Tensor | None = None) -> Tensor:
         raise NotImplementedError

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.engines import register_engine
+from zoo.inference.engines import Engine, register_engine
 from zoo.inference.kinds import NATIVE
 from zoo.inference.numerics import finite_or_zero, needs_grad
 from zoo.inference.tree import exact
@@ -38,21 +38,8 @@ def grammar_tensors(grammar: GrammarFactors) -> list[Tensor]:
     return [v for v in vars(grammar).values() if isinstance(v, Tensor)]
 
 
-class TreeEngine:
+class TreeEngine(Engine):
     """Base class of the tree backends; see the module docstring."""
-
-    name: str = ""
-    grammar_types: tuple = ()
-    capabilities: dict[str, tuple[str, str]] = {}
-
-    def prepare(self, grammar: GrammarFactors) -> GrammarFactors:
-        """Check (and convert) the grammar this backend consumes."""
-        if not isinstance(grammar, self.grammar_types):
-            wanted = " or ".join(t.__name__ for t in self.grammar_types)
-            raise TypeError(
-                f"the {self.name!r} backend needs {wanted}, got {type(grammar).__name__}"
-            )
-        return grammar
 
     def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None) -> Tensor:
         raise NotImplementedError
@@ -155,7 +142,7 @@ class ExactEngine(TreeEngine):
     """The inside algorithm on dense rules; accepts every grammar by materializing it."""
 
     name = "exact"
-    grammar_types = (GrammarFactors,)
+    factor_types = (GrammarFactors,)
     capabilities = {
         "log_partition": (NATIVE, "width-batched inside, log-einsum-exp: O(T^3 S^2 + T^2 NT S^2)"),
         "span_marginals": (NATIVE, "autograd of log Z"),

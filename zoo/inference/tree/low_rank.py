@@ -35,7 +35,7 @@ class LowRankEngine(TreeEngine):
     sampling need psi(A, B, C) itself and run on the materialized rules."""
 
     name = "low-rank"
-    grammar_types = (LowRankGrammar,)
+    factor_types = (LowRankGrammar,)
     capabilities = {
         "log_partition": (NATIVE, "inside with the NT x NT block through the features"),
         "span_marginals": (NATIVE, "autograd of log Z"),

@@ -235,7 +235,7 @@ class RandomizedEngine(TreeEngine):
     """RDP estimates over the labels each span keeps; see the module docstring."""
 
     name = "randomized"
-    grammar_types = (GrammarFactors,)
+    factor_types = (GrammarFactors,)
     capabilities = {
         "log_partition": (ESTIMATE, "Alg. 2 in log space: O(T^3 K^3), CPD rules O(T^3 r + T^2 K r)"),
         "span_marginals": (ESTIMATE, "autograd of the Alg. 2 estimate"),

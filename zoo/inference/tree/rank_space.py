@@ -248,7 +248,7 @@ class RankSpaceEngine(TreeEngine):
     """
 
     name = "rank-space"
-    grammar_types = (RankSpaceGrammar,)
+    factor_types = (RankSpaceGrammar,)
     capabilities = {
         "log_partition": (NATIVE, "rank-space inside (Yang et al. 2022): O(T^3 r + T^2 r^2 + NT r^2)"),
         "span_marginals": (NATIVE, "autograd of the rank-space log Z"),
