@@ -61,7 +61,8 @@ HALF_TOLERANCE = 1e-3  # relative change of the quick-check NLL that float16 may
 SYNTHETIC_SEEDS, SYNTHETIC_EPOCHS = 3, 20
 SYNTHETIC_NOTE = (
     "synthetic/sentence_f1: the same backend trained on the synthetic grammar's 300 sentences "
-    f"(scripts/pcfg_induction.py: NT 6, PT 8, its recipe for the backend, {SYNTHETIC_EPOCHS} epochs), "
+    f"(zoo.tasks.grammar_induction: NT 6, PT 8, its recipe for the backend, {SYNTHETIC_EPOCHS} epochs, one "
+    "thread), "
     "sentence F1 (%) "
     f"of its MBR trees on 100 test sentences, mean and standard deviation over {SYNTHETIC_SEEDS} seeds"
 )
@@ -329,8 +330,11 @@ def synthetic_f1(backend: str, work: Path, seeds: int = SYNTHETIC_SEEDS) -> dict
     deviation over seeds, of a PCFG with ``backend`` trained there (zoo.tasks.grammar_induction)."""
     import statistics
 
+    import torch
+
     from zoo.tasks.grammar_induction import SIZES, induce, write_corpus
 
+    torch.set_num_threads(1)  # one thread: the same sums in the same order, so a rerun is the same run
     work.mkdir(parents=True, exist_ok=True)
     files = write_corpus(work, SIZES, 4, 11, seed=0)
     scores = [100 * induce(files, backend, seed, SYNTHETIC_EPOCHS)["sentence_f1"] for seed in range(seeds)]
