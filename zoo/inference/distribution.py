@@ -29,10 +29,14 @@ class StructuredDistribution:
     factor_type: ClassVar[type]
     accepted: ClassVar[str]
 
-    def _choose_engine(self, factors, backend: str | Backend | None, options) -> None:
-        """Set ``backend`` (the factors' own when None) and ``engine``, after checking the factors' type."""
+    def _check_factors(self, factors) -> None:
+        """TypeError unless ``factors`` is one of the containers this structure takes."""
         if not isinstance(factors, self.factor_type):
             raise TypeError(f"{self.factors_argument} must be {self.accepted}, got {type(factors).__name__}")
+
+    def _choose_engine(self, factors, backend: str | Backend | None, options) -> None:
+        """Set ``backend`` (the factors' own when None) and ``engine``, after checking the factors' type."""
+        self._check_factors(factors)
         self.backend = factors.native_backend if backend is None else Backend.parse(backend)
         self.engine = make_engine(self.structure, self.backend, options)
 

@@ -49,8 +49,7 @@ class TreeDistribution(StructuredDistribution):
         options=None,
         node_scores: Tensor | None = None,
     ):
-        if not isinstance(grammar, GrammarFactors):  # before its attributes are read below
-            self._choose_engine(grammar, backend, options)
+        self._check_factors(grammar)  # before its attributes are read below
         terms = as_tensor("terms", terms)
         if terms.dim() != 3 or terms.shape[-1] != grammar.num_preterminals or 0 in terms.shape:
             raise ValueError(
