@@ -371,6 +371,7 @@ def quiet_lightning():
 def lightning_command(argv: list[str] | None) -> int:
     """``fit``, ``validate``, ``test`` or ``predict`` through LightningCLI (None: from sys.argv)."""
     pl = imported("lightning.pytorch", "train", "zoo fit / validate / test / predict")
+    from zoo.tasks.distributed import close_process_group
 
     try:
         with quiet_lightning():
@@ -386,6 +387,7 @@ def lightning_command(argv: list[str] | None) -> int:
     except InitFromError as error:
         print(f"zoo: error: {error}", file=sys.stderr)
         return 2
+    close_process_group()
     return 0
 
 

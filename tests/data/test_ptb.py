@@ -137,6 +137,7 @@ import json, os, sys
 import lightning.pytorch as pl
 import torch
 from zoo.data import PTBDataModule
+from zoo.tasks.distributed import close_process_group
 
 class Sum(pl.LightningModule):
     def __init__(self):
@@ -166,6 +167,7 @@ trainer = pl.Trainer(
     num_sanity_val_steps=0,
 )
 trainer.fit(Sum(), datamodule=PTBDataModule(data_dir=sys.argv[1], batch_tokens=12))
+close_process_group()
 """
 
 
