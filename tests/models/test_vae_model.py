@@ -13,6 +13,7 @@ import torch
 from zoo.inference import DenseChain, LinearChain
 from zoo.models import StructuredVAE
 from zoo.models.vae import importance_sampled_log_likelihood
+from zoo.models.vae.decoder import nucleus
 
 V, N = 5, 3
 BACKENDS = {"exact": {}, "randomized": {"k1": 1, "k2": 1}, "low-rank": {"rank": 2}}
@@ -386,6 +387,67 @@ def test_samples_follow_the_generative_model(shortlist):
         assert counts.get((words, zs), 0) / 20000 == pytest.approx(p, abs=4 * math.sqrt(p / 20000) + 1e-3)
     with pytest.raises(ValueError, match="max_length must be an int >= 1, got 0"):
         model.sample(2, max_length=0)
+
+
+def test_nucleus_keeps_the_top_mass_and_tempers():
+    logits = torch.log(torch.tensor([[0.1, 0.5, 0.15, 0.25], [0.97, 0.01, 0.01, 0.01]]))
+    torch.testing.assert_close(nucleus(logits), torch.softmax(logits, -1))
+    kept = nucleus(logits, top_p=0.7)  # 0.5 + 0.25 reach 0.7; the top class alone does in row 2
+    torch.testing.assert_close(kept, torch.tensor([[0.0, 0.5, 0.0, 0.25], [0.97, 0.0, 0.0, 0.0]]))
+    greedy = torch.tensor([[0.0, 0.5, 0.0, 0.0], [0.97, 0.0, 0.0, 0.0]])
+    torch.testing.assert_close(nucleus(logits, top_p=1e-9), greedy)
+    cold = nucleus(logits, temperature=0.5)  # p^2, renormalized
+    torch.testing.assert_close(cold, torch.softmax(2 * logits, -1))
+
+
+def test_tempered_nucleus_samples_follow_their_distribution():
+    """With temperature and top_p, the frequency of every complete sentence of 1 or 2 tokens with its
+    states is prod_t p(z_t | ...) nucleus(log p(y_t | ...), temperature, top_p)[y_t], in a fixed-seed draw."""
+    model = tiny().eval()
+    with torch.no_grad():
+        for weight in model.decoder.parameters():
+            weight.mul_(4)
+    temperature, top_p, draws = 0.7, 0.6, 20000
+    drawn = model.sample(draws, max_length=2, generator=torch.Generator().manual_seed(0),
+                         temperature=temperature, top_p=top_p)  # fmt: skip
+    tokens, states, lengths = drawn["tokens"], drawn["states"], drawn["lengths"]
+    counts: dict[tuple, int] = {}
+    for row in zip(tokens.tolist(), states.tolist(), lengths.tolist()):
+        if row[0][row[2] - 1] == V - 1:
+            key = (tuple(row[0][: row[2]]), tuple(row[1][: row[2]]))
+            counts[key] = counts.get(key, 0) + 1
+
+    def parts(words, zs):  # log p(z_<=T | ...) and log p(y_<=T | ...) of a prefix
+        if not words:
+            return 0.0, 0.0
+        with torch.no_grad():
+            z, y = model.decoder.log_joint_parts(
+                torch.tensor([words]), torch.tensor([len(words)]), torch.tensor([zs])
+            )
+        return float(z), float(y)
+
+    def probability(words, zs):
+        p = 1.0
+        for t in range(len(words)):
+            (z0, y0), (z1, _) = parts(words[:t], zs[:t]), parts(words[: t + 1], zs[: t + 1])
+            step = torch.tensor([parts(words[:t] + (v,), zs[: t + 1])[1] - y0 for v in range(V)])
+            kept = nucleus(step, temperature, top_p)
+            p *= math.exp(z1 - z0) * float(kept[words[t]] / kept.sum())
+        return p
+
+    keys = [((V - 1,), (z,)) for z in range(N)]
+    keys += [((y, V - 1), (z1, z2)) for y in range(V - 1) for z1 in range(N) for z2 in range(N)]
+    cut = 0
+    for words, zs in keys:
+        p = probability(words, zs)
+        cut += p == 0
+        assert counts.get((words, zs), 0) / draws == pytest.approx(p, abs=4 * math.sqrt(p / draws) + 1e-3)
+    assert cut > 0  # the nucleus did drop words
+    for bad in (0.0, 1.5, True, float("nan")):
+        with pytest.raises(ValueError, match=r"top_p must be a float in \(0, 1\]"):
+            model.sample(2, top_p=bad)
+    with pytest.raises(ValueError, match="temperature must be a positive float, got 0"):
+        model.sample(2, temperature=0)
 
 
 def test_shortlist_is_fitted_from_counts_and_required():

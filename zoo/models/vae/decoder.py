@@ -164,10 +164,17 @@ class LSTMDecoder(nn.Module):
 
     @torch.no_grad()
     def sample(
-        self, n: int, max_length: int, end: int, generator: torch.Generator | None = None
+        self,
+        n: int,
+        max_length: int,
+        end: int,
+        generator: torch.Generator | None = None,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Ancestral samples of p(z, y) (dropout as in the current mode; call it in eval mode): each
-        sequence ends with its first ``end`` word or is cut at ``max_length``.
+        sequence ends with its first ``end`` word or is cut at ``max_length``. Each word is drawn from
+        ``nucleus(logits, temperature, top_p)`` (1 and 1: exactly p(y_t | ...)); the states exactly.
 
         Returns:
             tokens: n x T long (0 past each length), states: n x T long (-1 past each length), lengths: (n,),
@@ -191,7 +198,7 @@ class LSTMDecoder(nn.Module):
             state = torch.multinomial(torch.softmax(self.state_head(h), -1), 1, generator=generator)[:, 0]
             z = self.state_emb[state]
             logits = self.word_head(torch.cat([h, z], -1)) @ self.word_emb.weight.T + self.word_bias
-            cls = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[:, 0]
+            cls = torch.multinomial(nucleus(logits, temperature, top_p), 1, generator=generator)[:, 0]
             word = cls
             if self.shortlist is not None:  # a listed class is its id; the pooled class a uniform other id
                 draw = pooled[torch.randint(len(pooled), (n,), generator=generator, device=device)]
@@ -203,3 +210,15 @@ class LSTMDecoder(nn.Module):
                 return tokens[:, : t + 1], states[:, : t + 1], lengths
             y = self.word_emb(cls)
         return tokens, states, lengths
+
+
+def nucleus(logits: Tensor, temperature: float = 1.0, top_p: float = 1.0) -> Tensor:
+    """softmax(logits / temperature) cut to its nucleus (Holtzman et al. 2020): the most probable classes
+    whose mass first reaches ``top_p``, the rest zeroed (not renormalized: ``torch.multinomial`` does
+    that). logits: ... x C; returns ... x C. The most probable class is always kept."""
+    probs = torch.softmax(logits / temperature, -1)
+    if top_p >= 1.0:
+        return probs
+    ranked, order = probs.sort(-1, descending=True)
+    above = ranked.cumsum(-1) - ranked  # the mass of the classes ranked before each one
+    return torch.zeros_like(probs).scatter(-1, order, ranked.masked_fill(above >= top_p, 0.0))

@@ -291,18 +291,30 @@ class StructuredVAE(ZooModel):
 
     @torch.no_grad()
     def sample(
-        self, n: int = 1, max_length: int = 64, generator: torch.Generator | None = None
+        self,
+        n: int = 1,
+        max_length: int = 64,
+        generator: torch.Generator | None = None,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
     ) -> dict[str, Tensor]:
         """``n`` sentences from the generative model p(z, y) (ancestral sampling, no dropout), each
         ending with ``<|endoftext|>`` (id vocab_size - 1) or cut at ``max_length`` tokens:
         ``{"tokens": n x T, "lengths": (n,)}`` (a batch: ``log_likelihood`` scores it) and its latent
-        ``"states"`` (n x T, -1 past each length)."""
+        ``"states"`` (n x T, -1 past each length). ``temperature`` (> 0) and ``top_p`` (in (0, 1]) shape
+        each word's distribution as a language model's generation does (nucleus sampling, Holtzman et
+        al. 2020): samples of a small model read as text, but below 1 they are not samples of p(y)."""
         check_int("n", n)
         check_int("max_length", max_length)
+        check_positive("temperature", temperature)
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be a float in (0, 1], got {top_p!r}")
         was_training = self.training
         self.eval()
         try:
-            tokens, states, lengths = self.decoder.sample(n, max_length, self.vocab_size - 1, generator)
+            tokens, states, lengths = self.decoder.sample(
+                n, max_length, self.vocab_size - 1, generator, temperature, top_p
+            )
         finally:
             self.train(was_training)
         return {"tokens": tokens, "lengths": lengths, "states": states}
