@@ -12,8 +12,8 @@ import torch
 
 from zoo.inference import DenseChain, EmbeddingChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
 from zoo.inference.chain import exact
-from zoo.inference.chain.randomized import proposal_weights, reduced_chain
-from zoo.inference.rdp import KeptStates
+from zoo.inference.chain.randomized import reduced_chain
+from zoo.inference.rdp import KeptStates, proposal_weights
 
 N, T, D = 24, 6, 4
 
@@ -53,7 +53,7 @@ def test_expectation_over_every_possible_draw_is_exactly_z(proposal):
         torch.randn(1, t, n, generator=g, dtype=torch.float64) * 2,
         torch.randn(n, 3, generator=g, dtype=torch.float64),
     )
-    q = proposal_weights(factors, proposal)[0]
+    q = proposal_weights(factors.unary, factors.init, factors.state_prior, proposal)[0]
     top = q.argmax(-1)
     tail = q.scatter(-1, top.unsqueeze(-1), 0.0)
     tail = tail / tail.sum(-1, keepdim=True)
@@ -184,8 +184,6 @@ def test_dense_chain_randomized_matches_its_embedding_form_on_the_same_draw():
 def test_the_global_proposal_is_the_incoming_mass_and_informative_for_normalized_models():
     """Eq. 34's global prior: each state's incoming transition mass. The outgoing mass would make it
     uniform for every locally normalized model (an HMM's rows sum to one)."""
-    from zoo.inference.chain.randomized import proposal_weights
-
     g = torch.Generator().manual_seed(0)
     B, T, N, R = 2, 4, 6, 3
     unary = torch.randn(B, T, N, generator=g, dtype=torch.float64)
@@ -207,5 +205,5 @@ def test_the_global_proposal_is_the_incoming_mass_and_informative_for_normalized
     for factors, p in transitions.items():
         torch.testing.assert_close(p.sum(-1), p.new_ones(N))  # rows sum to one: outgoing mass is uniform
         torch.testing.assert_close(factors.state_prior()[0], p.sum(0).log())  # incoming: column sums
-        q = proposal_weights(factors, "global")
+        q = proposal_weights(factors.unary, factors.init, factors.state_prior, "global")
         assert q.std(-1).min() > 1e-3, f"{type(factors).__name__}: the global proposal is uniform"

@@ -55,10 +55,9 @@ def test_expectation_over_every_possible_draw_is_exactly_z(proposal):
         torch.randn(n, 2, generator=g, dtype=F64),
     )
     eng = RandomizedEngine(RDPOptions(1, 1, proposal))
-    from zoo.inference.chain.randomized import proposal_weights
-    from zoo.inference.semimarkov.randomized import _ProposalView
+    from zoo.inference.rdp import proposal_weights
 
-    q = proposal_weights(_ProposalView(f.unary, f.init, f.state_prior()), proposal)[0]
+    q = proposal_weights(f.unary, f.init, f.state_prior, proposal)[0]
     top = q.argmax(-1)
     tail = q.scatter(-1, top.unsqueeze(-1), 0.0)
     tail = tail / tail.sum(-1, keepdim=True)

@@ -1,15 +1,20 @@
 """Randomized dynamic programming on plain tensors, for every structure (Fu, Cunningham, Lapata 2022):
-the options of the randomized backend and the choice of kept states. At each position (a chain's
-position, a tree's span) a proposal q over its N states keeps the top K1 (summed exactly) and K2
-states drawn i.i.d. from q restricted to the rest, renormalized, weighted by 1 / (K2 q_tail) (Eq. 4-8).
+the options of the randomized backend, the proposals of sequences of positions, the choice of kept
+states and the engines' lifecycle. At each position (a chain's position, a semi-Markov boundary, a
+tree's span) a proposal q over its N states keeps the top K1 (summed exactly) and K2 states drawn
+i.i.d. from q restricted to the rest, renormalized, weighted by 1 / (K2 q_tail) (Eq. 4-8).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
+
+from zoo.inference.checks import check_shape
 
 # the chains' named proposals (trees name theirs in zoo.inference.tree.randomized)
 PROPOSALS = ("uniform", "local", "global", "local+global")
@@ -88,3 +93,52 @@ def select_states(
         index.append(drawn)
         log_w.append(-(k2 * tail.gather(-1, drawn)).log())
     return KeptStates(torch.cat(index, -1), torch.cat(log_w, -1))
+
+
+def proposal_weights(
+    unary: Tensor, init: Tensor, state_prior: Callable[[], Tensor], proposal: str | Tensor | None
+) -> Tensor:
+    """q_t(i) of a sequence of positions (a chain's, a semi-Markov chain's boundaries): B x T x N, each
+    row a distribution (None: "local+global"). unary: B x T x N log-potentials; init: the first
+    position's log-potentials ((N,) or B x N); state_prior: the global log-prior (N,), called only by
+    the proposals that use it."""
+    B, T, N = unary.shape
+    proposal = "local+global" if proposal is None else proposal
+    if isinstance(proposal, Tensor):
+        check_shape("proposal", proposal, (B, T, N), "B x T x N")
+        if not torch.isfinite(proposal).all() or (proposal < 0).any():
+            raise ValueError("proposal weights must be finite and non-negative")
+        total = proposal.sum(-1, keepdim=True)
+        if (total <= 0).any():
+            raise ValueError("proposal weights must have positive mass at every position")
+        return proposal / total
+    if proposal == "uniform":
+        return unary.new_full((B, T, N), 1.0 / N)
+    if proposal == "global":
+        return torch.softmax(state_prior(), -1).unsqueeze(1).expand(B, T, N).clone()
+    q = torch.softmax(unary, -1)  # no B x T x N copy for the init: fix position 1 alone
+    q[:, 0] = torch.softmax(unary[:, 0] + init, -1)
+    if proposal == "local+global":  # Eq. 34, in place: q is B x T x N, the largest buffer here
+        q.mul_(0.5).add_(torch.softmax(state_prior(), -1).unsqueeze(1), alpha=0.5)
+    return q
+
+
+class RandomizedLifecycle:
+    """What every structure's randomized engine shares: its ``RDPOptions`` and its kept states, drawn
+    once per engine (``draw``, under ``no_grad``) so that all estimates of one distribution share one DP
+    graph and one draw."""
+
+    def __init__(self, options: RDPOptions):
+        self.options = options
+        self._kept: Any = None
+
+    def kept_states(self, *inputs):
+        """The engine's draw of kept states for ``inputs`` (the first call draws it)."""
+        if self._kept is None:
+            with torch.no_grad():
+                self._kept = self.draw(*inputs)
+        return self._kept
+
+    def draw(self, *inputs):
+        """The kept states of the structure's positions (a ``KeptStates`` or the structure's own)."""
+        raise NotImplementedError

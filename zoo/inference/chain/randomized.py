@@ -17,7 +17,6 @@ K2 = 0 gives the top-K baseline (Sun et al. 2019); K1 = N recovers the exact DP.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from zoo.inference.chain import exact
@@ -28,33 +27,9 @@ from zoo.inference.chain.engine import (
 )
 from zoo.inference.chain.entropy import dense_entropy
 from zoo.inference.chain.factors import ChainFactors, DenseChain
-from zoo.inference.checks import check_shape
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
-from zoo.inference.rdp import KeptStates, RDPOptions, select_states
-
-
-def proposal_weights(factors: ChainFactors, proposal: str | Tensor | None) -> Tensor:
-    """q_t(i): B x T x N, each row a distribution (None: "local+global")."""
-    B, T, N = factors.unary.shape
-    proposal = "local+global" if proposal is None else proposal
-    if isinstance(proposal, Tensor):
-        check_shape("proposal", proposal, (B, T, N), "B x T x N")
-        if not torch.isfinite(proposal).all() or (proposal < 0).any():
-            raise ValueError("proposal weights must be finite and non-negative")
-        total = proposal.sum(-1, keepdim=True)
-        if (total <= 0).any():
-            raise ValueError("proposal weights must have positive mass at every position")
-        return proposal / total
-    if proposal == "uniform":
-        return factors.unary.new_full((B, T, N), 1.0 / N)
-    if proposal == "global":
-        return torch.softmax(factors.state_prior(), -1).unsqueeze(1).expand(B, T, N).clone()
-    q = torch.softmax(factors.unary, -1)  # no B x T x N copy for the init: fix position 1 alone
-    q[:, 0] = torch.softmax(factors.unary[:, 0] + factors.init, -1)
-    if proposal == "local+global":  # Eq. 34, in place: q is B x T x N, the largest buffer here
-        q.mul_(0.5).add_(torch.softmax(factors.state_prior(), -1).unsqueeze(1), alpha=0.5)
-    return q
+from zoo.inference.rdp import KeptStates, RandomizedLifecycle, proposal_weights, select_states
 
 
 def reduced_chain(factors: ChainFactors, kept: KeptStates) -> DenseChain:
@@ -69,7 +44,7 @@ def reduced_chain(factors: ChainFactors, kept: KeptStates) -> DenseChain:
 
 
 @register_engine("chain", "randomized")
-class RandomizedEngine(ChainEngine):
+class RandomizedEngine(RandomizedLifecycle, ChainEngine):
     """RDP estimators over the states kept at each position; see the module docstring."""
 
     name = "randomized"
@@ -85,18 +60,11 @@ class RandomizedEngine(ChainEngine):
         "rsample": (ESTIMATE, "Alg. 4: randomized Gumbel backward sampling (argmax = hard sample)"),
     }
 
-    def __init__(self, options: RDPOptions):
-        self.options = options
-        self._kept: KeptStates | None = None
-
-    def kept_states(self, factors: ChainFactors) -> KeptStates:
-        """The index sets, drawn once per engine (so all estimators share one DP graph)."""
-        if self._kept is None:
-            o = self.options
-            with torch.no_grad():
-                q = proposal_weights(factors, o.proposal)
-                self._kept = select_states(q, o.k1, o.k2, o.generator)
-        return self._kept
+    def draw(self, factors: ChainFactors) -> KeptStates:
+        """The kept states of every position, from the options' proposal."""
+        o = self.options
+        q = proposal_weights(factors.unary, factors.init, factors.state_prior, o.proposal)
+        return select_states(q, o.k1, o.k2, o.generator)
 
     def prepare(self, factors):
         factors = super().prepare(factors)

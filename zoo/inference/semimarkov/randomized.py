@@ -6,38 +6,22 @@ At every boundary t < L (a segment ending at frame t), the proposal q_t picks th
 transition) instead of O(N^2). The duration window and the last segment are summed exactly. Each step
 is an unbiased estimate of a linear map given the past, and the draws do not depend on the forward
 values, so exp(log Z_hat) is unbiased and log Z_hat is below log Z on average (Jensen). K1 = N is
-exact; K2 = 0 is the top-K baseline. The index sets reuse the chain's ``RDPOptions``,
-``proposal_weights`` and ``select_states``; they are drawn once per engine under ``no_grad``.
+exact; K2 = 0 is the top-K baseline. The index sets come from ``zoo.inference.rdp`` (the proposals of
+a sequence of positions, ``select_states``), drawn once per engine under ``no_grad``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
 from torch import Tensor
 
-from zoo.inference.chain.randomized import proposal_weights
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.logmatmul import Matrix, entropy_step, log_matmul
-from zoo.inference.rdp import KeptStates, RDPOptions, select_states
+from zoo.inference.rdp import KeptStates, RandomizedLifecycle, proposal_weights, select_states
 from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine, dense_problem
 from zoo.inference.semimarkov.factors import DenseSemiMarkov, LowRankSemiMarkov, cumulative
 from zoo.inference.semimarkov.forward import Problem, entropy, forward
-
-
-@dataclass
-class _ProposalView:
-    """What the chain's ``proposal_weights`` reads: frame unary, first-state init, state prior."""
-
-    unary: Tensor
-    init: Tensor
-    prior: Tensor
-
-    def state_prior(self) -> Tensor:
-        return self.prior
 
 
 class RandomizedStep:
@@ -69,7 +53,7 @@ def _rows_of(transition: Tensor):
 
 
 @register_engine("semimarkov", "randomized")
-class RandomizedEngine(SemiMarkovEngine):
+class RandomizedEngine(RandomizedLifecycle, SemiMarkovEngine):
     """RDP estimators over the states kept at each boundary; see the module docstring."""
 
     name = "randomized"
@@ -85,19 +69,11 @@ class RandomizedEngine(SemiMarkovEngine):
         "rsample": (FALLBACK, "exact Gumbel-softmax FFBS on the dense form"),
     }
 
-    def __init__(self, options: RDPOptions):
-        self.options = options
-        self._kept: KeptStates | None = None
-
-    def kept_states(self, factors) -> KeptStates:
-        """Index sets (B x T x K, row t-1 for the boundary at frame t), drawn once per engine."""
-        if self._kept is None:
-            o = self.options
-            with torch.no_grad():
-                view = _ProposalView(factors.unary, factors.init, factors.state_prior())
-                q = proposal_weights(view, o.proposal)
-                self._kept = select_states(q, o.k1, o.k2, o.generator)
-        return self._kept
+    def draw(self, factors) -> KeptStates:
+        """Index sets (B x T x K, row t-1 for the boundary at frame t), from the options' proposal."""
+        o = self.options
+        q = proposal_weights(factors.unary, factors.init, factors.state_prior, o.proposal)
+        return select_states(q, o.k1, o.k2, o.generator)
 
     def prepare(self, factors):
         factors = super().prepare(factors)

@@ -30,7 +30,7 @@ from zoo.inference.checks import check_shape
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.numerics import logsumexp, safe_log
-from zoo.inference.rdp import KeptStates, RDPOptions, select_states
+from zoo.inference.rdp import KeptStates, RandomizedLifecycle, RDPOptions, select_states
 from zoo.inference.tree.chart import combine, finite_max, outer_sum, span_diagonal, to_scaled
 from zoo.inference.tree.engine import ExactEngine, TreeEngine
 from zoo.inference.tree.exact import BLOCKS, block_splits
@@ -231,7 +231,7 @@ def exact_engine(grammar: GrammarFactors) -> TreeEngine:
 
 
 @register_engine("tree", "randomized")
-class RandomizedEngine(TreeEngine):
+class RandomizedEngine(RandomizedLifecycle, TreeEngine):
     """RDP estimates over the labels each span keeps; see the module docstring."""
 
     name = "randomized"
@@ -247,18 +247,12 @@ class RandomizedEngine(TreeEngine):
         "sample": (FALLBACK, "exact top-down sampling on the materialized rules"),
     }
 
-    def __init__(self, options: RDPOptions):
-        self.options = options
-        self._kept: KeptLabels | None = None
-
-    def kept_labels(self, grammar, terms) -> KeptLabels:
-        """The kept labels, drawn once per engine (so all estimates share one DP graph)."""
-        if self._kept is None:
-            self._kept = select_labels(grammar, terms, self.options)
-        return self._kept
+    def draw(self, grammar, terms) -> KeptLabels:
+        """The labels each span and each leaf keeps (``select_labels``)."""
+        return select_labels(grammar, terms, self.options)
 
     def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None):
-        kept = self.kept_labels(grammar, terms)
+        kept = self.kept_states(grammar, terms)
         inside = projected_kept_inside if isinstance(grammar, RankSpaceGrammar) else gathered_inside
         return inside(grammar, terms, lengths, kept, span_scores, label_scores)
 
