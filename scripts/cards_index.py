@@ -1,4 +1,4 @@
-"""Regenerate cards/README.md (``zoo.cards.bundled_cards_index``): where the released checkpoints'
+"""Regenerate cards/README.md (``zoo.hub.cards.bundled_cards_index``): where the released checkpoints'
 model cards live, how they are made, and one row a checkpoint linking its card.
 
 Usage: python scripts/cards_index.py          # rewrite cards/README.md
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from zoo.cards import bundled_cards_index
+from zoo.hub.cards import bundled_cards_index
 
 INDEX = Path(__file__).resolve().parent.parent / "cards" / "README.md"
 

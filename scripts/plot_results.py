@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import zoo  # noqa: E402
-from zoo.bundled import bundled_folders, first_test_batch  # noqa: E402
+from zoo.hub.bundled import bundled_folders, first_test_batch  # noqa: E402
 
 IMG = REPO / "docs" / "img"
 SENTENCE = "the company said its profit rose in the third quarter"

@@ -2,7 +2,7 @@
 
 Each ``arch.tag`` goes to ``ORG/arch.tag`` (a valid Hub repo name: letters, digits, ``_``, ``-``
 and single dots), one commit per repo through
-``zoo.pretrained.push_to_hub`` (the checkpoint is loaded first; the card is rendered for the repo id).
+``zoo.hub.pretrained.push_to_hub`` (the checkpoint is loaded first; the card is rendered for the repo id).
 Prints ``tag repo_id commit-sha`` per checkpoint: the revision to pin in ``register_pretrained``.
 
     python scripts/release_pretrained.py --org structured-zoo --token hf_...
@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from zoo.bundled import bundled_folders  # noqa: E402
-from zoo.pretrained import push_to_hub  # noqa: E402
+from zoo.hub.bundled import bundled_folders  # noqa: E402
+from zoo.hub.pretrained import push_to_hub  # noqa: E402
 
 
 def release(org: str, token: str | None = None, patterns: list[str] | None = None, private: bool = False):

@@ -1,4 +1,4 @@
-"""Train, evaluate and bundle the pretrained checkpoints (``zoo/weights/<arch.tag>/``; zoo/bundled.py).
+"""Train, evaluate and bundle the pretrained checkpoints (``zoo/weights/<arch.tag>/``; zoo/hub/bundled.py).
 
 For each job (tag, recipe, minutes), with the documented commands only:
 
@@ -16,7 +16,7 @@ For each job (tag, recipe, minutes), with the documented commands only:
    standard deviation over its ``eval_seeds``; the VAE's importance-sampled NLL is one estimate, its
    samples seeded per test batch);
 5. ``results.json``: the test metrics, the training notes (hardware, minutes) and the quick check
-   (``zoo.bundled.quick_check``, which the tests re-measure); the card is re-rendered;
+   (``zoo.hub.bundled.quick_check``, which the tests re-measure); the card is re-rendered;
 6. PCFGs: ``synthetic/sentence_f1`` (mean and standard deviation over seeds): the same backend trained
    on the synthetic grammar with ``zoo.tasks.grammar_induction``, F1 of its parses.
 
@@ -51,8 +51,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from zoo.bundled import WEIGHTS, bundled_folders, quick_check, read_training_config  # noqa: E402
-from zoo.pretrained import LEARNING_CURVE_NAME  # noqa: E402
+from zoo.hub.bundled import WEIGHTS, bundled_folders, quick_check, read_training_config  # noqa: E402
+from zoo.hub.pretrained import LEARNING_CURVE_NAME  # noqa: E402
 
 from report import write_section  # noqa: E402
 
@@ -158,8 +158,17 @@ FAMILIES = {  # class -> (table title, metrics shown)
     "StructuredVAE": (
         "Structured VAEs on short PTB sentences (importance-sampled NLL, 100 samples: nats per sentence, "
         "the metric of Fu et al. 2022, Table 5; per GPT-2 token and perplexity, <|endoftext|> counted; "
-        "-ELBO per sentence; distinct MAP states a sentence: 1 is a collapsed posterior)",
-        ("test/nll_sentence", "test/nll", "test/ppl", "test/neg_elbo_sentence", "test/distinct_map_states"),
+        "-ELBO per sentence; distinct MAP states a sentence: 1 is a collapsed posterior; token-state "
+        "information: the mutual information between a token's state and its sentence under q, nats, 0 "
+        "when q ignores the sentence)",
+        (
+            "test/nll_sentence",
+            "test/nll",
+            "test/ppl",
+            "test/neg_elbo_sentence",
+            "test/distinct_map_states",
+            "test/token_state_information",
+        ),
     ),
 }
 
@@ -184,7 +193,11 @@ FLAGSHIPS = {
     ),
     "vae_crf_n100_enc2x128_lstm128_v8000_d64.ptb_exact": (
         "structured VAE (short PTB)",
-        [("test/distinct_map_states", 3.0, False), ("test/nll_sentence", None, True)],
+        [
+            ("test/distinct_map_states", 3.0, False),
+            ("test/token_state_information", None, False),
+            ("test/nll_sentence", None, True),
+        ],
     ),
 }
 
@@ -227,7 +240,7 @@ def flagship_rows() -> list[str]:
 def published_anchors(folder: Path, results: dict, metrics: list[str]) -> str:
     """The papers' numbers on a flagship's data and target metrics (GPU, their sizes), as an anchor
     where no baseline was trained beside it."""
-    from zoo.paper_results import paper_results
+    from zoo.hub.paper_results import paper_results
 
     model_class = json.loads((folder / "config.json").read_text())["class_path"].rsplit(".", 1)[-1]
     rows = [r for r in paper_results(model_class, results.get("dataset")) if r.metric in metrics]
@@ -290,7 +303,7 @@ def choose_precision(folder: Path) -> dict:
 
     import torch
 
-    from zoo.pretrained import from_pretrained, save_pretrained
+    from zoo.hub.pretrained import from_pretrained, save_pretrained
 
     config = read_training_config(folder)
     model = from_pretrained(str(folder))
@@ -346,7 +359,7 @@ def synthetic_f1(backend: str, work: Path, seeds: int = SYNTHETIC_SEEDS) -> dict
 
 def update_results(folder: Path, change: Callable[[dict], None]) -> None:
     """Apply ``change`` to a bundled folder's results.json (in place) and re-render its card."""
-    from zoo.pretrained import save_results, write_card
+    from zoo.hub.pretrained import save_results, write_card
 
     results = json.loads((folder / "results.json").read_text())
     change(results)
@@ -465,7 +478,7 @@ def continued_training(job: Job, train_minutes: float) -> dict:
 def finish(folder: Path, training: dict, run_dir: Path):
     """Steps 3-5 on an exported float32 ``folder``: precision, the card's evaluation, results.json
     (``training`` notes kept) and the card; the model as loaded."""
-    from zoo.pretrained import from_pretrained, save_results, write_card
+    from zoo.hub.pretrained import from_pretrained, save_results, write_card
 
     notes = choose_precision(folder)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -585,7 +598,7 @@ def report() -> str:
 
 
 def main() -> None:
-    from zoo.pretrained import write_card
+    from zoo.hub.pretrained import write_card
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

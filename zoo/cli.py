@@ -101,8 +101,8 @@ def _capabilities(args) -> int:
 
 
 def _models(args) -> int:
-    from zoo.bundled import WEIGHTS
-    from zoo.registry import architecture, list_models, pretrained_tag
+    from zoo.hub.bundled import WEIGHTS
+    from zoo.hub.registry import architecture, list_models, pretrained_tag
 
     for name in list_models(args.pattern, pretrained=args.pretrained):
         if args.pretrained:
@@ -121,7 +121,7 @@ def _models(args) -> int:
 
 
 def _export(args) -> int:
-    from zoo.export import export_checkpoint
+    from zoo.hub.export import export_checkpoint
 
     folder = export_checkpoint(
         args.checkpoint, args.out_dir, args.results, args.training_config, storage_dtype=args.storage_dtype
@@ -131,7 +131,7 @@ def _export(args) -> int:
 
 
 def _card(args) -> int:
-    from zoo.pretrained import read_config, save_results, write_card
+    from zoo.hub.pretrained import read_config, save_results, write_card
 
     read_config(args.directory)
     if args.results:
@@ -141,7 +141,7 @@ def _card(args) -> int:
 
 
 def _push(args) -> int:
-    from zoo.pretrained import push_to_hub
+    from zoo.hub.pretrained import push_to_hub
 
     commit = push_to_hub(
         args.directory,
@@ -261,7 +261,7 @@ def zoo_cli_class():
         def _check_init_from(init_from: str) -> Path:
             """The local checkpoint file or folder of ``init_from``; one that cannot be read is one
             line (InitFromError), not a traceback through the model's construction."""
-            from zoo.pretrained import CheckpointError, resolve
+            from zoo.hub.pretrained import CheckpointError, resolve
 
             path = Path(init_from).expanduser()
             if path.suffix == ".ckpt":
@@ -281,7 +281,7 @@ def zoo_cli_class():
             args = data.get("init_args") if hasattr(data, "get") else None
             if args is None or "vocab_from" not in args or args.get("vocab_from") is not None:
                 return
-            from zoo.pretrained import CheckpointError, load_vocab
+            from zoo.hub.pretrained import CheckpointError, load_vocab
 
             try:
                 load_vocab(local)
@@ -308,11 +308,11 @@ def zoo_cli_class():
             self._write_results("test")
 
         def _write_results(self, subcommand: str) -> None:
-            """The logged metrics as ``{"dataset", "metrics"}`` JSON (``zoo.cards.read_results``)."""
+            """The logged metrics as ``{"dataset", "metrics"}`` JSON (``zoo.hub.cards.read_results``)."""
             path = self.config[subcommand].get("results")
             if not path:
                 return
-            from zoo.cards import dataset_name
+            from zoo.hub.cards import dataset_name
 
             data = self.config[subcommand].get("data")
             metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items()}

@@ -9,9 +9,9 @@ import torch
 
 datasets = pytest.importorskip("datasets")
 
-from zoo.cards import dataset_name  # noqa: E402
 from zoo.data import PCFGDataModule, PTBDataModule  # noqa: E402
 from zoo.data.hf_source import check_source  # noqa: E402
+from zoo.hub.cards import dataset_name  # noqa: E402
 
 TEXT = {
     "train": ["the cat sat on the mat", "a dog sat on a log", "the dog ran"],

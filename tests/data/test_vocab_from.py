@@ -1,5 +1,5 @@
 """Text data with a given vocabulary (``vocab_from``): the ids of the initial weights are kept, words
-the vocabulary lacks map to <unk>, each split's coverage is reported; zoo.pretrained.load_vocab reads
+the vocabulary lacks map to <unk>, each split's coverage is reported; zoo.hub.pretrained.load_vocab reads
 vocab.json files, task checkpoints and from_pretrained sources."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 import zoo
 from zoo.data import PCFGDataModule, PTBDataModule
 from zoo.data.vocab import Vocabulary
-from zoo.pretrained import CheckpointError, load_vocab
+from zoo.hub.pretrained import CheckpointError, load_vocab
 
 TAG = "hmm_categorical_n4096_d64.ptb_rank_space"
 TEXT = {

@@ -95,7 +95,7 @@ emit(latest=logp(latest), pinned=logp(pinned), dev=logp(dev), card_data=card.dat
 
 OFFLINE = """
 from huggingface_hub import constants
-from zoo.pretrained import CheckpointError
+from zoo.hub.pretrained import CheckpointError
 from zoo.tasks import LikelihoodTask
 assert constants.HF_HUB_OFFLINE
 repo = PARAMS["repo"]
@@ -162,7 +162,7 @@ def test_push_download_pinned_and_offline(local_hub, pushed, tmp_path):  # noqa:
 
 def test_unknown_repo_and_revision_are_clear_errors(local_hub, pushed, tmp_path):  # noqa: F811
     script = """
-    from zoo.pretrained import CheckpointError
+    from zoo.hub.pretrained import CheckpointError
     errors = []
     for source, revision in (("zoo-tests/no-such-model", None), (PARAMS["repo"], "no-such-branch")):
         try:
@@ -179,7 +179,7 @@ def test_unknown_repo_and_revision_are_clear_errors(local_hub, pushed, tmp_path)
 
 def test_pretrained_tag_loads_from_the_hub_at_its_pinned_revision(local_hub, tmp_path):  # noqa: F811
     script = """
-    from zoo.registry import PretrainedTag, create_model, list_models, register_pretrained
+    from zoo.hub.registry import PretrainedTag, create_model, list_models, register_pretrained
     model = create_model("hmm_categorical_n512_d64", vocab_size=50)  # not the architecture's vocabulary
     try:
         register_pretrained(PretrainedTag("hmm_categorical_n512_d64.wrong", PARAMS["repo"] + "-x", None))

@@ -14,7 +14,7 @@ import pytest
 from local_hub.fixtures import local_hub  # noqa: F401
 
 import zoo  # noqa: F401  (registers the bundled checkpoints)
-from zoo.bundled import bundled_folders
+from zoo.hub.bundled import bundled_folders
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ORG = "zoo-release-test"

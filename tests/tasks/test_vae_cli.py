@@ -121,6 +121,9 @@ def test_kl_warmup_ramps_the_kl_weight_and_word_dropout_trains(tmp_path):
             "6", "--trainer.max_epochs", "10", "--trainer.log_every_n_steps", "1"]  # fmt: skip
     assert main(args) == 0
     assert logged(tmp_path, "train/kl_weight") == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0, 1.0])
+    kl = logged(tmp_path, "train/kl")  # -(log p(x~) + H(q)) per sentence, logged as the ELBO's parts are
+    parts = [logged(tmp_path, f"train/{name}") for name in ("states", "entropy")]
+    assert kl == pytest.approx([-(s + h) for s, h in zip(*parts)], rel=1e-5, abs=1e-5) and len(kl) == 6
     (ckpt,) = tmp_path.rglob("*.ckpt")
     task = VAETask.load_from_checkpoint(ckpt)
     assert task.kl_warmup_steps == 4 and task.model.decoder.word_dropout == 0.3
@@ -163,3 +166,36 @@ def test_recipe_parses_and_composes_with_ddp(path, capsys):
         assert (
             model["pretrained_encoder"] == "gpt2" and config["data"]["init_args"]["source"] == "coco-karpathy"
         )
+
+
+def test_init_missing_ok_starts_a_low_rank_vae_from_an_exact_one(tmp_path):
+    """The low-rank q has one weight the exact one lacks (its feature map): init_from refuses the
+    partial load unless init_missing_ok names it; then every other weight is the source's."""
+    from zoo.hub.pretrained import CheckpointError
+
+    sizes = {"encoder_layers": 1, "encoder_dim": 8, "encoder_heads": 2, "state_dim": 4, "decoder_dim": 4}
+    torch.manual_seed(0)
+    exact = zoo.models.StructuredVAE(num_states=4, backend="exact", decoder_hidden=4, **sizes)
+    exact.save_pretrained(tmp_path / "exact")
+    source = str(tmp_path / "exact")
+
+    def low_rank():
+        torch.manual_seed(1)
+        return zoo.models.StructuredVAE(num_states=4, backend="low-rank", rank=2, decoder_hidden=4, **sizes)
+
+    feature_map = r"missing keys \['inference.feature_map.weight'\].*init_missing_ok"
+    with pytest.raises(CheckpointError, match=feature_map):
+        VAETask(low_rank(), init_from=source)
+    fresh = low_rank().state_dict()["inference.feature_map.weight"]
+    task = VAETask(low_rank(), init_from=source, init_missing_ok=["inference.feature_map.weight"])
+    loaded = task.model.state_dict()
+    assert torch.equal(loaded.pop("inference.feature_map.weight"), fresh)  # kept its initialization
+    expected = exact.state_dict()
+    assert loaded.keys() == expected.keys() and all(torch.equal(loaded[k], expected[k]) for k in loaded)
+    again = VAETask(exact.__class__.from_config(exact.spec()), init_from=source,
+                    init_missing_ok=["decoder.word_bias"])  # fmt: skip
+    assert torch.equal(again.model.decoder.word_bias, exact.decoder.word_bias)  # present: loaded
+    with pytest.raises(ValueError, match=r"names \['inference.nothing'\], which StructuredVAE does not"):
+        VAETask(low_rank(), init_from=source, init_missing_ok=["inference.nothing"])
+    with pytest.raises(ValueError, match="init_missing_ok must be a list of weight names, got 'x'"):
+        VAETask(low_rank(), init_from=source, init_missing_ok="x")

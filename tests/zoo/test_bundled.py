@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import zoo
-from zoo.bundled import WEIGHTS, bundled_folders, data_module, quick_check, read_training_config
-from zoo.registry import architecture, pretrained_tag
+from zoo.hub.bundled import WEIGHTS, bundled_folders, data_module, quick_check, read_training_config
+from zoo.hub.registry import architecture, pretrained_tag
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TAGS = sorted(bundled_folders())
@@ -188,7 +188,7 @@ def test_cli_fine_tunes_from_a_bundled_tag_offline(tmp_path):
 
 
 def test_results_keep_training_and_quick_check_notes():
-    from zoo.cards import read_results
+    from zoo.hub.cards import read_results
 
     results = {"dataset": "ptb", "metrics": {"test/nll": 5.0}, "training": {"minutes": 4.1}, "other": 1}
     assert read_results(results) == {

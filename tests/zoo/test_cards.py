@@ -11,9 +11,9 @@ from huggingface_hub import ModelCard
 from zoo_testlib import small_overrides
 
 import zoo
-from zoo.cards import dataset_name, read_results, render_card
 from zoo.cli import main
-from zoo.pretrained import read_config
+from zoo.hub.cards import dataset_name, read_results, render_card
+from zoo.hub.pretrained import read_config
 
 SECTIONS = ["## Usage", "## Training", "## Evaluation", "## Results", "## Limitations", "## Citation"]
 TRAINING = "model:\n  class_path: zoo.tasks.LikelihoodTask\ndata:\n  class_path: zoo.data.PTBDataModule\n"
@@ -162,7 +162,7 @@ def test_tree_files_are_named_by_what_they_are(tmp_path, monkeypatch):
     assert name.startswith("trees in my-trees (sha256 ") and name != dataset_name(
         {**data, "init_args": {"tree_files": {**files, "valid": files["train"]}}}
     )
-    monkeypatch.setattr("zoo.cards.WSJ_TEST_TREES", 2)
+    monkeypatch.setattr("zoo.hub.cards.WSJ_TEST_TREES", 2)
     assert dataset_name(data) == "ptb-wsj"
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from zoo.bundled import bundled_folders
-from zoo.cards import bundled_cards_index
+from zoo.hub.bundled import bundled_folders
+from zoo.hub.cards import bundled_cards_index
 
 REPO = Path(__file__).resolve().parents[2]
 INDEX = REPO / "cards" / "README.md"
@@ -20,7 +20,7 @@ def test_the_cards_index_is_current_and_every_link_is_a_card():
 
 
 def test_every_bundled_card_is_what_the_card_code_renders_now():
-    from zoo.pretrained import render_folder_card
+    from zoo.hub.pretrained import render_folder_card
 
     for tag, folder in bundled_folders().items():
         assert (folder / "README.md").read_text() == str(render_folder_card(folder)), (

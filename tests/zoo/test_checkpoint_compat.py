@@ -2,7 +2,7 @@
 
 ``checkpoints/<name>/`` holds folders written by structured-zoo 0.1.0 (checkpoint format 1) and
 ``expected.json`` (a batch and the log-likelihoods that release computed). They are frozen: a later
-release that changes the format or the models must still load them (``zoo.pretrained`` upgrades old
+release that changes the format or the models must still load them (``zoo.hub.pretrained`` upgrades old
 formats) and reproduce the numbers. New formats add new folders; their config.json and
 model.safetensors are never regenerated (README.md, the card, may be re-rendered with `zoo card`).
 Written once by ``python tests/zoo/test_checkpoint_compat.py``.

@@ -16,8 +16,8 @@ from safetensors.torch import load_file, save_file
 from zoo_testlib import example_batch, scores
 
 import zoo
+from zoo.hub.pretrained import CheckpointError, load_into, read_config
 from zoo.models import BernoulliHMM, CategoricalHMM
-from zoo.pretrained import CheckpointError, load_into, read_config
 from zoo.tasks import LikelihoodTask
 
 

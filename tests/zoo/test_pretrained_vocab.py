@@ -15,8 +15,8 @@ from zoo_testlib import example_batch, scores
 
 import zoo
 from zoo.data.vocab import Vocabulary
+from zoo.hub.pretrained import CheckpointError, save_vocab
 from zoo.models import BernoulliHMM, CategoricalHMM
-from zoo.pretrained import CheckpointError, save_vocab
 
 WORDS = [
     "the",

@@ -13,16 +13,16 @@ import yaml
 from zoo_testlib import example_batch, fit_inputs, scores, small_model
 
 import zoo
-from zoo.bundled import bundled_folders
 from zoo.cli import main
-from zoo.models.base import ZooModel
-from zoo.registry import (
+from zoo.hub.bundled import bundled_folders
+from zoo.hub.registry import (
     PretrainedTag,
     architecture,
     match_architecture,
     model_config,
     register_pretrained,
 )
+from zoo.models.base import ZooModel
 
 REPO = Path(__file__).resolve().parents[2]
 # <family>_<size>_d<width>; sizes: states (HMMs), nonterminals and preterminals (PCFG), states, longest
@@ -118,7 +118,7 @@ def test_clear_errors():
 
 
 def test_pretrained_hook_with_a_local_folder(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("zoo.registry._PRETRAINED", {})  # without the bundled tags
+    monkeypatch.setattr("zoo.hub.registry._PRETRAINED", {})  # without the bundled tags
     torch.manual_seed(0)
     model = zoo.create_model("pcfg_nt10_pt20_d64", backend="low-rank")
     folder = model.save_pretrained(tmp_path / "weights")

@@ -14,10 +14,10 @@ from huggingface_hub import ModelCard
 from zoo_testlib import RecordVocab, example_batch, scores
 
 import zoo
-from zoo.bundled import bundled_folders, data_module
 from zoo.cli import main
 from zoo.data.vocab import Vocabulary
-from zoo.pretrained import save_vocab
+from zoo.hub.bundled import bundled_folders, data_module
+from zoo.hub.pretrained import save_vocab
 from zoo.tasks import LikelihoodTask
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tasks"))

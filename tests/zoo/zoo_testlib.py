@@ -6,7 +6,7 @@ import lightning.pytorch as pl
 import torch
 
 import zoo
-from zoo.registry import architecture
+from zoo.hub.registry import architecture
 
 # Per family: constructor overrides that shrink any architecture to test size (sizes, and the
 # backend-specific arguments scaled to them). A new family adds its line here and in example_batch.

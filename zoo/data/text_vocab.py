@@ -36,7 +36,7 @@ class TextVocabulary:
         return self.vocab.size
 
     def _given_vocab(self) -> Vocabulary:
-        from zoo.pretrained import load_vocab
+        from zoo.hub.pretrained import load_vocab
 
         vocab = load_vocab(self.vocab_from)
         if vocab.unk is None:

@@ -198,19 +198,19 @@ class ZooModel(nn.Module):
             raise ValueError(f"a model spec is a dict with 'class_path' and 'init_args', got {spec!r}")
         return family_class(spec["class_path"])(**spec.get("init_args", {}))
 
-    # --- the zoo's checkpoint format (zoo.pretrained) -----------------------------------------
+    # --- the zoo's checkpoint format (zoo.hub.pretrained) -------------------------------------
     def save_pretrained(self, directory, **kwargs):
         """Write ``config.json``, ``model.safetensors`` and the card ``README.md`` to ``directory``
-        (keyword arguments: ``zoo.pretrained.save_pretrained``); returns the folder's path."""
-        from zoo.pretrained import save_pretrained
+        (keyword arguments: ``zoo.hub.pretrained.save_pretrained``); returns the folder's path."""
+        from zoo.hub.pretrained import save_pretrained
 
         return save_pretrained(self, directory, **kwargs)
 
     @classmethod
     def from_pretrained(cls, source, **kwargs) -> ZooModel:
         """The model at ``source`` (a folder or Hub repo id; keyword arguments:
-        ``zoo.pretrained.from_pretrained``); called on a subclass, the checkpoint must be of it."""
-        from zoo.pretrained import CheckpointError, from_pretrained
+        ``zoo.hub.pretrained.from_pretrained``); called on a subclass, the checkpoint must be of it."""
+        from zoo.hub.pretrained import CheckpointError, from_pretrained
 
         model = from_pretrained(source, **kwargs)
         if not isinstance(model, cls):
@@ -218,7 +218,8 @@ class ZooModel(nn.Module):
         return model
 
     def push_to_hub(self, repo_id: str, **kwargs):
-        """Save and upload to the Hub repo ``repo_id`` (keyword arguments: ``zoo.pretrained.push_to_hub``)."""
-        from zoo.pretrained import push_to_hub
+        """Save and upload to the Hub repo ``repo_id`` (keyword arguments:
+        ``zoo.hub.pretrained.push_to_hub``)."""
+        from zoo.hub.pretrained import push_to_hub
 
         return push_to_hub(self, repo_id, **kwargs)

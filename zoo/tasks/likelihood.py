@@ -12,7 +12,6 @@ AdamW; the learning rate is multiplied by ``lr_factor`` when the validation NLL 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -21,17 +20,10 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from zoo.data.vocab import Vocabulary
+from zoo.hub.checkpoints import load_model_weights
+from zoo.hub.pretrained import CheckpointError, load_into
 from zoo.metrics import NegativeLogLikelihood, Perplexity
 from zoo.models.base import ZooModel, weights_follow
-from zoo.pretrained import (
-    CheckpointError,
-    check_state_dict,
-    load_into,
-    read_config,
-    read_vocab,
-    read_weights,
-    resolve,
-)
 from zoo.tasks.interrupt import InterruptDynamicPrograms
 
 
@@ -47,6 +39,9 @@ class LikelihoodTask(pl.LightningModule):
             optimizer. A ``zoo fit`` checkpoint (``.ckpt``), or any ``zoo.from_pretrained`` source
             (a pretrained-model folder or a Hub repo id, honouring ``HF_HUB_OFFLINE``). The weights
             must fit the model exactly (same class, keys, shapes); nothing is loaded otherwise.
+        init_missing_ok: names of the model's weights that ``init_from`` may lack; those it lacks keep
+            their initialization, e.g. ``["inference.feature_map.weight"]`` to start a low-rank VAE
+            from an exact one. Every other weight must be there.
         eval_seeds: seeds of a random evaluation (models with ``evaluation_is_exact() == False``).
         max_eval_length: validation and test refuse a batch with a longer sequence (events, as
             ``lengths`` counts them) before computing anything; None: the model family's limit
@@ -64,6 +59,7 @@ class LikelihoodTask(pl.LightningModule):
         init_from: str | None = None,
         eval_seeds: int = 5,
         max_eval_length: int | None = None,
+        init_missing_ok: list[str] | None = None,
     ):
         super().__init__()
         if not isinstance(eval_seeds, int) or eval_seeds < 2:
@@ -93,9 +89,20 @@ class LikelihoodTask(pl.LightningModule):
         if max_eval_length is not None and (not isinstance(max_eval_length, int) or max_eval_length < 1):
             raise ValueError(f"max_eval_length must be a positive int or None, got {max_eval_length!r}")
         self.max_eval_length = max_eval_length or getattr(model, "max_eval_length", None)
+        if init_missing_ok is not None:
+            check_missing_ok(init_missing_ok, self.model)
         if init_from is not None:
-            weights, vocab = load_model_weights(init_from, self.model)
-            load_into(self.model, weights, init_from)
+            missing_ok = init_missing_ok or ()
+            try:
+                weights, vocab = load_model_weights(init_from, self.model, missing_ok)
+                load_into(self.model, weights, init_from, missing_ok)
+            except CheckpointError as error:
+                if "missing keys" not in str(error):
+                    raise
+                raise CheckpointError(
+                    f"{error}. Weights the model has and init_from lacks (a backend's own, when the "
+                    "backend changes) keep their initialization when named in init_missing_ok"
+                ) from None
             self.model.vocab = vocab
             words = f", vocabulary of {vocab.size:,} tokens" if vocab is not None else ""
             values = sum(w.numel() for w in weights.values())
@@ -295,43 +302,13 @@ def check_same_vocab(given: Vocabulary | None, data: Vocabulary | None, what: st
     )
 
 
-def load_model_weights(source: str, model: ZooModel) -> tuple[dict[str, Tensor], Vocabulary | None]:
-    """The state dict for ``model`` from ``source``: a zoo task's Lightning checkpoint (``.ckpt``: its
-    ``model.*`` weights) or a ``zoo.from_pretrained`` source, whose config must name ``model``'s class;
-    floating weights saved in another precision (a float16 folder) are cast to the model's. With the
-    vocabulary the source records (None if none)."""
-    path = Path(source)
-    if not (path.suffix == ".ckpt" or path.is_file()):
-        folder = resolve(source)
-        config = read_config(folder)
-        name, wanted = config["class_path"].rsplit(".", 1)[-1], type(model).__name__
-        if name != wanted:
-            raise CheckpointError(f"init_from={source!r} holds a {name}, but the task's model is a {wanted}")
-        differences = {
-            k: (v, model.config.get(k)) for k, v in config["init_args"].items() if model.config.get(k) != v
-        }
-        weights = read_weights(folder, config)
-        expected = model.state_dict()
-        weights = {  # weights stored in half precision are cast (exactly) to the model's float32
-            k: v.to(expected[k].dtype)
-            if k in expected and v.is_floating_point() and expected[k].is_floating_point()
-            else v
-            for k, v in weights.items()
-        }
-        try:
-            check_state_dict(model, weights, source)
-        except CheckpointError as error:
-            raise CheckpointError(
-                f"{error}. The checkpoint's arguments differ from the model's as (checkpoint, model): "
-                f"{differences}"
-            ) from None
-        return weights, read_vocab(folder, config)
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    state = checkpoint.get("state_dict")
-    if not isinstance(state, dict):
-        raise ValueError(f"{path} is not a Lightning checkpoint of a zoo task (no 'state_dict')")
-    weights = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}
-    if not weights:
-        raise ValueError(f"{path} holds no model weights (no 'model.*' keys in its state_dict)")
-    vocab = checkpoint.get("vocab")
-    return weights, None if vocab is None else Vocabulary.from_dict(vocab)
+def check_missing_ok(names, model: ZooModel) -> None:
+    """ValueError unless ``names`` (``init_missing_ok``) is a list of the model's weight names."""
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"init_missing_ok must be a list of weight names, got {names!r}")
+    unknown = sorted(set(names) - set(model.state_dict()))
+    if unknown:
+        raise ValueError(
+            f"init_missing_ok names {unknown}, which {type(model).__name__} does not have; its weights are "
+            f"{sorted(model.state_dict())[:20]}"
+        )

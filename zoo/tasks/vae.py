@@ -11,7 +11,7 @@ estimator's relaxed ELBO is ``train/elbo``), and q's state usage
 ``val/token_state_information`` and ``val/states_used``, which tell a collapsed posterior. The importance
 samples of batch i are seeded with i, so an evaluation is reproducible. Logged while training:
 ``train/loss``, ``train/elbo``, ``train/reconstruction``, ``train/entropy``, ``train/states``,
-``train/words`` (per sentence) and ``train/kl_weight``.
+``train/words``, ``train/kl`` (per sentence) and ``train/kl_weight``.
 
 KL warm-up (``kl_warmup_steps`` S > 0; Bowman et al. 2016): for the first S steps the training loss
 weighs the KL part of the ELBO, log p(x~) + H(q), by beta = step / S (then 1), against posterior
@@ -97,6 +97,7 @@ class VAETask(LikelihoodTask):
         B = len(events)
         self.log("train/loss", loss, prog_bar=True, batch_size=B)
         self.log("train/kl_weight", beta, batch_size=B)
+        self.log("train/kl", -kl_part.detach().mean(), batch_size=B)  # KL(q || p(z)) per sentence
         for name, value in parts.items():
             self.log(f"train/{name}", value.detach().mean(), batch_size=B)
         return loss

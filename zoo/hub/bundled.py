@@ -1,8 +1,8 @@
 """Pretrained checkpoints shipped inside the package: ``zoo/weights/<arch.tag>/``.
 
-Each folder is a pretrained-model folder (``zoo.pretrained``: config.json, model.safetensors, the
+Each folder is a pretrained-model folder (``zoo.hub.pretrained``: config.json, model.safetensors, the
 card, results.json, training_config.yaml) written by ``scripts/train_pretrained.py``. Importing ``zoo``
-registers every folder as the pretrained tag of its name (``zoo.registry.register_pretrained``), so
+registers every folder as the pretrained tag of its name (``zoo.hub.registry.register_pretrained``), so
 ``zoo.from_pretrained("hmm_categorical_n512_d64.ptb_exact")`` and ``create_model(tag, pretrained=True)``
 work offline on a fresh install. ``quick_check`` re-measures the number a checkpoint's
 ``results.json`` stores under ``quick_check`` (the tests compare them).
@@ -18,9 +18,9 @@ from typing import Any
 import torch
 import yaml
 
-from zoo.registry import PretrainedTag, list_models, register_pretrained
+from zoo.hub.registry import PretrainedTag, list_models, register_pretrained
 
-WEIGHTS = Path(__file__).resolve().parent / "weights"
+WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
 QUICK_CHECK_BATCHES = 2
 
 

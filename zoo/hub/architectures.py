@@ -1,4 +1,4 @@
-"""The built-in architectures, one block per family (names: ``zoo.registry``'s docstring).
+"""The built-in architectures, one block per family (names: ``zoo.hub.registry``'s docstring).
 
 Sizes and backend settings are those of the recipes (recipes/*.yaml; papers' sizes from
 REFERENCE.md section 3, and the small CPU variants); a test checks that every recipe's model is one of
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zoo.registry import Architecture, register_architecture
+from zoo.hub.registry import Architecture, register_architecture
 
 
 def _family(class_path: str, prefix: str, entries: list[tuple[str, dict, dict, str, tuple, str]], **shared):

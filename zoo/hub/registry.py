@@ -9,7 +9,7 @@
   (``hmm_categorical_n16384_d256.ptb_rank_space``); it maps to a Hub repo id (or local folder) and a
   pinned revision, loaded with ``zoo.from_pretrained``.
 
-The built-in families are registered in ``zoo.architectures`` when ``zoo`` is imported;
+The built-in families are registered in ``zoo.hub.architectures`` when ``zoo`` is imported;
 docs/zoo-api.md says how to add one.
 """
 
@@ -148,7 +148,7 @@ def create_model(name: str, backend: str | None = None, pretrained: bool = False
 
 
 def _create_pretrained(name: str, arch_name: str, tag: str, backend: str | None, overrides: dict):
-    from zoo.pretrained import from_pretrained, public_class_path
+    from zoo.hub.pretrained import from_pretrained, public_class_path
 
     architecture(arch_name)
     if not tag:

@@ -7,7 +7,7 @@ A pretrained model is a folder (locally, or one Hugging Face Hub repo per model)
   argument; ``dtype`` is the weights' dtype in the file. Format 2 adds ``compute_dtype``: weights
   stored narrower (e.g. float16) than the dtype the model runs in (e.g. float32), cast up on load;
 * ``model.safetensors``: the state dict (no pickle);
-* ``README.md``: the model card (``zoo.cards``), and optionally ``results.json`` (the measured
+* ``README.md``: the model card (``zoo.hub.cards``), and optionally ``results.json`` (the measured
   metrics the card reports), ``training_config.yaml`` (the exact ``zoo fit`` configuration) and
   ``vocab.json`` (a text model's vocabulary, ``Vocabulary.to_dict()``; ``model.vocab`` once loaded).
 
@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -124,7 +125,7 @@ def save_pretrained(
     """Write ``model`` as a pretrained-model folder (module docstring) and return its path.
 
     Args:
-        results: measured metrics for the card and ``results.json`` (``zoo.cards.read_results``'s
+        results: measured metrics for the card and ``results.json`` (``zoo.hub.cards.read_results``'s
             formats: a dict, a list of dicts or a JSON file).
         training_config: the YAML text of the ``zoo fit`` configuration that trained the model.
         architecture: the registry name (``zoo.list_models()``); by default the architecture whose
@@ -141,9 +142,9 @@ def save_pretrained(
     """
     from safetensors.torch import save_file
 
-    from zoo.cards import read_results
-    from zoo.registry import architecture as registered
-    from zoo.registry import match_architecture
+    from zoo.hub.cards import read_results
+    from zoo.hub.registry import architecture as registered
+    from zoo.hub.registry import match_architecture
 
     if not isinstance(model, ZooModel):
         raise TypeError(f"save_pretrained needs a zoo model (ZooModel subclass), got {type(model).__name__}")
@@ -204,7 +205,7 @@ def _read_png(path: str | os.PathLike) -> bytes:
 def render_folder_card(directory: str | os.PathLike, repo_id: str | None = None):
     """The ``ModelCard`` of a pretrained-model folder from its config, ``results.json`` and
     ``training_config.yaml``; ``repo_id``: the Hub repo its usage examples name."""
-    from zoo.cards import render_card
+    from zoo.hub.cards import render_card
 
     directory = Path(directory)
     config = read_config(directory)
@@ -219,8 +220,8 @@ def render_folder_card(directory: str | os.PathLike, repo_id: str | None = None)
 
 
 def save_results(directory: str | os.PathLike, results: str | os.PathLike | dict | list) -> Path:
-    """Record measured results (``zoo.cards.read_results``'s formats) as the folder's ``results.json``."""
-    from zoo.cards import read_results
+    """Record measured results (``zoo.hub.cards.read_results``'s formats) as the folder's ``results.json``."""
+    from zoo.hub.cards import read_results
 
     path = Path(directory) / RESULTS_NAME
     _write_json(path, read_results(results))
@@ -362,7 +363,7 @@ def read_vocab(directory: str | os.PathLike, config: dict[str, Any]) -> Vocabula
         if path.is_file():
             raise CheckpointError(
                 f"{path} is not recorded in {CONFIG_NAME} (its 'vocab_sha256' is null or absent): remove "
-                f"the file, or add it with zoo.pretrained.save_vocab(folder, vocabulary)"
+                f"the file, or add it with zoo.hub.pretrained.save_vocab(folder, vocabulary)"
             )
         return None
     if not path.is_file():
@@ -404,10 +405,13 @@ def load_vocab(source: str | os.PathLike) -> Vocabulary:
     return vocab
 
 
-def check_state_dict(model: nn.Module, weights: dict[str, Tensor], source: str) -> None:
-    """CheckpointError unless ``weights`` has exactly the model's keys, shapes and dtypes."""
+def check_state_dict(
+    model: nn.Module, weights: dict[str, Tensor], source: str, missing_ok: Collection[str] = ()
+) -> None:
+    """CheckpointError unless ``weights`` has exactly the model's keys, shapes and dtypes (it may lack
+    the ``missing_ok`` keys: they keep the model's values)."""
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(weights))
+    missing = sorted(set(expected) - set(weights) - set(missing_ok))
     unexpected = sorted(set(weights) - set(expected))
     problems = []
     if missing:
@@ -426,10 +430,13 @@ def check_state_dict(model: nn.Module, weights: dict[str, Tensor], source: str) 
         )
 
 
-def load_into(model: nn.Module, weights: dict[str, Tensor], source: str) -> None:
-    """Copy ``weights`` into ``model`` after checking all of them first (never a partial load)."""
-    check_state_dict(model, weights, source)
-    model.load_state_dict(weights, strict=True)
+def load_into(
+    model: nn.Module, weights: dict[str, Tensor], source: str, missing_ok: Collection[str] = ()
+) -> None:
+    """Copy ``weights`` into ``model`` after checking all of them first (never a partial load; only the
+    named ``missing_ok`` keys may be absent, and keep the model's values)."""
+    check_state_dict(model, weights, source, missing_ok)
+    model.load_state_dict(weights, strict=not missing_ok)
 
 
 def load_folder(directory: str | os.PathLike, dtype: str | torch.dtype | None = None) -> ZooModel:
@@ -466,7 +473,7 @@ def resolve(
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
 
-    from zoo.registry import list_models, pretrained_tag
+    from zoo.hub.registry import list_models, pretrained_tag
 
     if isinstance(source, str) and "@" in source and not Path(source).expanduser().exists():
         source, pinned = source.rsplit("@", 1)  # "org/name@rev": a Hub repo at a revision
@@ -529,7 +536,7 @@ def _check_zoo_name(source: str) -> None:
     architecture's pretrained tags, or the tags it misspells) before any download is tried."""
     import difflib
 
-    from zoo.registry import list_models
+    from zoo.hub.registry import list_models
 
     tags = list_models(pretrained=True)
     if source in list_models():

@@ -1,7 +1,7 @@
 """Published numbers that model cards show beside ours (REFERENCE.md section 1, with each source).
 
 One row per published result: the model class it compares with, the dataset name our results use
-(``zoo.cards.dataset_name``), our metric name it corresponds to (``test/ppl``, ``test/nll``,
+(``zoo.hub.cards.dataset_name``), our metric name it corresponds to (``test/ppl``, ``test/nll``,
 ``test/sentence_f1``, ``test/nll_sequence``, ``test/nll_sentence``; conventions in REFERENCE.md
 section 2), and the paper.
 """

@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 
 from zoo.data.vocab import Vocabulary
+from zoo.hub.pretrained import CheckpointError, load_into, save_pretrained
 from zoo.models.base import ZooModel, weights_follow
 from zoo.plot import plot_learning_curves
-from zoo.pretrained import CheckpointError, load_into, save_pretrained
 
 
 def run_file(checkpoint: Path, name: str) -> Path | None:
@@ -42,7 +42,7 @@ def export_checkpoint(
     """Write the model of a ``zoo fit`` checkpoint as a pretrained-model folder; returns its path.
 
     Args:
-        results: measured metrics (a JSON path or dict, ``zoo.cards.read_results``'s formats).
+        results: measured metrics (a JSON path or dict, ``zoo.hub.cards.read_results``'s formats).
         training_config: the YAML file that trained it (default: the run's ``config.yaml``, if found).
         storage_dtype: the dtype to store the weights in (``save_pretrained``; default: the model's).
         learning_curve: a PNG of the run's curves (default: drawn from the run's ``metrics.csv``, if
