@@ -87,9 +87,21 @@ def test_token_ids_come_from_a_cached_map(tmp_path):
 
 
 def test_the_pcfg_data_reads_a_datasets_source_too(tmp_path):
-    data = PCFGDataModule(hf_dataset=parquet_source(tmp_path / "source"))
+    """Sentences of 2+ words, their ids from datasets' map (cached), as a PTB folder of the text gives."""
+    source = parquet_source(tmp_path / "source")
+    data = PCFGDataModule(hf_dataset=source)
     data.setup()
     assert [len(w) for w in data.sentences("test")[0]] == [3, 7]
+    cached = sorted(p.name for p in (tmp_path / "hf-cache").rglob("cache-*.arrow"))
+    assert cached
+    folder = tmp_path / "ptb"
+    folder.mkdir()
+    for split, ours in (("train", "train"), ("validation", "valid"), ("test", "test")):
+        (folder / f"ptb.{ours}.txt").write_text("\n".join(TEXT[split]) + "\n")
+    reference = PCFGDataModule(data_dir=str(folder))
+    reference.setup()
+    for split in ("train", "valid", "test"):
+        assert [list(x) for x in data.datasets[split].ids] == [list(x) for x in reference.datasets[split].ids]
 
 
 def test_bad_sources_are_clear_errors(tmp_path):
@@ -123,12 +135,24 @@ def test_the_captions_data_reads_a_datasets_source_as_gpt2_ids(tmp_path):
     for split, ours in (("train", "train"), ("validation", "valid"), ("test", "test")):
         (folder / f"{ours}.txt").write_text("\n".join(TEXT[split]) + "\n")
     reference = CaptionsDataModule(source="text", path=str(folder), max_words=6)
-    given = CaptionsDataModule(hf_dataset=parquet_source(tmp_path / "source"), max_words=6)
+    source = parquet_source(tmp_path / "source")
+    given = CaptionsDataModule(hf_dataset=source, max_words=6)
     for data in (reference, given):
         data.setup()
     for split in ("train", "valid", "test"):
         assert [x.tolist() for x in given.datasets[split]] == [x.tolist() for x in reference.datasets[split]]
     assert len(given.datasets["test"]) == 1  # the 7-word test sentence is over max_words
+    cached = sorted(p.name for p in (tmp_path / "hf-cache").rglob("cache-*.arrow"))
+    assert cached  # tokenized in datasets' map, whose cache a second data module reads
+    again = CaptionsDataModule(hf_dataset=source, max_words=6)
+    again.setup()
+    assert sorted(p.name for p in (tmp_path / "hf-cache").rglob("cache-*.arrow")) == cached
+    assert [x.tolist() for x in again.datasets["train"]] == [x.tolist() for x in given.datasets["train"]]
+    fewer = CaptionsDataModule(hf_dataset=source, max_words=6, max_sentences=1)
+    fewer.setup()
+    assert len(fewer.datasets["train"]) == 1
+    with pytest.raises(ValueError, match="split of hf_dataset 'parquet' has no sentences of 1..1 words"):
+        CaptionsDataModule(hf_dataset=source, max_words=1).setup()
     hub = {"hf_dataset": {"path": "mscoco_captions"}}
     assert dataset_name({"class_path": "zoo.data.CaptionsDataModule", "init_args": hub}) == "mscoco_captions"
 

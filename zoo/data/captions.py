@@ -26,7 +26,7 @@ import torch
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.gpt2_tokenizer import GPT2_VOCAB_SIZE, gpt2_tokenizer
-from zoo.data.hf_source import load_sentences, replacing
+from zoo.data.hf_source import load_sentences, load_token_ids, replacing
 from zoo.data.utf8 import read_utf8
 
 __all__ = ["SOURCES", "CaptionsDataModule", "read_captions", "read_coco_karpathy", "read_caption_lines"]
@@ -161,16 +161,41 @@ class CaptionsDataModule(SequenceDataModule):
         eos = tokenizer.eos_token_id
         return [ids + [eos] for ids in tokenizer(sentences, add_special_tokens=False)["input_ids"]]
 
+    def _mapped_ids(self, split: str) -> list[list[int]]:
+        """The kept sentences' ids of the ``hf_dataset``'s ``split``, tokenized in a cached ``map``."""
+        ids = load_token_ids(self.hf_dataset, split, CaptionEncoder(self.tokenizer_cache, self.max_words))
+        if not ids:
+            raise ValueError(
+                f"the {split} split of hf_dataset {self.hf_dataset['path']!r} has no sentences of "
+                f"1..{self.max_words} words"
+            )
+        return ids[: self.max_sentences]
+
     def token_counts(self, split: str = "train") -> torch.Tensor:
         """How often each GPT-2 id occurs in ``split`` (``<|endoftext|>`` counted): (vocab_size,) long."""
         self.setup()
         return torch.bincount(self.datasets[split].data, minlength=self.vocab_size)
 
     def setup(self, stage: str | None = None) -> None:
-        """Encode the three splits (once) into ``datasets[split]``: ``PackedSequences`` of GPT-2 ids."""
+        """Encode the three splits (once) into ``datasets[split]``: ``PackedSequences`` of GPT-2 ids (an
+        ``hf_dataset`` through ``datasets``' cached ``map``)."""
         if self.datasets:
             return
         for split in SPLITS:
-            ids = self.encode(self.sentences(split))
+            ids = self.encode(self.sentences(split)) if self.hf_dataset is None else self._mapped_ids(split)
             flat = torch.tensor([i for sentence in ids for i in sentence], dtype=torch.long)
             self.datasets[split] = PackedSequences(flat, [len(s) for s in ids])
+
+
+class CaptionEncoder:
+    """words -> GPT-2 ids with ``<|endoftext|>`` appended, or [] for a sentence over ``max_words``: the
+    picklable function ``datasets``' ``map`` fingerprints (by the tokenizer's cache and the limit)."""
+
+    def __init__(self, tokenizer_cache: str | None, max_words: int | None):
+        self.tokenizer_cache, self.max_words = tokenizer_cache, max_words
+
+    def __call__(self, words: list[str]) -> list[int]:
+        if self.max_words is not None and len(words) > self.max_words:
+            return []
+        tokenizer = gpt2_tokenizer(self.tokenizer_cache)
+        return tokenizer(" ".join(words), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]

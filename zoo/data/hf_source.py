@@ -96,17 +96,22 @@ def load_sentences(source: dict[str, Any], split: str) -> list[list[str]]:
 
 def load_token_ids(source: dict[str, Any], split: str, encode) -> list[list[int]]:
     """The token ids of each non-blank line of ``split`` of ``source``: ``encode(words)`` (a picklable
-    callable, e.g. ``functools.partial(vocab.encode, add_eos=True)``) in a batched ``map``, cached by
-    ``datasets`` under the fingerprint of the data and of ``encode`` (its vocabulary included)."""
+    callable, e.g. ``functools.partial(vocab.encode, add_eos=True)``; an empty list leaves the line out)
+    in a batched ``map``, cached by ``datasets`` under the fingerprint of the data and of ``encode`` (its
+    vocabulary included)."""
     data, source = load_split(source, split)
     column = source["column"]
+
+    def encoded(lines: list[str]) -> list[list[int]]:
+        return [ids for ids in (encode(words) for words in (line.split() for line in lines) if words) if ids]
+
     ids = data.map(
-        lambda rows: {"ids": [encode(words) for words in (line.split() for line in rows[column]) if words]},
+        lambda rows: {"ids": encoded(rows[column])},
         batched=True,
         remove_columns=data.column_names,
         desc=f"token ids of {split}",
     )
-    return list(ids["ids"])
+    return list(ids["ids"]) if "ids" in ids.column_names else []  # every line left out: no column
 
 
 def load_pieces(source: dict[str, Any], split: str) -> list[list[list[int]]]:

@@ -21,6 +21,7 @@ sentence of the batch in words), which ``zoo.tasks.ParsingTask`` scores with F1.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.buckets import collate_tokens
 from zoo.data.datamodule import SequenceDataModule
-from zoo.data.hf_source import replacing
+from zoo.data.hf_source import load_token_ids, replacing
 from zoo.data.ptb import SPLITS, read_text
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.trees import preprocess_trees, read_mrg, spans_to_tensor
@@ -173,7 +174,11 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
         self.report_coverage({split: self.sentences(split)[0] for split in SPLITS})
         for split in SPLITS:
             words, spans = self.sentences(split)
-            self.datasets[split] = SentenceDataset([vocab.encode(w, add_eos=True) for w in words], spans)
+            if self.hf_dataset is not None and self.tree_files is None:  # datasets' cached map
+                ids = load_token_ids(self.hf_dataset, split, functools.partial(encode_sentence, vocab))
+            else:
+                ids = [vocab.encode(w, add_eos=True) for w in words]
+            self.datasets[split] = SentenceDataset(ids, spans)
 
     def _train_dataset(self) -> SentenceDataset:
         train = self.datasets["train"]
@@ -187,3 +192,8 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader(self.predict_split, train=False)
+
+
+def encode_sentence(vocab: Vocabulary, words: list[str]) -> list[int]:
+    """The ids of a sentence of 2 or more words, ``<eos>`` appended; [] (left out) for a shorter one."""
+    return vocab.encode(words, add_eos=True) if len(words) >= 2 else []
