@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import zoo  # noqa: E402
-from zoo.bundled import bundled_data, first_test_batch  # noqa: E402
+from zoo.hub.bundled import bundled_data, first_test_batch  # noqa: E402
 
 
 def first_tag(*patterns: str) -> str | None:
@@ -146,9 +146,10 @@ def vae(tag: str, sentence: str) -> None:
             pieces = data.tokenizer.convert_ids_to_tokens(ids)
             shown = " ".join(f"{piece.replace('Ġ', '')}/{state}" for piece, state in zip(pieces, states))
             print(f"  most likely states of q(z | y), token/state: {shown}")
-    drawn = model.sample(3, max_length=24, generator=generator)
+    drawn = model.sample(3, max_length=24, generator=generator, temperature=0.8, top_p=0.9)
     for tokens, length in zip(drawn["tokens"].tolist(), drawn["lengths"].tolist()):
-        print("  sample:", data.tokenizer.decode(tokens[:length], skip_special_tokens=True).strip())
+        text = data.tokenizer.decode(tokens[:length], skip_special_tokens=True).strip()
+        print("  sample (temperature 0.8, top-p 0.9):", text)
 
 
 def main() -> None:
