@@ -81,8 +81,9 @@ def build_model(backend: str, arguments: dict):
 
 
 # --- part 1: train and evaluate -------------------------------------------------------------------
-def train_and_evaluate(backend: str, seed: int) -> dict:
-    """The backend's recipe trained with ``seed``: its minutes, and val and test metrics by name."""
+def train_and_evaluate(backend: str, seed: int, **model_overrides) -> dict:
+    """The backend's recipe (its model's arguments updated by ``model_overrides``) trained with
+    ``seed``: its minutes, and val and test metrics by name."""
     import lightning.pytorch as pl
 
     from zoo.data import SmartwatchDataModule
@@ -91,7 +92,7 @@ def train_and_evaluate(backend: str, seed: int) -> dict:
 
     config = recipe(backend)
     task_args = dict(config["model"]["init_args"])
-    model_args = task_args.pop("model")["init_args"]
+    model_args = {**task_args.pop("model")["init_args"], **model_overrides}
     pl.seed_everything(seed, verbose=False)
     data = SmartwatchDataModule(**config["data"]["init_args"])
     task = SegmentationTask(GaussianHSMM(**model_args), **task_args)
@@ -223,6 +224,19 @@ def speed_table(grow_limit: float, train_limit: float, max_states: int) -> tuple
     return table(header, rows), "; ".join(largest)
 
 
+def start_run(prefix: str) -> tuple[float, float, str]:
+    """Set up a results run: the benchmark environment, 2 threads, and a snapshot of zoo/ that every
+    run imports (edits during the run do not reach it). Returns the start time, the 1-minute load and
+    the snapshot's version line."""
+    started, load = time.time(), os.getloadavg()[0]
+    prepare_environment()
+    snapshot = tempfile.mkdtemp(prefix=prefix)
+    version = snapshot_zoo(Path(snapshot))
+    sys.path.insert(0, snapshot)
+    torch.set_num_threads(2)
+    return started, load, version
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="training seeds per model (part 1)")
@@ -235,12 +249,7 @@ def main() -> None:
     parser.add_argument("--max-states", type=int, default=GRID[-1], help="largest N of part 2")
     parser.add_argument("--write", action="store_true", help=f"write {DOC}")
     args = parser.parse_args()
-    started, load = time.time(), os.getloadavg()[0]
-    prepare_environment()
-    snapshot = tempfile.mkdtemp(prefix="hsmm-results-")
-    version = snapshot_zoo(Path(snapshot))
-    sys.path.insert(0, snapshot)
-    torch.set_num_threads(2)
+    started, load, version = start_run("hsmm-results-")
 
     quality = quality_table(args.seeds)
     speed, largest = speed_table(args.grow_limit, args.train_limit, args.max_states)

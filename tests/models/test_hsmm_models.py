@@ -90,6 +90,43 @@ def test_log_likelihood_matches_brute_force_enumeration(name):
         assert float(log_p[b].detach()) == pytest.approx(expected, rel=1e-9, abs=1e-9)
 
 
+@pytest.mark.parametrize("duration", ["poisson", "negative-binomial"])
+@pytest.mark.parametrize("name", ["exact", "low-rank", "rank-space", "randomized"])
+def test_parametric_durations_match_brute_force_enumeration(name, duration):
+    m = model(max_duration=4, duration=duration, **BACKENDS[name])
+    assert m.duration_head.out_features == {"poisson": 1, "negative-binomial": 2}[duration]
+    batch = ragged_batch()
+    log_p = m.log_likelihood(batch)
+    for b, L in enumerate(batch["lengths"].tolist()):
+        expected = brute_force_log_likelihood(m, batch["features"][b, :L])
+        assert float(log_p[b].detach()) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    m.train().log_likelihood(batch).sum().backward()  # eval mode scores without a graph
+    assert m.duration_head.weight.grad.abs().sum() > 0
+
+
+def test_parametric_durations_are_truncated_poisson_and_negative_binomial():
+    """Row c: the pmf of d - 1 under Poisson(exp(a_c)) / NB(softplus(a_c) + 1e-3, sigmoid(b_c)) on
+    0..D-1, renormalized."""
+    from torch.distributions import NegativeBinomial, Poisson
+
+    from zoo.models.durations import duration_log_probs, duration_outputs
+
+    D, outputs = 6, torch.tensor([[0.3, -1.0], [2.0, 0.5], [-3.0, 2.0]], dtype=torch.float64)
+    k = torch.arange(D, dtype=torch.float64)
+    for kind, dist in (
+        ("poisson", Poisson(outputs[:, :1].exp())),
+        ("negative-binomial", NegativeBinomial(torch.nn.functional.softplus(outputs[:, :1]) + 1e-3,
+                                               logits=outputs[:, 1:])),
+    ):  # fmt: skip
+        expected = dist.log_prob(k).log_softmax(-1)
+        got = duration_log_probs(kind, outputs[:, : duration_outputs(kind, D)], D)
+        torch.testing.assert_close(got, expected)
+    assert duration_outputs("categorical", D) == D
+    kinds = r"\['categorical', 'negative-binomial', 'poisson'\]"
+    with pytest.raises(ValueError, match=r"duration must be one of " + kinds):
+        GaussianHSMM(3, 2, 4, duration="gamma")
+
+
 @pytest.mark.parametrize("name", list(BACKENDS))
 def test_density_integrates_to_one_when_every_segment_has_one_frame(name):
     """With D = 1 every segmentation is the frame-by-frame one, so p(x_1, x_2) is a density: its

@@ -13,7 +13,8 @@ embeddings passed through residual MLPs h, as the neural HMMs of ``zoo.models.hm
 
 * ``exact``: p(z_1) = softmax_z(e_z . h_s(q)); p(z_k = j | z_{k-1} = i) = softmax_j(h_T(e_i) . f_j),
   over j != i when ``self_transitions=False`` (the classical explicit-duration HSMM); p(d | z) =
-  softmax_d(w_d . h_D(e_z) + b_d) over 1..D; p(x | z) = N(mu_z, diag s_z) from h_E(e_z). Inference: the
+  softmax_d(w_d . h_D(e_z) + b_d) over 1..D (or a truncated Poisson / negative binomial whose one or
+  two parameters come from h_D(e_z): ``duration``); p(x | z) = N(mu_z, diag s_z) from h_E(e_z). Inference: the
   exact semi-Markov forward, O(T (D N + N^2)).
 * ``low-rank``: the LHSMM (Chiu et al. 2021, Eq. 6): p(j | i) proportional to phi(h_T(e_i)) . phi(f_j),
   phi(x) = exp(W x) (W R x E, orthogonal random features at init, trained); the rest as ``exact``.
@@ -54,6 +55,7 @@ from zoo.inference.rdp import PROPOSALS
 from zoo.inference.semimarkov import to_frame_states
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel, renamed, scoring
+from zoo.models.durations import duration_log_probs, duration_outputs
 from zoo.models.emissions import GaussianEmission
 from zoo.models.evaluation import RandomizedEvaluation
 from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
@@ -89,6 +91,8 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
             the input projection (``InputProjection(per_sequence=True)``; needs ``input_dim``): removes a
             recording's offsets and scale (a subject's, a sensor's), so that states model what
             recordings share.
+        duration: p(d | component): "categorical" (D free logits), "poisson" or "negative-binomial"
+            (one or two numbers a component, truncated to 1..D; ``zoo.models.durations``).
     """
 
     exact_evaluation = ("num_states", "exact_max_states")
@@ -114,6 +118,7 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
         input_dim: int | None = None,
         min_variance: float = 1e-3,
         standardize_sequences: bool = False,
+        duration: str = "categorical",
     ):
         super().__init__()
         for name, value in (
@@ -197,7 +202,8 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
         self.start_mlp = mlp()  # h_s
         self.emit_mlp = mlp()  # h_E: component (state or rank) -> Gaussian
         self.duration_mlp = mlp()  # h_D: component -> duration logits
-        self.duration_head = nn.Linear(E, max_duration)
+        self.duration = duration
+        self.duration_head = nn.Linear(E, duration_outputs(duration, max_duration))
         self.emission = GaussianEmission(feature_dim, E, min_variance)
         if parsed is Backend.RANK_SPACE:
             self.rank_emb = embedding_table(rank, E)  # g_r
@@ -225,7 +231,8 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
 
     def _duration_log_probs(self, components: Tensor) -> Tensor:
         """log p(d | component) for d = 1..D: C x D."""
-        return torch.log_softmax(self.duration_head(self.duration_mlp(components)), -1)
+        outputs = self.duration_head(self.duration_mlp(components))
+        return duration_log_probs(self.duration, outputs, self.max_duration)
 
     def _transition_log_probs(self) -> Tensor:
         """log p(z_k = j | z_{k-1} = i) at [i, j]: N x N (-inf on the diagonal without self-transitions)."""
