@@ -266,9 +266,10 @@ def main() -> None:
             "",
             "### Held-out likelihood and segmentation",
             "",
-            "Each backend's small recipe (`recipes/hsmm/smartwatch-*-small.yaml`: 8 states, D = 32 frames of "
-            "2 s, each recording standardized by its own statistics, embeddings 32, AdamW lr 0.01, clip 5, "
-            "4 sequences a batch, 200 epochs) trained from scratch with seeds 0.."
+            "Each backend's small recipe (`recipes/hsmm/smartwatch-*-small.yaml`: 8 states, Poisson "
+            "durations up to D = 32 frames of 2 s, each recording standardized by its own statistics, "
+            "embeddings 32, AdamW lr 0.01, clip 5, 4 sequences a batch, 200 epochs) trained from scratch "
+            "with seeds 0.."
             f"{args.seeds - 1}, then evaluated exactly on the 4 test sequences (held-out subjects; 7 "
             "exercises each, 9 to 26 frames an exercise). Mean ± standard deviation over the seeds. Frame "
             "accuracy: Hungarian matching of the model's labels (states; rank components for rank-space) "

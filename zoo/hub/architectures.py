@@ -298,10 +298,11 @@ _family(
             },
             "exact",
             tuple(f"hsmm/smartwatch-{b}-small" for b in ("exact", "low-rank", "rank-space", "randomized")),
-            "smartwatch exercise segmentation for a CPU: 8 states, durations up to 64 s",
+            "smartwatch exercise segmentation for a CPU: 8 states, Poisson durations up to 64 s",
         ),
     ],
     standardize_sequences=True,
+    duration="poisson",
 )
 
 
