@@ -92,7 +92,7 @@ VAE = "vae_crf_n100_enc2x64_lstm128_v8000_d56"  # 4.0M parameters: 8.0 MiB store
 
 JOBS = [
     # the CPU flagships: hours on one core, their recipes' checkpoints (best.ckpt by val/nll is released)
-    Job("hmm_categorical_n1024_d128.ptb_exact", "hmm/ptb-exact-cpu-flagship", 135, threads=1),
+    Job("hmm_categorical_n1024_d128.ptb_exact", "hmm/ptb-exact-cpu-flagship", 75, threads=1),
     Job(
         "vae_crf_n100_enc2x128_lstm128_v8000_d64.ptb_exact",
         "vae/ptb-short-exact-cpu-flagship",
