@@ -69,7 +69,7 @@ _family(
             {"exact": {}},
             "exact",
             ("hmm/ptb-exact-cpu-flagship",),
-            "PTB softmax HMM (state dropout 0.5) trained for 75 minutes on one CPU core: the zoo's CPU flagship",
+            "PTB softmax HMM, state dropout 0.5, trained 75 minutes on one CPU core: the zoo's CPU flagship",
         ),
         (
             "n4096_d64",
