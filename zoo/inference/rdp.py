@@ -142,3 +142,20 @@ class RandomizedLifecycle:
     def draw(self, *inputs):
         """The kept states of the structure's positions (a ``KeptStates`` or the structure's own)."""
         raise NotImplementedError
+
+
+class SequenceLifecycle(RandomizedLifecycle):
+    """The lifecycle of the randomized engines over sequences of positions (chains; semi-Markov
+    boundaries): the kept states come from ``proposal_weights`` of the factors' unary, init and state
+    prior, drawn when the engine prepares its factors."""
+
+    def draw(self, factors) -> KeptStates:
+        """Index sets B x T x K (a semi-Markov chain's row t-1 is its boundary at frame t)."""
+        o = self.options
+        q = proposal_weights(factors.unary, factors.init, factors.state_prior, o.proposal)
+        return select_states(q, o.k1, o.k2, o.generator)
+
+    def prepare(self, factors):
+        factors = super().prepare(factors)
+        self.kept_states(factors)
+        return factors

@@ -29,7 +29,7 @@ from zoo.inference.chain.entropy import dense_entropy
 from zoo.inference.chain.factors import ChainFactors, DenseChain
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
-from zoo.inference.rdp import KeptStates, RandomizedLifecycle, proposal_weights, select_states
+from zoo.inference.rdp import KeptStates, SequenceLifecycle
 
 
 def reduced_chain(factors: ChainFactors, kept: KeptStates) -> DenseChain:
@@ -44,7 +44,7 @@ def reduced_chain(factors: ChainFactors, kept: KeptStates) -> DenseChain:
 
 
 @register_engine("chain", "randomized")
-class RandomizedEngine(RandomizedLifecycle, ChainEngine):
+class RandomizedEngine(SequenceLifecycle, ChainEngine):
     """RDP estimators over the states kept at each position; see the module docstring."""
 
     name = "randomized"
@@ -59,17 +59,6 @@ class RandomizedEngine(RandomizedLifecycle, ChainEngine):
         "sample": (FALLBACK, "exact FFBS on the materialized chain"),
         "rsample": (ESTIMATE, "Alg. 4: randomized Gumbel backward sampling (argmax = hard sample)"),
     }
-
-    def draw(self, factors: ChainFactors) -> KeptStates:
-        """The kept states of every position, from the options' proposal."""
-        o = self.options
-        q = proposal_weights(factors.unary, factors.init, factors.state_prior, o.proposal)
-        return select_states(q, o.k1, o.k2, o.generator)
-
-    def prepare(self, factors):
-        factors = super().prepare(factors)
-        self.kept_states(factors)
-        return factors
 
     def log_partition(self, factors, lengths, twice_differentiable=False):
         small = reduced_chain(factors, self.kept_states(factors))

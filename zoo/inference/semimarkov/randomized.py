@@ -17,7 +17,7 @@ from torch import Tensor
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.logmatmul import Matrix, entropy_step, log_matmul
-from zoo.inference.rdp import KeptStates, RandomizedLifecycle, proposal_weights, select_states
+from zoo.inference.rdp import KeptStates, SequenceLifecycle
 from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine, dense_problem
 from zoo.inference.semimarkov.factors import DenseSemiMarkov, LowRankSemiMarkov, cumulative
@@ -53,7 +53,7 @@ def _rows_of(transition: Tensor):
 
 
 @register_engine("semimarkov", "randomized")
-class RandomizedEngine(RandomizedLifecycle, SemiMarkovEngine):
+class RandomizedEngine(SequenceLifecycle, SemiMarkovEngine):
     """RDP estimators over the states kept at each boundary; see the module docstring."""
 
     name = "randomized"
@@ -68,17 +68,6 @@ class RandomizedEngine(RandomizedLifecycle, SemiMarkovEngine):
         "sample": (FALLBACK, "exact FFBS on the dense form"),
         "rsample": (FALLBACK, "exact Gumbel-softmax FFBS on the dense form"),
     }
-
-    def draw(self, factors) -> KeptStates:
-        """Index sets (B x T x K, row t-1 for the boundary at frame t), from the options' proposal."""
-        o = self.options
-        q = proposal_weights(factors.unary, factors.init, factors.state_prior, o.proposal)
-        return select_states(q, o.k1, o.k2, o.generator)
-
-    def prepare(self, factors):
-        factors = super().prepare(factors)
-        self.kept_states(factors)
-        return factors
 
     def checked(self, log_z, factors, lengths):
         return log_z  # an estimate may be -inf (every kept state dead) without the model being wrong
