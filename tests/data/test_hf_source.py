@@ -265,3 +265,60 @@ def test_smartwatch_recordings_of_your_own(tmp_path):
     assert [len(x["labels"]) for x in data.datasets["test"]] == [2, 3]
     with pytest.raises(ValueError, match="expected at least window = 100 samples, got 50"):
         SmartwatchDataModule(window=100, hf_dataset=source).setup()
+
+
+def test_crosstask_videos_read_as_the_release_files(tmp_path):
+    """One video a row (task, video, features, steps) gives the videos, classes, frame labels and
+    held-out validation videos of the same videos in CrossTask's release layout."""
+    import numpy as np
+
+    from zoo.data import CrossTaskDataModule
+
+    rng = np.random.default_rng(1)
+    steps = {"23521": [[1, 2.0, 4.5], [3, 6.0, 9.0]], "59684": [[2, 0.5, 3.0]]}
+    splits = {"train": [("23521", f"v{i}") for i in range(5)] + [("59684", "w0")], "test": [("59684", "t1")]}
+    (tmp_path / "features").mkdir()
+    (tmp_path / "annotations").mkdir()
+    files = {}
+    for split, videos in splits.items():
+        rows = {"task": [], "video": [], "features": [], "steps": []}
+        for task, video in videos:
+            x = rng.normal(size=(12, 4)).astype(np.float32)
+            np.save(tmp_path / "features" / f"{video}.npy", x)
+            annotated = video != "w0"  # a video without annotations: no labels
+            if annotated:
+                lines = "".join(f"{s},{a},{b}\n" for s, a, b in steps[task])
+                (tmp_path / "annotations" / f"{task}_{video}.csv").write_text(lines)
+            for column, value in zip(rows, (task, video, x.tolist(), steps[task] if annotated else None)):
+                rows[column].append(value)
+        (tmp_path / f"{split}.csv").write_text("".join(f"{t},{v}\n" for t, v in videos))
+        datasets.Dataset.from_dict(rows).to_parquet(tmp_path / f"{split}.parquet")
+        files[split] = str(tmp_path / f"{split}.parquet")
+    folders = [str(tmp_path / name) for name in ("features", "annotations", "train.csv", "test.csv")]
+    source = {"path": "parquet", "data_files": files}
+    reference = CrossTaskDataModule(*folders, valid_fraction=0.2)
+    given = CrossTaskDataModule(hf_dataset=source, valid_fraction=0.2)
+    for data in (reference, given):
+        data.setup()
+    assert given.classes == reference.classes == [("23521", 1), ("23521", 3), ("59684", 2)]
+    assert given.num_classes == 4 and given.input_dim == 4
+    for split in ("train", "valid", "test"):
+        assert given.datasets[split].names == reference.datasets[split].names
+        for a, b in zip(given.datasets[split], reference.datasets[split]):
+            torch.testing.assert_close(torch.as_tensor(a["features"]), torch.as_tensor(b["features"]))
+            assert (a["labels"] is None and b["labels"] is None) or torch.equal(a["labels"], b["labels"])
+    assert given.datasets["test"][0]["labels"].tolist() == [0, 3, 3] + [0] * 9  # step 2 over [0.5, 3) s
+    assert dataset_name({"class_path": "zoo.data.CrossTaskDataModule", "init_args": {"hf_dataset": source}})
+    with pytest.raises(ValueError, match="has no column 'annotation'"):
+        CrossTaskDataModule(hf_dataset={**source, "labels": "annotation"}).setup()
+    with pytest.raises(ValueError, match="not both"):
+        CrossTaskDataModule(*folders, hf_dataset=source)
+    with pytest.raises(ValueError, match="missing annotations_dir, train_videos, test_videos"):
+        CrossTaskDataModule(folders[0])
+    with pytest.raises(ValueError, match="holds no video of tasks"):
+        CrossTaskDataModule(hf_dataset=source, tasks=["00000"]).setup()
+    bad = {"task": ["23521"], "video": ["v0"], "features": [[[0.0]]], "steps": [[[1, 5.0, 2.0]]]}
+    datasets.Dataset.from_dict(bad).to_parquet(tmp_path / "bad.parquet")
+    bad_source = {**source, "data_files": {"train": str(tmp_path / "bad.parquet"), "test": files["test"]}}
+    with pytest.raises(ValueError, match=r"train row 0 \(video 'v0'\), step 0: need an integer step"):
+        CrossTaskDataModule(hf_dataset=bad_source).setup()

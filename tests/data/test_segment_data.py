@@ -202,6 +202,7 @@ def test_crosstask_errors(tmp_path):
     (tmp_path / "annotations" / "23521_v0.csv").write_text("1,5,2\n")
     with pytest.raises(ValueError, match="0 <= start < end"):
         CrossTaskDataModule(**files).setup()
+    (tmp_path / "annotations" / "23521_v0.csv").write_text("1,2.0,4.5\n")
     (tmp_path / "bad.csv").write_text("step,start,end\n")
     with pytest.raises(ValueError, match="expected step,start,end"):
         read_step_annotations(tmp_path / "bad.csv")

@@ -13,6 +13,13 @@ Files:
   (CrossTask's ``videos.csv`` and ``videos_val.csv``). A seeded ``valid_fraction`` of the training
   videos (10% in Chiu et al. 2021) is held out for validation.
 
+The same videos can come through Hugging Face ``datasets`` instead (``hf_dataset``, a Hub id or local
+JSON / parquet files, ``zoo.data.hf_source``): one video a row, with the columns ``task``, ``video``,
+the features (``features``, frames x dims; ``hf_dataset.column`` names another) and the step
+annotations (``steps``, a list of ``[step, start, end]`` in seconds, null for a video without
+annotations; ``hf_dataset.labels`` names another). Its ``train`` and ``test`` splits play the two
+video lists' parts; the features are then held in memory.
+
 Frame labels: frame t (time t / frames_per_second) inside step k of task c (start <= time < end) gets
 the class of (c, k); other frames are background, class 0. Classes 1..K number the (task, step) pairs
 found in the annotations of the listed videos, in sorted order, so ``num_classes`` = 1 + K.
@@ -26,16 +33,36 @@ import csv
 import logging
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from zoo.data.hf_source import load_split, replacing
 from zoo.data.segments import SegmentDataModule, SequenceFeatures, load_feature_file
 
-__all__ = ["CrossTaskDataModule", "read_step_annotations", "read_video_list"]
+__all__ = ["CrossTaskDataModule", "read_step_annotations", "read_video_list", "read_video_rows"]
 
 log = logging.getLogger(__name__)
 BACKGROUND = 0
+FILE_ARGS = ("features_dir", "annotations_dir", "train_videos", "test_videos")
+
+
+class Video(NamedTuple):
+    """One video of a split: its task and id, its features (a ``.npy`` path, or a frames x dims tensor)
+    and its (step, start, end) annotations (None: not annotated)."""
+
+    task: str
+    video: str
+    features: Path | torch.Tensor
+    steps: list[tuple[int, float, float]] | None
+
+    @property
+    def frames(self) -> int:
+        source = self.features
+        return (
+            len(source) if isinstance(source, torch.Tensor) else load_feature_file(source, mmap=True).shape[0]
+        )
 
 
 def read_video_list(path: str | Path) -> list[tuple[str, str]]:
@@ -61,21 +88,50 @@ def read_video_list(path: str | Path) -> list[tuple[str, str]]:
 def read_step_annotations(path: str | Path) -> list[tuple[int, float, float]]:
     """(step, start, end) rows of one CrossTask annotation CSV (step >= 1, 0 <= start < end seconds)."""
     path = Path(path)
-    steps = []
     with path.open(newline="") as fh:
-        for number, row in enumerate(csv.reader(fh), 1):
-            if not row or not "".join(row).strip():
-                continue
-            try:
-                step, start, end = int(row[0]), float(row[1]), float(row[2])
-            except (ValueError, IndexError):
-                raise ValueError(
-                    f"{path}, line {number}: expected step,start,end (int, seconds, seconds), got {row!r}"
-                ) from None
-            if step < 1 or not 0 <= start < end or not math.isfinite(end):
-                raise ValueError(f"{path}, line {number}: need step >= 1 and 0 <= start < end, got {row!r}")
-            steps.append((step, start, end))
-    return steps
+        return [
+            step_annotation(row, f"{path}, line {number}")
+            for number, row in enumerate(csv.reader(fh), 1)
+            if row and "".join(row).strip()
+        ]
+
+
+def step_annotation(row, where: str) -> tuple[int, float, float]:
+    """One annotated step, ``(step, start, end)`` with step >= 1 and 0 <= start < end seconds, from a row
+    of three values; ValueError naming ``where`` otherwise."""
+    try:
+        if len(row) != 3:
+            raise ValueError
+        step, start, end = int(row[0]), float(row[1]), float(row[2])
+    except (ValueError, TypeError):
+        raise ValueError(f"{where}: expected step,start,end (int, seconds, seconds), got {row!r}") from None
+    if step < 1 or not 0 <= start < end or not math.isfinite(end) or step != float(row[0]):
+        raise ValueError(f"{where}: need an integer step >= 1 and 0 <= start < end, got {row!r}")
+    return step, start, end
+
+
+def read_video_rows(source: dict, split: str) -> list[Video]:
+    """The videos of ``split`` ("train" or "test") of a ``datasets`` source, one a row (module
+    docstring), named by their ``video`` column."""
+    data, source = load_split(source, split, "features")
+    steps_column = source.get("labels") or "steps"
+    missing = [c for c in ("task", "video", steps_column) if c not in data.column_names]
+    if missing:
+        raise ValueError(
+            f"hf_dataset {source['path']!r} split {split!r} has no column {missing} (its columns: "
+            f"{data.column_names}); a CrossTask source has task, video, {source['column']} and {steps_column}"
+        )
+    videos = []
+    for i, row in enumerate(data):
+        where = f"hf_dataset {split} row {i} (video {row['video']!r})"
+        features = np.asarray(row[source["column"]], dtype=np.float32)
+        if features.ndim != 2 or len(features) == 0:
+            raise ValueError(f"{where}: expected frames x dims features, got shape {features.shape}")
+        steps = row[steps_column]
+        if steps is not None:
+            steps = [step_annotation(step, f"{where}, step {k}") for k, step in enumerate(steps)]
+        videos.append(Video(str(row["task"]), str(row["video"]), torch.from_numpy(features), steps))
+    return videos
 
 
 class CrossTaskDataModule(SegmentDataModule):
@@ -86,6 +142,8 @@ class CrossTaskDataModule(SegmentDataModule):
         annotations_dir: the folder of ``TASK_VIDEO_ID.csv`` step annotations.
         train_videos: the training video list (``videos.csv``).
         test_videos: the test video list (``videos_val.csv``).
+        hf_dataset: instead of the four above, a ``datasets`` source of one video a row (module
+            docstring; its train and test splits).
         tasks: keep only these task ids (e.g. the 18 primary tasks); None: every listed task.
         valid_fraction: the share of training videos held out for validation (seeded by ``split_seed``).
         frames_per_second: the feature frame rate (1 for the released features).
@@ -95,10 +153,11 @@ class CrossTaskDataModule(SegmentDataModule):
 
     def __init__(
         self,
-        features_dir: str,
-        annotations_dir: str,
-        train_videos: str,
-        test_videos: str,
+        features_dir: str | None = None,
+        annotations_dir: str | None = None,
+        train_videos: str | None = None,
+        test_videos: str | None = None,
+        hf_dataset: dict | None = None,
         tasks: list[str] | None = None,
         valid_fraction: float = 0.1,
         split_seed: int = 0,
@@ -111,44 +170,56 @@ class CrossTaskDataModule(SegmentDataModule):
         predict_split: str = "test",
     ):
         super().__init__(batch_frames, batch_size, num_workers, seed, transform_frames, predict_split)
-        for name, value in (("features_dir", features_dir), ("annotations_dir", annotations_dir)):
-            if not Path(value).is_dir():
-                raise FileNotFoundError(f"{name}={value!r} is not a folder")
+        files = dict(zip(FILE_ARGS, (features_dir, annotations_dir, train_videos, test_videos)))
+        given = [name for name, value in files.items() if value is not None]
+        self.hf_dataset = replacing(hf_dataset, " / ".join(given), {n: files[n] for n in given} or None)
+        if self.hf_dataset is None and len(given) < len(files):
+            missing = [name for name in files if name not in given]
+            raise ValueError(f"give {', '.join(FILE_ARGS)} (missing {', '.join(missing)}), or hf_dataset")
+        for name in ("features_dir", "annotations_dir"):
+            if self.hf_dataset is None and not Path(files[name]).is_dir():
+                raise FileNotFoundError(f"{name}={files[name]!r} is not a folder")
         if not 0 < valid_fraction < 1:
             raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction!r}")
         if not frames_per_second > 0:
             raise ValueError(f"frames_per_second must be positive, got {frames_per_second!r}")
-        self.features_dir, self.annotations_dir = Path(features_dir), Path(annotations_dir)
+        self.features_dir, self.annotations_dir = features_dir, annotations_dir
         self.train_videos, self.test_videos = train_videos, test_videos
         self.tasks = None if tasks is None else [str(t) for t in tasks]
         self.valid_fraction, self.split_seed = valid_fraction, split_seed
         self.frames_per_second = frames_per_second
-        self.name = "crosstask"
+        self.name = "crosstask" if self.hf_dataset is None else str(self.hf_dataset["path"])
         self.classes: list[tuple[str, int]] = []  # (task, step) of classes 1..K
         self.save_hyperparameters()
 
-    def _videos(self, path: str) -> list[tuple[str, str]]:
-        videos = read_video_list(path)
-        if self.tasks is not None:
-            videos = [v for v in videos if v[0] in self.tasks]
-        kept = [v for v in videos if (self.features_dir / f"{v[1]}.npy").is_file()]
-        if len(kept) < len(videos):
-            missing = len(videos) - len(kept)
+    def _videos(self, split: str) -> list[Video]:
+        """The videos of ``split`` ("train" or "test") of the chosen tasks that have features."""
+        if self.hf_dataset is not None:
+            videos = [v for v in read_video_rows(self.hf_dataset, split) if self._chosen(v.task)]
+            if not videos:
+                raise ValueError(f"hf_dataset split {split!r} holds no video of tasks {self.tasks or 'all'}")
+            return videos
+        path = self.train_videos if split == "train" else self.test_videos
+        listed = [(task, video) for task, video in read_video_list(path) if self._chosen(task)]
+        features = Path(self.features_dir)
+        kept = [(task, video) for task, video in listed if (features / f"{video}.npy").is_file()]
+        if len(kept) < len(listed):
             log.warning(
-                "%s: %d of %d videos have no features in %s; skipped",
-                path,
-                missing,
-                len(videos),
-                self.features_dir,
-            )
+                "%s: %d of %d videos have no features in %s; skipped", path, len(listed) - len(kept),
+                len(listed), features,
+            )  # fmt: skip
         if not kept:
-            raise ValueError(
-                f"no video of {path} (tasks {self.tasks or 'all'}) has features in {self.features_dir}"
-            )
-        return kept
+            raise ValueError(f"no video of {path} (tasks {self.tasks or 'all'}) has features in {features}")
+        return [
+            Video(task, video, features / f"{video}.npy", self._annotation(task, video))
+            for task, video in kept
+        ]
+
+    def _chosen(self, task: str) -> bool:
+        return self.tasks is None or task in self.tasks
 
     def _annotation(self, task: str, video: str) -> list[tuple[int, float, float]] | None:
-        path = self.annotations_dir / f"{task}_{video}.csv"
+        path = Path(self.annotations_dir) / f"{task}_{video}.csv"
         return read_step_annotations(path) if path.is_file() else None
 
     def _labels(self, task: str, steps, frames: int, index: dict) -> torch.Tensor:
@@ -161,8 +232,7 @@ class CrossTaskDataModule(SegmentDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        train = self._videos(self.train_videos)
-        test = self._videos(self.test_videos)
+        train, test = self._videos("train"), self._videos("test")
         order = np.random.default_rng(self.split_seed).permutation(len(train))
         n_valid = max(1, round(len(train) * self.valid_fraction))
         if n_valid >= len(train):
@@ -172,20 +242,16 @@ class CrossTaskDataModule(SegmentDataModule):
             "valid": [train[i] for i in sorted(order[:n_valid])],
             "test": test,
         }
-        annotations = {v: self._annotation(*v) for videos in splits.values() for v in videos}
         self.classes = sorted(
-            {(task, s) for (task, _), steps in annotations.items() for s, _, _ in steps or []}
+            {(v.task, s) for videos in splits.values() for v in videos for s, _, _ in v.steps or []}
         )
         index = {pair: k + 1 for k, pair in enumerate(self.classes)}
         self.num_classes = 1 + len(self.classes) if self.classes else None
         for split, videos in splits.items():
-            paths = [self.features_dir / f"{video}.npy" for _, video in videos]
-            lengths = [load_feature_file(p, mmap=True).shape[0] for p in paths]
             labels = [
-                None if annotations[v] is None else self._labels(v[0], annotations[v], n, index)
-                for v, n in zip(videos, lengths)
+                None if v.steps is None else self._labels(v.task, v.steps, v.frames, index) for v in videos
             ]
             has_labels = any(lab is not None for lab in labels)
             self.datasets[split] = SequenceFeatures(
-                paths, labels if has_labels else None, [v for _, v in videos]
+                [v.features for v in videos], labels if has_labels else None, [v.video for v in videos]
             )

@@ -16,7 +16,9 @@ A source is a dict, as a recipe writes it::
 Columns by kind (the default name in brackets): text, one sentence a row (``sentence``; ``text`` for
 the "text" builder); music, one piece a row as its frames of MIDI pitches, ``[[60, 64, 67], [], ...]``
 (``notes``, the Boulanger-Lewandowski layout); feature sequences, one sequence a row as its frames of
-numbers (``features``), with optional per-frame integer labels (-1 unknown) in ``labels``.
+numbers (``features``), with optional per-frame integer labels (-1 unknown) in ``labels``; CrossTask
+videos, one a row with ``task``, ``video``, ``features`` and step annotations (``steps``; named by
+``labels``), ``zoo.data.crosstask``.
 ``HF_DATASETS_OFFLINE=1`` reads only the cache (and local files).
 """
 
