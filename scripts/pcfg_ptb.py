@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 from zoo.data import PCFGDataModule  # noqa: E402
 from zoo.data.pcfg import collate_sentences  # noqa: E402
-from zoo.hub.paper_results import paper_results  # noqa: E402
+from zoo.hub.families import paper_results  # noqa: E402
 from zoo.models import PCFG  # noqa: E402
 from zoo.tasks import ParsingTask  # noqa: E402
 from zoo.tasks.throughput import TrainingThroughput  # noqa: E402
@@ -190,7 +190,7 @@ def report() -> str:
             "| --- | --- | --- | --- | --- |",
             *probe_rows,
             "",
-            "Published PTB test perplexities (GPU, full training; `zoo/hub/paper_results.py`):",
+            "Published PTB test perplexities (GPU, full training; `zoo/models/pcfg/catalog.py`):",
             "",
             "| model | size | test PPL | source |",
             "| --- | --- | --- | --- |",

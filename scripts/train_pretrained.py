@@ -53,6 +53,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from zoo.hub.bundled import WEIGHTS, bundled_folders, quick_check, read_training_config  # noqa: E402
+from zoo.hub.families import family as family_of  # noqa: E402  (each table's title and metrics)
 from zoo.hub.pretrained import LEARNING_CURVE_NAME  # noqa: E402
 
 from report import write_section  # noqa: E402
@@ -146,36 +147,6 @@ JOBS = [
         )
     ),
 ]
-FAMILIES = {  # class -> (table title, metrics shown)
-    "CategoricalHMM": ("HMM language models on PTB (perplexity, <eos> counted)", ("test/ppl", "test/nll")),
-    "BernoulliHMM": ("HMMs on the Bach chorales (NLL in nats per frame of 88 keys)", ("test/nll",)),
-    "GaussianHSMM": (
-        "HSMMs on the smartwatch recordings (NLL in nats per frame; frame accuracy, boundary F1, "
-        "segments / known)",
-        ("test/nll", "test/frame_accuracy", "test/boundary_f1", "test/segment_ratio"),
-    ),
-    "PCFG": (
-        "PCFGs on PTB (perplexity, one end token per sentence; sentence F1 (%) on the synthetic grammar)",
-        ("test/ppl", "test/nll", "synthetic/sentence_f1"),
-    ),
-    "StructuredVAE": (
-        "Structured VAEs on short PTB sentences (importance-sampled NLL, 100 samples: nats per sentence, "
-        "the metric of Fu et al. 2022, Table 5; per GPT-2 token and perplexity, <|endoftext|> counted; "
-        "-ELBO per sentence; distinct MAP states a sentence: 1 is a collapsed posterior; token-state "
-        "information: the mutual information between a token's state and its sentence under q, nats, 0 "
-        "when q ignores the sentence)",
-        (
-            "test/nll_sentence",
-            "test/nll",
-            "test/ppl",
-            "test/neg_elbo_sentence",
-            "test/distinct_map_states",
-            "test/token_state_information",
-        ),
-    ),
-}
-
-
 # Each family's flagship checkpoint (issue 19): its targets on the test split, as (metric, bound, at most?);
 # a bound of None shows the metric beside the baseline without a target
 FLAGSHIPS = {
@@ -243,7 +214,7 @@ def flagship_rows() -> list[str]:
 def published_anchors(folder: Path, results: dict, metrics: list[str]) -> str:
     """The papers' numbers on a flagship's data and target metrics (GPU, their sizes), as an anchor
     where no baseline was trained beside it."""
-    from zoo.hub.paper_results import paper_results
+    from zoo.hub.families import paper_results
 
     model_class = json.loads((folder / "config.json").read_text())["class_path"].rsplit(".", 1)[-1]
     rows = [r for r in paper_results(model_class, results.get("dataset")) if r.metric in metrics]
@@ -561,7 +532,7 @@ def report() -> str:
         config = json.loads((folder / "config.json").read_text())
         results = json.loads((folder / "results.json").read_text())
         family = config["class_path"].rsplit(".", 1)[-1]
-        title, metrics = FAMILIES.get(family, (family, ("test/nll",)))
+        metrics = family_of(family).results_metrics
         training = results.get("training", {})
         values = []
         for name in metrics:
@@ -614,7 +585,7 @@ def report() -> str:
             *flagships,
         ]
     for family, lines in rows.items():
-        title, metrics = FAMILIES.get(family, (family, ("test/nll",)))
+        title, metrics = family_of(family).results_title, family_of(family).results_metrics
         parts += [
             "",
             f"### {title}",

@@ -4,7 +4,7 @@ from zoo.inference import Backend
 
 __version__ = "0.1.0"
 
-from zoo.hub import architectures  # noqa: E402, F401  (registers the built-in families)
+import zoo.models  # noqa: E402, F401  (each family's catalog registers its architectures)
 from zoo.hub.bundled import register_bundled  # noqa: E402
 from zoo.hub.pretrained import from_pretrained  # noqa: E402
 from zoo.hub.registry import create_model, list_models  # noqa: E402

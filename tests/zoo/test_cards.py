@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import types
 
 import pytest
 import torch
@@ -162,7 +164,7 @@ def test_tree_files_are_named_by_what_they_are(tmp_path, monkeypatch):
     assert name.startswith("trees in my-trees (sha256 ") and name != dataset_name(
         {**data, "init_args": {"tree_files": {**files, "valid": files["train"]}}}
     )
-    monkeypatch.setattr("zoo.hub.cards.WSJ_TEST_TREES", 2)
+    monkeypatch.setattr("zoo.data.pcfg.WSJ_TEST_TREES", 2)
     assert dataset_name(data) == "ptb-wsj"
 
 
@@ -181,7 +183,7 @@ def test_read_results_formats_and_errors(tmp_path):
         read_results(tmp_path / "missing.json")
 
 
-def test_dataset_names():
+def test_dataset_names(monkeypatch):
     assert dataset_name({"class_path": "zoo.data.PTBDataModule"}) == "ptb"
     assert (
         dataset_name(
@@ -201,6 +203,20 @@ def test_dataset_names():
     npy = {"class_path": "zoo.data.NpyFolderDataModule", "init_args": {"data_dir": "/data/my-imu/"}}
     assert dataset_name(npy) == "my-imu"
     assert dataset_name(None) is None
+    # a data module names its own data (card_dataset); one that cannot be imported, or names nothing, is
+    # named by its class
+    assert dataset_name({"class_path": "my_package.ReviewsDataModule"}) == "reviews"
+    monkeypatch.setitem(sys.modules, "my_data", types.SimpleNamespace(OwnDataModule=OwnDataModule))
+    assert dataset_name({"class_path": "my_data.OwnDataModule", "init_args": {"x": 1}}) == "own x=1"
+    assert dataset_name({"class_path": "collections.OrderedDict"}) == "ordereddict"
+
+
+class OwnDataModule:
+    """A user's data module that names its data for the cards."""
+
+    @classmethod
+    def card_dataset(cls, args: dict) -> str:
+        return f"own x={args['x']}"
 
 
 def test_zoo_card_command_rerenders_with_results(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""What the zoo tests share: small versions of registered architectures and a batch for each family."""
+"""What the zoo tests share: small versions of registered architectures and a batch for each family (both
+from the families' declarations, ``zoo.hub.families``)."""
 
 from __future__ import annotations
 
@@ -6,52 +7,18 @@ import lightning.pytorch as pl
 import torch
 
 import zoo
+from zoo.hub.families import family
 from zoo.hub.registry import architecture
 
-# Per family: constructor overrides that shrink any architecture to test size (sizes, and the
-# backend-specific arguments scaled to them). A new family adds its line here and in example_batch.
-SMALL = {
-    "CategoricalHMM": {"vocab_size": 17, "num_states": 6, "embedding_dim": 8, "hidden_dim": 8},
-    "BernoulliHMM": {"num_keys": 5, "num_states": 6, "embedding_dim": 8, "hidden_dim": 8},
-    "PCFG": {
-        "vocab_size": 17,
-        "num_nonterminals": 3,
-        "num_preterminals": 4,
-        "embedding_dim": 8,
-        "hidden_dim": 8,
-    },
-    "GaussianHSMM": {
-        "num_states": 4,
-        "max_duration": 3,
-        "input_dim": 5,
-        "feature_dim": 3,
-        "embedding_dim": 8,
-        "hidden_dim": 8,
-    },
-    "StructuredVAE": {  # a random GPT-2 encoder (no Hub), 4 importance samples
-        "num_states": 4,
-        "vocab_size": 17,
-        "pretrained_encoder": None,
-        "encoder_layers": 1,
-        "encoder_dim": 8,
-        "encoder_heads": 2,
-        "max_positions": 8,
-        "state_dim": 8,
-        "decoder_dim": 8,
-        "decoder_hidden": 8,
-        "eval_samples": 4,
-    },
-}
+# Backend-specific arguments scaled to the families' test sizes (``Family.test_sizes``).
 SMALL_BACKEND = {"low-rank": {"rank": 3}, "rank-space": {"rank": 3}, "randomized": {"k1": 1, "k2": 1}}
 
 
 def small_overrides(name: str, backend: str) -> dict:
     """Overrides of architecture ``name`` with ``backend`` that make it tiny."""
-    family = architecture(name).class_path.rsplit(".", 1)[-1]
-    if family not in SMALL:
-        raise KeyError(f"tests/zoo/zoo_testlib.py: add test sizes for the family {family} to SMALL")
+    sizes = family(architecture(name).class_path.rsplit(".", 1)[-1]).test_sizes
     shortlist = {"decoder_vocab": 6} if "decoder_vocab" in architecture(name).config else {}
-    return {**SMALL[family], **shortlist, **SMALL_BACKEND.get(backend, {})}
+    return {**sizes, **shortlist, **SMALL_BACKEND.get(backend, {})}
 
 
 def fit_inputs(model, seed: int = 0):
@@ -80,20 +47,8 @@ def small_model(name: str, backend: str, **overrides):
 
 
 def example_batch(model, seed: int = 0) -> dict:
-    """A ragged batch of 3 sequences the model scores (tokens, 0/1 frames or raw feature frames)."""
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.tensor([5, 3, 4])
-    family = type(model).__name__
-    if family in ("CategoricalHMM", "PCFG", "StructuredVAE"):
-        tokens = torch.randint(model.config["vocab_size"], (3, 5), generator=g)
-        return {"tokens": tokens, "lengths": lengths}
-    if family == "BernoulliHMM":
-        frames = (torch.rand(3, 5, model.config["num_keys"], generator=g) < 0.3).float()
-        return {"frames": frames, "lengths": lengths}
-    if family == "GaussianHSMM":
-        features = torch.randn(3, 5, model.config["input_dim"] or model.config["feature_dim"], generator=g)
-        return {"features": features, "lengths": lengths}
-    raise KeyError(f"tests/zoo/zoo_testlib.py: add an example batch for the family {family}")
+    """A ragged batch of 3 sequences the model scores (its family's ``example_batch``)."""
+    return family(type(model).__name__).example_batch(model, torch.Generator().manual_seed(seed))
 
 
 def scores(model, batch: dict) -> torch.Tensor:

@@ -176,6 +176,15 @@ class CaptionsDataModule(SequenceDataModule):
         self.setup()
         return torch.bincount(self.datasets[split].data, minlength=self.vocab_size)
 
+    @classmethod
+    def dataset_name(cls, args: dict[str, Any]) -> str:
+        """The source's name ("mscoco" for the Karpathy captions); the user's own sentences
+        (``source: text``) by their folder's name."""
+        source = args.get("source", "ptb-short")
+        if source == "text" and args.get("path"):
+            return Path(args["path"]).name
+        return {"coco-karpathy": "mscoco"}.get(source, source)
+
     def setup(self, stage: str | None = None) -> None:
         """Encode the three splits (once) into ``datasets[split]``: ``PackedSequences`` of GPT-2 ids (an
         ``hf_dataset`` through ``datasets``' cached ``map``)."""

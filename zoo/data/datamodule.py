@@ -15,12 +15,14 @@ the same order, so it sees exactly the batches a run without the interruption se
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
 from zoo.data.buckets import BucketBatchSampler, PackedSequences
+from zoo.data.hf_source import source_name
 from zoo.extras import imported
 
 pl = imported("lightning.pytorch", "train", "zoo.data's DataModules")
@@ -53,6 +55,21 @@ class SequenceDataModule(pl.LightningDataModule):
         self.num_workers = num_workers
         self.seed = seed
         self.datasets: dict[str, PackedSequences] = {}
+
+    @classmethod
+    def card_dataset(cls, args: dict[str, Any]) -> str:
+        """The name model cards give the data that a data module built with ``args`` (its ``init_args``)
+        reads: a ``datasets`` source by its Hub id or files (``hf_source.source_name``), else
+        ``dataset_name``."""
+        if args.get("hf_dataset"):
+            return source_name(args["hf_dataset"])
+        return cls.dataset_name(args)
+
+    @classmethod
+    def dataset_name(cls, args: dict[str, Any]) -> str:
+        """The name of the data that ``args`` read from files or packages: by default the class's name
+        without ``DataModule``, lower-cased; a data module that reads the user's files names them."""
+        return cls.__name__.removesuffix("DataModule").lower()
 
     def _replicas(self) -> tuple[int, int]:
         trainer = self.trainer

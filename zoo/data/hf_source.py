@@ -24,6 +24,7 @@ videos, one a row with ``task``, ``video``, ``features`` and step annotations (`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 SPLIT_NAMES = {"train": "train", "valid": "validation", "test": "test"}
@@ -55,6 +56,18 @@ def replacing(hf_dataset: dict[str, Any] | None, name: str, value) -> dict[str, 
     if value is not None:
         raise ValueError(f"give {name} or hf_dataset, not both (got {value!r} and {hf_dataset!r})")
     return hf_dataset
+
+
+def source_name(source: dict[str, Any]) -> str:
+    """A ``datasets`` source by what it is: the Hub dataset id (and configuration), or a builder's
+    local files by their folder."""
+    path = source.get("path", "?")
+    if path in ("text", "json", "parquet", "csv"):
+        files = source.get("data_files")
+        first = next(iter(files.values())) if isinstance(files, dict) else files
+        first = first[0] if isinstance(first, list) else first
+        return f"{path} files in {Path(str(first)).parent.name}" if first else f"{path} files"
+    return f"{path}/{source['name']}" if source.get("name") else str(path)
 
 
 def load_split(source: dict[str, Any], split: str, column: str = "sentence") -> tuple[Any, dict[str, Any]]:

@@ -333,6 +333,12 @@ class MusicDataModule(SequenceDataModule):
         self.split_seed = split_seed
         self.save_hyperparameters()
 
+    @classmethod
+    def dataset_name(cls, args: dict[str, Any]) -> str:
+        """ "chorales" (the default), else the pickle's name (``dataset``)."""
+        dataset = args.get("dataset") or "chorales"
+        return "chorales" if dataset == "chorales" else Path(dataset).stem
+
     def setup(self, stage: str | None = None) -> None:
         """Load (or convert and cache) the rolls once and fill ``datasets``."""
         if self.datasets:

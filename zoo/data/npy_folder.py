@@ -12,6 +12,7 @@ the lengths), so folders larger than memory work. The same sequences can come th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -121,6 +122,11 @@ class NpyFolderDataModule(SegmentDataModule):
         self.data_dir = data_dir
         self.name = Path(data_dir).name if data_dir is not None else str(self.hf_dataset["path"])
         self.save_hyperparameters()
+
+    @classmethod
+    def dataset_name(cls, args: dict[str, Any]) -> str:
+        """The user's own features by their folder's name."""
+        return Path(args["data_dir"]).name if args.get("data_dir") else super().dataset_name(args)
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:

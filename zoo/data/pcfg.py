@@ -22,6 +22,7 @@ sentence of the batch in words), which ``zoo.tasks.ParsingTask`` scores with F1.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset
 from zoo.data.buckets import collate_tokens
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.hf_source import load_token_ids, replacing
-from zoo.data.ptb import SPLITS, read_text
+from zoo.data.ptb import SPLITS, read_text, text_folder_name
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.trees import preprocess_trees, read_mrg, spans_to_tensor
 from zoo.data.vocab import EOS, UNK, Vocabulary
@@ -166,6 +167,14 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
             words, max_size = self.sentences("train")[0], self.max_size
         return Vocabulary.build(words, eos=EOS, unk=UNK, max_size=max_size)
 
+    @classmethod
+    def dataset_name(cls, args: dict[str, Any]) -> str:
+        """Gold trees by what they are (``trees_name``), a ``data_dir``'s text likewise
+        (``text_folder_name``), else "ptb" (the packaged PTB sentences)."""
+        if args.get("tree_files"):
+            return trees_name(args["tree_files"])
+        return text_folder_name(Path(args["data_dir"])) if args.get("data_dir") else "ptb"
+
     def setup(self, stage: str | None = None) -> None:
         """Encode the three splits (once) into ``datasets[split]`` (``SentenceDataset``)."""
         if self.datasets:
@@ -197,3 +206,23 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
 def encode_sentence(vocab: Vocabulary, words: list[str]) -> list[int]:
     """The ids of a sentence of 2 or more words, ``<eos>`` appended; [] (left out) for a shorter one."""
     return vocab.encode(words, add_eos=True) if len(words) >= 2 else []
+
+
+WSJ_TEST_TREES = 2416  # WSJ section 23: the test split of the PTB parsing papers
+
+
+def trees_name(tree_files: dict[str, str]) -> str:
+    """ "ptb-wsj" when the test trees are WSJ section 23 (its 2,416 trees), the split of the papers'
+    F1; else what the trees are: their folder's name and the sha256 of the files."""
+    paths = [Path(tree_files[split]) for split in sorted(tree_files)]
+    test = Path(tree_files.get("test", paths[0]))
+    try:
+        if len(read_tree_file(test)) == WSJ_TEST_TREES:
+            return "ptb-wsj"
+    except (OSError, ValueError):  # unreadable here: named by its folder alone
+        return f"trees in {test.parent.name or test.name}"
+    digest = hashlib.sha256()
+    for path in paths:
+        for f in sorted(path.rglob("*.mrg")) if path.is_dir() else [path]:
+            digest.update(f.read_bytes())
+    return f"trees in {test.parent.name or test.name} (sha256 {digest.hexdigest()[:12]})"

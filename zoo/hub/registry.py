@@ -9,8 +9,8 @@
   (``hmm_categorical_n16384_d256.ptb_rank_space``); it maps to a Hub repo id (or local folder) and a
   pinned revision, loaded with ``zoo.from_pretrained``.
 
-The built-in families are registered in ``zoo.hub.architectures`` when ``zoo`` is imported;
-docs/zoo-api.md says how to add one.
+Each built-in family registers its architectures in its own catalog (``zoo/models/<family>/catalog.py``,
+``zoo.hub.families``) when ``zoo`` is imported; docs/zoo-api.md says how to add one.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""The GPT-2-encoded structured VAE with a CRF inference network (Fu et al. 2022, Sec. 4)."""
+"""The GPT-2-encoded structured VAE with a CRF inference network (Fu et al. 2022, Sec. 4), and what the
+family declares about itself (``catalog``: architectures, card, results table, the papers' numbers, test
+inputs)."""
 
+from zoo.models.vae import catalog  # noqa: F401  (registers the family)
 from zoo.models.vae.decoder import LSTMDecoder
 from zoo.models.vae.importance import (
     ImportanceEstimates,

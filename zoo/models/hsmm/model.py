@@ -9,7 +9,7 @@ the HSMM papers report (NLL per video). Batches: ``{"features": B x T x F float,
 (docs/training-api.md).
 
 Parameterization (E embedding size, N states, R rank; every distribution is a softmax of dot products of
-embeddings passed through residual MLPs h, as the neural HMMs of ``zoo.models.hmm``):
+embeddings passed through residual MLPs h, as the neural HMMs of ``zoo.models.hmm.model``):
 
 * ``exact``: p(z_1) = softmax_z(e_z . h_s(q)); p(z_k = j | z_{k-1} = i) = softmax_j(h_T(e_i) . f_j),
   over j != i when ``self_transitions=False`` (the classical explicit-duration HSMM); p(d | z) =
