@@ -238,8 +238,14 @@ def zoo_cli_class():
             if init_from:
                 local = self._check_init_from(init_from)
                 self._vocab_from_initial_weights(config.get("data"), init_from, local)
-            with weights_follow() if config.get("ckpt_path") or init_from else contextlib.nullcontext():
-                super().instantiate_classes()
+            try:
+                with weights_follow() if config.get("ckpt_path") or init_from else contextlib.nullcontext():
+                    super().instantiate_classes()
+            except ValueError as error:  # jsonargparse wraps the task's error in its own
+                cause = _checkpoint_error(error) if init_from else None
+                if cause is None:
+                    raise
+                raise InitFromError(f"init_from={init_from!r}: {cause}") from None
 
         @staticmethod
         def _absolute_paths(config) -> None:
@@ -404,6 +410,18 @@ def _absolute(value):
     if not isinstance(value, str) or Path(value).is_absolute() or not Path(value).exists():
         return value
     return str(Path(value).resolve())
+
+
+def _checkpoint_error(error: BaseException) -> BaseException | None:
+    """The ``CheckpointError`` (weights that cannot be read or do not fit) behind ``error``, if any."""
+    from zoo.hub.pretrained import CheckpointError
+
+    seen = 0
+    while error is not None and seen < 20:  # a chain, bounded against cycles
+        if isinstance(error, CheckpointError):
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
 
 
 class InitFromError(ValueError):

@@ -58,9 +58,9 @@ def load_model_weights(
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     state = checkpoint.get("state_dict")
     if not isinstance(state, dict):
-        raise ValueError(f"{path} is not a Lightning checkpoint of a zoo task (no 'state_dict')")
+        raise CheckpointError(f"{path} is not a Lightning checkpoint of a zoo task (no 'state_dict')")
     weights = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}
     if not weights:
-        raise ValueError(f"{path} holds no model weights (no 'model.*' keys in its state_dict)")
+        raise CheckpointError(f"{path} holds no model weights (no 'model.*' keys in its state_dict)")
     vocab = checkpoint.get("vocab")
     return weights, None if vocab is None else Vocabulary.from_dict(vocab)
