@@ -114,6 +114,14 @@ def test_bad_sources_are_clear_errors(tmp_path):
         PTBDataModule(hf_dataset=source).setup()
     with pytest.raises(ValueError, match="give data_dir or hf_dataset, not both"):
         PTBDataModule(data_dir=str(tmp_path), hf_dataset=source).setup()
+    latin1 = tmp_path / "latin1"
+    latin1.mkdir()
+    files = {}
+    for split in ("train", "validation", "test"):
+        (latin1 / f"{split}.txt").write_bytes("the cat\nle caf\xe9 ferm\xe9\n".encode("latin-1"))
+        files[split] = str(latin1 / f"{split}.txt")
+    with pytest.raises(ValueError, match=r"train.txt is not UTF-8 text: line 2 \(byte 14"):
+        PTBDataModule(hf_dataset={"path": "text", "data_files": files}).setup()
 
 
 def test_the_card_names_the_source(tmp_path):

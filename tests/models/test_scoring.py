@@ -7,7 +7,8 @@ import pytest
 import torch
 from family_batches import SMALL, batches
 
-from zoo.models import PCFG, BernoulliHMM, CategoricalHMM, GaussianHSMM
+from zoo.hub.families import family
+from zoo.models import PCFG, BernoulliHMM, CategoricalHMM, GaussianHSMM, StructuredVAE
 
 
 def families():
@@ -17,6 +18,19 @@ def families():
         "Bernoulli HMM": (BernoulliHMM(4, num_keys=6, **SMALL), b["frames"], "frames"),
         "PCFG": (PCFG(20, 3, 4, "exact", **SMALL), b["tokens"], None),
         "HSMM": (GaussianHSMM(3, 3, 4, **SMALL), b["features"], "features"),
+        "structured VAE": (
+            StructuredVAE(backend="exact", **family("StructuredVAE").test_sizes),
+            vae_batch(),
+            None,
+        ),
+    }
+
+
+def vae_batch() -> dict:
+    """GPT-2-like ids of the VAE's test vocabulary (17 ids), ragged."""
+    return {
+        "tokens": torch.randint(17, (3, 5), generator=torch.Generator().manual_seed(0)),
+        "lengths": torch.tensor([5, 3, 4]),
     }
 
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from zoo.data.utf8 import read_utf8
+
 SPLIT_NAMES = {"train": "train", "valid": "validation", "test": "test"}
 INSTALL_HINT = 'pip install "structured-zoo[data]"  (or: pip install datasets)'
 KEYS = {"path", "name", "revision", "data_files", "column", "labels", "splits"}
@@ -80,13 +82,17 @@ def load_split(source: dict[str, Any], split: str, column: str = "sentence") -> 
         raise ImportError(f"hf_dataset needs the datasets package: {INSTALL_HINT}") from error
     source = check_source(source, column)
     wanted = source["splits"][split]
-    data = datasets.load_dataset(
-        source["path"],
-        source.get("name"),
-        data_files=source.get("data_files"),
-        revision=source.get("revision"),
-        split=wanted,
-    )
+    try:
+        data = datasets.load_dataset(
+            source["path"],
+            source.get("name"),
+            data_files=source.get("data_files"),
+            revision=source.get("revision"),
+            split=wanted,
+        )
+    except datasets.exceptions.DatasetGenerationError:
+        check_local_files_are_utf8(source)  # the usual cause with local text: say which file and line
+        raise
     for key in ("column", "labels"):
         if source.get(key) is not None and source[key] not in data.column_names:
             raise ValueError(
@@ -94,6 +100,18 @@ def load_split(source: dict[str, Any], split: str, column: str = "sentence") -> 
                 f"columns: {data.column_names}); set hf_dataset.{key}"
             )
     return data, source
+
+
+def check_local_files_are_utf8(source: dict[str, Any]) -> None:
+    """ValueError naming the file and line of the first local ``data_files`` entry of a text builder
+    ("text", "json", "csv") that is not UTF-8 (``zoo.data.utf8``)."""
+    if source["path"] not in ("text", "json", "csv"):
+        return
+    files = source.get("data_files") or []
+    for entry in files.values() if isinstance(files, dict) else [files]:
+        for name in entry if isinstance(entry, list) else [entry]:
+            if Path(str(name)).is_file():
+                read_utf8(Path(str(name)))
 
 
 def load_sentences(source: dict[str, Any], split: str) -> list[list[str]]:
