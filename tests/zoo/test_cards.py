@@ -263,3 +263,17 @@ def test_a_card_of_other_text_claims_no_ptb_number(tmp_path):
     card = render_card(config, results=results, training_config=yaml.safe_dump(training))
     assert "Measured on text in plays" in card.text and "Measured on ptb" not in card.text
     assert "measured on other data than this model's" in card.text
+
+
+@pytest.mark.parametrize("name", ["hmm_categorical_n512_d64", "pcfg_nt10_pt20_d64"])
+def test_limitations_agree_with_usage_on_the_stored_vocabulary(tmp_path, name):
+    """A word model's card says the same about its vocabulary in Usage and in Limitations: with a stored
+    vocab.json both say it comes with the weights; without one neither claims it."""
+    config = config_of(name, "exact", tmp_path)
+    for stored in (True, False):
+        text = render_card({**config, "vocab_sha256": "0" * 64 if stored else None}).text
+        usage = text[text.index("## Usage") : text.index("## Training")]
+        limitations = text[text.index("## Limitations") : text.index("## Citation")]
+        assert ("comes with it as `model.vocab`" in usage) == stored
+        assert ("`vocab.json`, stored with the weights" in limitations) == stored
+        assert ("stores no vocabulary" in limitations) == (not stored)
