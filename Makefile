@@ -1,9 +1,9 @@
 # Set-up in one command each: `make demo` (the environment, then the pretrained demo) and `make test`
 # (the environment if needed, then lint and the tests; CI runs the same through .ci/run).
 # The environment is .venv; torch comes first, from PyTorch's CPU index (a plain `torch` requirement on a
-# machine without torch pulls a multi-GB CUDA build; --retries 0: where that index cannot be reached,
-# pip's own indexes and find-links serve the same wheel without waiting). Override with
-# `make PYTHON=python3.12 test`.
+# machine without torch pulls a multi-GB CUDA build). --retries 0: where that index cannot be reached,
+# the install fails fast, then the indexes pip is configured with (PyPI, extra indexes, find-links with
+# a local wheel) serve torch==2.13.0 instead. Override with `make PYTHON=python3.12 test`.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -25,7 +25,8 @@ env: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --retries 0 torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+	$(BIN)/python -m pip install -q --retries 0 torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+		|| $(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e ".[all,dev,bench]"
 	$(BIN)/python -m pip install -q --no-deps openai-whisper==20250625 supar==1.1.4
 	touch $(STAMP)

@@ -351,6 +351,8 @@ LIGHTNING_NOISE = (
     r"💡 Tip",
     r"Starting from v1\.9\.0, `tensorboardX` has been removed",
     r".*isinstance\(treespec, LeafSpec\)` is deprecated",
+    r"(GPU|TPU|HPU) available: False",  # accelerators the machine lacks (a used GPU is still reported)
+    r"The number of training batches \(\d+\) is smaller than the logging interval",
 )
 
 

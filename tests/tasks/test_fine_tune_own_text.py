@@ -81,6 +81,7 @@ def test_lightning_noise_is_left_out(tmp_path, capfd, caplog, recwarn):
     logged = [r.getMessage() for r in caplog.records]
     shown = "\n".join([out, err, *(str(w.message) for w in recwarn), *logged])
     assert "Tip:" not in shown and "tensorboardX" not in shown and "LeafSpec" not in shown
+    assert "TPU available" not in shown and "GPU available: False" not in shown
     assert "init_from 'hmm_categorical_n4096_d64.ptb_rank_space'" in shown  # what the user needs stays
 
 
