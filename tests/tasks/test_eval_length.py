@@ -1,5 +1,6 @@
 """Evaluation refuses, before computing anything, a sequence longer than the task's max_eval_length
-(the PCFG family's own limit by default: its inside pass is cubic in the length)."""
+(the PCFG family's own limit by default: its inside pass is cubic in the length), and a batch whose
+evaluation the family's cost model puts over the task's memory budget (the device's memory by default)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 
 from zoo.models import PCFG, CategoricalHMM
 from zoo.tasks import LikelihoodTask, ParsingTask
+from zoo.tasks.likelihood import device_memory, parse_bytes
 
 
 def text_batch(length: int) -> dict:
@@ -52,3 +54,49 @@ def test_chains_have_no_limit_by_default():
     task = LikelihoodTask(CategoricalHMM(6, 3, embedding_dim=8, hidden_dim=8))
     assert task.max_eval_length is None
     task.validation_step(text_batch(2000), 0)
+
+
+@pytest.mark.parametrize("budget, size", [("8GiB", 8 * 2**30), ("512 MiB", 512 * 2**20), ("2GB", 2 * 10**9),
+                                          ("1.5KiB", 1536), (4096, 4096), (None, None)])  # fmt: skip
+def test_memory_budgets_parse(budget, size):
+    assert parse_bytes(budget, "max_eval_memory") == size
+    assert LikelihoodTask(pcfg(), max_eval_memory=budget).max_eval_memory == size
+
+
+@pytest.mark.parametrize("budget", ["8 gigs", "GiB", "-1GiB", 0, -5, True, 1.5])
+def test_bad_memory_budgets_are_one_sentence(budget):
+    with pytest.raises(ValueError, match="max_eval_memory must be a positive number of bytes, e.g. 8GiB"):
+        LikelihoodTask(pcfg(), max_eval_memory=budget)
+
+
+@pytest.mark.parametrize("step", ["validation_step", "test_step"])
+def test_a_batch_over_the_memory_budget_is_refused_before_any_computation(step):
+    """A chain has no length limit, but a batch its cost model puts over the budget is refused, whatever
+    the family: here 2 x 2000 tokens of an HMM with 3 states and 6 words, 16 * 3 * (4000 + 6) bytes."""
+    model = CategoricalHMM(6, 3, embedding_dim=8, hidden_dim=8)
+    assert model.eval_memory(2, 2000) == 16 * 3 * (2 * 2000 + 6)
+    task = LikelihoodTask(model, max_eval_memory="100KiB")
+    untouchable(task.model)
+    stage = step.split("_")[0]
+    message = (
+        rf"{stage} batch 3 \(2 sequences of up to 2,000 events\) would take about 0.000179 GiB to evaluate "
+        r"\(CategoricalHMM.eval_memory, its cost model\), over max_eval_memory = 9.54e-05 GiB; evaluate in "
+        r"smaller batches"
+    )
+    with pytest.raises(ValueError, match=message):
+        getattr(task, step)(text_batch(2000), 3)
+
+
+def test_the_default_budget_is_the_device_memory(monkeypatch):
+    task = LikelihoodTask(CategoricalHMM(6, 3, embedding_dim=8, hidden_dim=8))
+    assert task.max_eval_memory == "auto" and device_memory(torch.device("cpu")) > 2**28
+    task.validation_step(text_batch(2000), 0)  # far within this machine's memory
+    monkeypatch.setattr("zoo.tasks.likelihood.device_memory", lambda device: 1000)
+    with pytest.raises(ValueError, match=r"over max_eval_memory = 9.31e-07 GiB \(auto: the device memory\)"):
+        task.validation_step(text_batch(2000), 0)
+    assert (
+        LikelihoodTask(
+            CategoricalHMM(6, 3, embedding_dim=8, hidden_dim=8), max_eval_memory=None
+        )._check_budget(text_batch(2000), "validation", 0)
+        is None
+    )  # no budget

@@ -133,6 +133,12 @@ class ZooModel(nn.Module):
     # model (each family's docstring states it); None: no limit (cost linear in the length)
     max_eval_length: int | None = None
 
+    def eval_memory(self, batch_size: int, length: int) -> int | None:
+        """Bytes that evaluating a batch of ``batch_size`` sequences padded to ``length`` takes at most,
+        by the family's cost model (an upper estimate of the peak: ``scripts/eval_memory.py`` checks it
+        against measured peaks); None: the family has no estimate."""
+        return None
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")

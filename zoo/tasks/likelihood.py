@@ -11,6 +11,8 @@ AdamW; the learning rate is multiplied by ``lr_factor`` when the validation NLL 
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from typing import Any
 
@@ -25,6 +27,12 @@ from zoo.hub.pretrained import CheckpointError, load_into
 from zoo.metrics import NegativeLogLikelihood, Perplexity
 from zoo.models.base import ZooModel, weights_follow
 from zoo.tasks.interrupt import InterruptDynamicPrograms
+
+DEFAULT_EVAL_MEMORY = (
+    "auto"  # evaluation's budget for the cost model's estimate of a batch: the device's memory
+)
+UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+UNITS.update({f"{p}iB": 2 ** (10 * (i + 1)) for i, p in enumerate("KMGT")})
 
 
 class LikelihoodTask(pl.LightningModule):
@@ -46,6 +54,10 @@ class LikelihoodTask(pl.LightningModule):
         max_eval_length: validation and test refuse a batch with a longer sequence (events, as
             ``lengths`` counts them) before computing anything; None: the model family's limit
             (``model.max_eval_length``: the PCFG's cubic inside has one, chains have none).
+        max_eval_memory: validation and test refuse, before computing anything, a batch whose
+            evaluation the family's cost model (``model.eval_memory``) puts above this many bytes:
+            an int, a string with a unit ("8GiB", "512MiB", "2GB"), "auto" (the memory of the device
+            that evaluates: the GPU's, else the machine's RAM) or None (no budget).
     """
 
     def __init__(
@@ -60,6 +72,7 @@ class LikelihoodTask(pl.LightningModule):
         eval_seeds: int = 5,
         max_eval_length: int | None = None,
         init_missing_ok: list[str] | None = None,
+        max_eval_memory: int | str | None = DEFAULT_EVAL_MEMORY,
     ):
         super().__init__()
         if not isinstance(eval_seeds, int) or eval_seeds < 2:
@@ -84,11 +97,15 @@ class LikelihoodTask(pl.LightningModule):
                 "init_from": None,  # the weights are in this checkpoint: reloading reads no other file
                 "eval_seeds": eval_seeds,
                 "max_eval_length": max_eval_length,
+                "max_eval_memory": max_eval_memory,
             }
         )
         if max_eval_length is not None and (not isinstance(max_eval_length, int) or max_eval_length < 1):
             raise ValueError(f"max_eval_length must be a positive int or None, got {max_eval_length!r}")
         self.max_eval_length = max_eval_length or getattr(model, "max_eval_length", None)
+        self.max_eval_memory = (
+            max_eval_memory if max_eval_memory == "auto" else parse_bytes(max_eval_memory, "max_eval_memory")
+        )
         if init_missing_ok is not None:
             check_missing_ok(init_missing_ok, self.model)
         if init_from is not None:
@@ -196,15 +213,16 @@ class LikelihoodTask(pl.LightningModule):
             self.log(f"{stage}/{name}", metric, prog_bar=name == "ppl", batch_size=len(log_p))
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._check_length(batch, "validation", batch_idx)
+        self._check_budget(batch, "validation", batch_idx)
         self._evaluate(batch, "val", batch_idx)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._check_length(batch, "test", batch_idx)
+        self._check_budget(batch, "test", batch_idx)
         self._evaluate(batch, "test", batch_idx)
 
-    def _check_length(self, batch: dict[str, Tensor], stage: str, batch_idx: int) -> None:
-        """ValueError, before any computation, for a sequence longer than ``max_eval_length``."""
+    def _check_budget(self, batch: dict[str, Tensor], stage: str, batch_idx: int) -> None:
+        """ValueError, before any computation, for a sequence longer than ``max_eval_length`` or a batch
+        whose evaluation the model's cost model puts over ``max_eval_memory``."""
         limit = self.max_eval_length
         longest = int(batch["lengths"].max())
         if limit is not None and longest > limit:
@@ -212,6 +230,17 @@ class LikelihoodTask(pl.LightningModule):
                 f"{stage} batch {batch_idx} holds a sequence of {longest:,} events, over max_eval_length = "
                 f"{limit:,} ({type(self.model).__name__}: see its cost model); drop such sequences from "
                 f"the {stage} data, or raise the limit (--model.init_args.max_eval_length)"
+            )
+        needed = self.model.eval_memory(len(batch["lengths"]), longest)
+        budget = device_memory(self.device) if self.max_eval_memory == "auto" else self.max_eval_memory
+        if budget is not None and needed is not None and needed > budget:
+            raise ValueError(
+                f"{stage} batch {batch_idx} ({len(batch['lengths'])} sequences of up to {longest:,} events) "
+                f"would take about {needed / 2**30:.3g} GiB to evaluate ({type(self.model).__name__}."
+                f"eval_memory, its cost model), over max_eval_memory = {budget / 2**30:.3g} GiB"
+                f"{' (auto: the device memory)' if self.max_eval_memory == 'auto' else ''}; evaluate in "
+                f"smaller batches (the data module's batch_tokens / batch_size), drop the longest {stage} "
+                "sequences, or set the budget (--model.init_args.max_eval_memory 64GiB, or null for none)"
             )
 
     def _log_seed_statistics(self, stage: str) -> None:
@@ -282,6 +311,27 @@ class LikelihoodTask(pl.LightningModule):
                 "strict": False,
             },
         }
+
+
+def device_memory(device: torch.device) -> int:
+    """The memory of ``device`` in bytes: a GPU's own, else the machine's RAM."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def parse_bytes(value: int | str | None, name: str) -> int | None:
+    """A size in bytes from an int or a string with a unit ("8GiB", "512 MiB", "2GB"); None stays
+    None; ValueError naming ``name`` for anything else."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", value) if isinstance(value, str) else None
+    if match is None or float(match[1]) <= 0:
+        raise ValueError(
+            f"{name} must be a positive number of bytes, e.g. 8GiB, 512MiB or 2GB (units: "
+            f"{', '.join(sorted(UNITS)[1:])}), or None; got {value!r}"
+        )
+    return int(float(match[1]) * UNITS[match[2] or ""])
 
 
 def check_same_vocab(given: Vocabulary | None, data: Vocabulary | None, what: str) -> None:

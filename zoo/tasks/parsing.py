@@ -28,7 +28,7 @@ from torch import Tensor
 
 from zoo.metrics import CorpusF1, SentenceF1
 from zoo.models.base import ZooModel
-from zoo.tasks.likelihood import LikelihoodTask
+from zoo.tasks.likelihood import DEFAULT_EVAL_MEMORY, LikelihoodTask
 
 
 def bracketed(spans: Tensor | list, words: list[str]) -> str:
@@ -60,7 +60,8 @@ class ParsingTask(LikelihoodTask):
 
     Args:
         model: a ``zoo.models.PCFG`` (or its spec dict); it must have ``parse(batch)``.
-        lr, weight_decay, betas, lr_factor, lr_patience, init_from, eval_seeds, max_eval_length: as
+        lr, weight_decay, betas, lr_factor, lr_patience, init_from, eval_seeds, max_eval_length,
+        max_eval_memory: as
             ``LikelihoodTask`` (betas default to Kim et al.'s (0.75, 0.999)).
         curriculum_start: the longest training sentence (in words) in the first epoch; None: no
             curriculum.
@@ -79,6 +80,7 @@ class ParsingTask(LikelihoodTask):
         init_from: str | None = None,
         eval_seeds: int = 5,
         max_eval_length: int | None = None,
+        max_eval_memory: int | str | None = DEFAULT_EVAL_MEMORY,
         curriculum_start: int | None = None,
         curriculum_increment: int = 1,
         curriculum_final: int | None = None,
@@ -93,6 +95,7 @@ class ParsingTask(LikelihoodTask):
             init_from=init_from,
             eval_seeds=eval_seeds,
             max_eval_length=max_eval_length,
+            max_eval_memory=max_eval_memory,
         )
         if not callable(getattr(self.model, "parse", None)):
             raise TypeError(

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from zoo.metrics import BoundaryF1, MatchedFrameAccuracy, NegativeLogLikelihood, SegmentRatio
 from zoo.models.base import ZooModel
-from zoo.tasks.likelihood import LikelihoodTask
+from zoo.tasks.likelihood import DEFAULT_EVAL_MEMORY, LikelihoodTask
 
 __all__ = ["SegmentationTask", "SegmentationWriter", "segments_of"]
 
@@ -51,7 +51,8 @@ class SegmentationTask(LikelihoodTask):
 
     Args:
         model: a ``zoo.models.GaussianHSMM`` (or its spec dict); it must have ``segment(batch)``.
-        lr, weight_decay, betas, lr_factor, lr_patience, init_from, eval_seeds, max_eval_length: as
+        lr, weight_decay, betas, lr_factor, lr_patience, init_from, eval_seeds, max_eval_length,
+        max_eval_memory: as
             ``LikelihoodTask``.
         boundary_tolerance: frames between a predicted and a known boundary that still match.
         matching: "corpus" (one label map for the whole evaluation set) or "sequence" (one per sequence).
@@ -68,6 +69,7 @@ class SegmentationTask(LikelihoodTask):
         init_from: str | None = None,
         eval_seeds: int = 5,
         max_eval_length: int | None = None,
+        max_eval_memory: int | str | None = DEFAULT_EVAL_MEMORY,
         boundary_tolerance: int = 2,
         matching: str = "corpus",
     ):
@@ -81,6 +83,7 @@ class SegmentationTask(LikelihoodTask):
             init_from=init_from,
             eval_seeds=eval_seeds,
             max_eval_length=max_eval_length,
+            max_eval_memory=max_eval_memory,
         )
         if not callable(getattr(self.model, "segment", None)):
             raise TypeError(

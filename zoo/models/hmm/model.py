@@ -86,10 +86,18 @@ class HMM(RandomizedEvaluation, ZooModel):
 
     Cost model: time ~ B T N^2 (exact), B T N R (low-rank), B T R^2 (rank-space), B T (K1 + K2) N
     (randomized), memory ~ B T N plus the N x V emission table: linear in the length, no evaluation
-    length limit.
+    length limit (``eval_memory``: four to six float32 copies of both).
     """
 
     exact_evaluation = ("num_states", "exact_max_states")
+
+    def eval_memory(self, batch_size: int, length: int) -> int:
+        """Four float32 copies of the B x T x N scores and of the N x V emission table, six for the
+        Bernoulli emissions (two more products over the keys); docs/training-api.md has the measured
+        peaks beside it."""
+        words = self.config.get("vocab_size")
+        copies, observations = (4, words) if words else (6, self.config["num_keys"])
+        return 4 * copies * self.num_states * (batch_size * length + observations)
 
     observation_key: str = ""
 

@@ -66,7 +66,7 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
     """A neural HSMM with diagonal Gaussian emissions (module docstring).
 
     Cost model: time ~ B T D N^2 (exact; low-rank B T D N R, rank-space B T D R^2), memory ~ B T D N
-    (float64 duration windows): linear in the length T, no evaluation length limit.
+    (float64 duration windows): linear in the length T, no evaluation length limit (``eval_memory``).
 
     Args:
         num_states: N.
@@ -96,6 +96,12 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
     """
 
     exact_evaluation = ("num_states", "exact_max_states")
+
+    def eval_memory(self, batch_size: int, length: int) -> int:
+        """Three float64 copies of the B x T x D x N duration windows and three float32 copies of the raw
+        frames; docs/training-api.md has the measured peaks beside it."""
+        frames = self.config["input_dim"] or self.feature_dim
+        return 12 * batch_size * length * (2 * self.max_duration * self.num_states + frames)
 
     observation_key = "features"
 

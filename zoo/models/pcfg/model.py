@@ -86,10 +86,21 @@ class PCFG(RandomizedEvaluation, ZooModel):
 
     observation_key = "tokens"
     # Cost model: the inside pass (and the parse's backward) take time ~ B T^3 (NT + PT)^2 and memory
-    # ~ B T^2 (NT + PT); at the bundled size one 300-word sentence takes ~5 s and ~1 GB to parse on
-    # one CPU thread, a 5,000-word line hours and tens of GB. Evaluation refuses longer sentences
-    # before it starts (``LikelihoodTask(max_eval_length=...)`` sets another limit).
+    # ~ B T^3 W (``eval_memory``); a 5,000-word line takes hours and far more memory than a machine
+    # has. Evaluation refuses sentences over 300 words before it starts (``LikelihoodTask(
+    # max_eval_length=...)`` sets another limit), and batches over its memory budget.
     max_eval_length = 300
+
+    def eval_memory(self, batch_size: int, length: int) -> int:
+        """The inside chart and its backward, 4.5 B T^3 W bytes (W: NT for exact and randomized, NT + 3 R
+        for low-rank, R / 2 for rank-space), three float32 copies of the rule tensor (NT x S x S, or the
+        rank factors) and of the PT x V word table; docs/training-api.md has the measured peaks beside
+        it."""
+        NT, PT, V = self.num_nonterminals, self.num_preterminals, self.vocab_size
+        S, R = NT + PT, self.rank or 0
+        width = {Backend.LOW_RANK.value: NT + 3 * R, Backend.RANK_SPACE.value: R / 2}.get(self.backend, NT)
+        rules = (NT + 2 * S) * R if R else NT * S * S  # rank factors, or the dense rule tensor
+        return int(4.5 * batch_size * length**3 * width) + 12 * (rules + PT * V)
 
     def __init__(
         self,

@@ -94,7 +94,8 @@ class StructuredVAE(ZooModel):
     """The GPT-2-encoded structured VAE (see the module docstring).
 
     Cost model: the encoder's attention ~ B T^2 a layer, q's chain B T N^2 (exact), the importance-
-    sampled evaluation ``eval_samples`` x B T N; sequences are limited by ``max_positions``.
+    sampled evaluation ``eval_samples`` x B T N; sequences are limited by ``max_positions``
+    (``eval_memory``).
 
     Args:
         num_states: N, the latent states of the CRF (100 and 2000 in the paper).
@@ -124,6 +125,17 @@ class StructuredVAE(ZooModel):
     """
 
     card_task_type = "text-generation"
+
+    def eval_memory(self, batch_size: int, length: int) -> int:
+        """Four float32 copies of the importance samples' B x T x N scores (``eval_samples`` of them)
+        and of N x N, of the decoder's ``eval_chunk_tokens`` x V logits (V: the shortlist, if any) and
+        of the encoder's attention, B x heads x T x T a layer; docs/training-api.md has the measured
+        peaks beside it."""
+        c = self.config
+        vocab = c.get("decoder_vocab") or self.vocab_size
+        attention = c["encoder_layers"] * c["encoder_heads"] * length * length
+        samples = self.eval_samples * length * self.num_states
+        return 16 * (batch_size * (samples + attention) + self.num_states**2 + self.eval_chunk_tokens * vocab)
 
     def __init__(
         self,
