@@ -212,3 +212,6 @@ def test_crosstask_errors(tmp_path):
         CrossTaskDataModule(**{**files, "features_dir": str(tmp_path / "nowhere")})
     with pytest.raises(ValueError, match="has features"):
         CrossTaskDataModule(**files, tasks=["00000"]).setup()
+    (tmp_path / "videos_val.csv").write_bytes("23521,t0,caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"videos_val.csv is not UTF-8 text: line 1"):
+        CrossTaskDataModule(**files).setup()

@@ -40,6 +40,7 @@ import torch
 
 from zoo.data.hf_source import load_split, replacing
 from zoo.data.segments import SegmentDataModule, SequenceFeatures, load_feature_file
+from zoo.data.utf8 import read_utf8
 
 __all__ = ["CrossTaskDataModule", "read_step_annotations", "read_video_list", "read_video_rows"]
 
@@ -73,13 +74,12 @@ def read_video_list(path: str | Path) -> list[tuple[str, str]]:
             f"no video list {path} (CSV lines task,video_id[,url], e.g. CrossTask's videos.csv)"
         )
     videos = []
-    with path.open(newline="") as fh:
-        for number, row in enumerate(csv.reader(fh), 1):
-            if not row or not "".join(row).strip():
-                continue
-            if len(row) < 2 or not row[0].strip() or not row[1].strip():
-                raise ValueError(f"{path}, line {number}: expected task,video_id[,url], got {row!r}")
-            videos.append((row[0].strip(), row[1].strip()))
+    for number, row in enumerate(csv.reader(read_utf8(path).splitlines()), 1):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) < 2 or not row[0].strip() or not row[1].strip():
+            raise ValueError(f"{path}, line {number}: expected task,video_id[,url], got {row!r}")
+        videos.append((row[0].strip(), row[1].strip()))
     if not videos:
         raise ValueError(f"{path} lists no video")
     return videos
@@ -88,12 +88,11 @@ def read_video_list(path: str | Path) -> list[tuple[str, str]]:
 def read_step_annotations(path: str | Path) -> list[tuple[int, float, float]]:
     """(step, start, end) rows of one CrossTask annotation CSV (step >= 1, 0 <= start < end seconds)."""
     path = Path(path)
-    with path.open(newline="") as fh:
-        return [
-            step_annotation(row, f"{path}, line {number}")
-            for number, row in enumerate(csv.reader(fh), 1)
-            if row and "".join(row).strip()
-        ]
+    return [
+        step_annotation(row, f"{path}, line {number}")
+        for number, row in enumerate(csv.reader(read_utf8(path).splitlines()), 1)
+        if row and "".join(row).strip()
+    ]
 
 
 def step_annotation(row, where: str) -> tuple[int, float, float]:
