@@ -191,9 +191,7 @@ def state_usage_command(checkpoint: str, out: str, split: str, max_batches: int 
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     task_path, data_args = saved.get("zoo_task"), saved.get("datamodule_hyper_parameters")
     if not task_path or data_args is None:
-        raise ValueError(
-            f"{checkpoint} is not a zoo fit checkpoint with its data module's settings"
-        )
+        raise ValueError(f"{checkpoint} is not a zoo fit checkpoint with its data module's settings")
     module, _, name = task_path.rpartition(".")
     task = getattr(importlib.import_module(module), name).load_from_checkpoint(checkpoint, map_location="cpu")
     if not hasattr(task.model, "sample_states"):
@@ -246,6 +244,23 @@ def zoo_cli_class():
                 if cause is None:
                     raise
                 raise InitFromError(f"init_from={init_from!r}: {cause}") from None
+            trainer_config = config.get("trainer")
+            if hasattr(trainer_config, "get") and trainer_config.get("logger") in (None, True):
+                self._log_metrics_csv()
+
+        def _log_metrics_csv(self) -> None:
+            """Lightning's default logger is TensorBoard's wherever tensorboard is installed; ``zoo plot``
+            and the cards' learning curves read metrics.csv: a run with the default logger also writes
+            it (first: the checkpoints stay under lightning_logs/version_N/)."""
+            from lightning.pytorch.loggers import CSVLogger
+
+            trainer = getattr(self, "trainer", None)
+            if (
+                trainer is not None
+                and trainer.loggers
+                and not any(isinstance(x, CSVLogger) for x in trainer.loggers)
+            ):
+                trainer.loggers = [CSVLogger(save_dir=trainer.default_root_dir), *trainer.loggers]
 
         @staticmethod
         def _absolute_paths(config) -> None:

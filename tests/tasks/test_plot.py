@@ -49,3 +49,33 @@ def test_validation_points_between_training_rows_get_interpolated_progress(tmp_p
     assert [p[:3] for p in curves["val/nll"]] == [(4, 400, 4), (14, 1400, 18), (24, 2400, 38)]
     assert [p[:3] for p in curves["train/loss"]] == [(10, 1000, 10), (20, 2000, 30)]
     assert all(map(math.isnan, progress_at([], 3.0)))
+
+
+def test_with_tensorboard_installed_the_run_still_writes_metrics_csv(tmp_path, monkeypatch):
+    """Where tensorboard is installed Lightning's default logger is TensorBoard's; the run then logs to
+    metrics.csv too (first, so the checkpoints stay under its version folder) and zoo plot draws it."""
+    from lightning.pytorch.loggers import Logger
+    from lightning.pytorch.trainer.connectors.logger_connector import logger_connector
+
+    class TensorBoardStandIn(Logger):  # tensorboard itself is not a test dependency
+        def __init__(self, save_dir, version=None):
+            super().__init__()
+            self.seen = []
+
+        name, version = "tensorboard", 0
+
+        def log_metrics(self, metrics, step=None):
+            self.seen.append(metrics)
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            pass
+
+    monkeypatch.setattr(logger_connector, "_TENSORBOARD_AVAILABLE", True)
+    monkeypatch.setattr(logger_connector, "TensorBoardLogger", TensorBoardStandIn)
+    config = recipe(tmp_path, write_ptb(tmp_path), "exact")
+    assert (
+        main(["fit", "--config", str(config), "--trainer.max_epochs", "1", "--trainer.logger", "true"]) == 0
+    )
+    assert "val/nll" in read_curves(find_metrics(tmp_path))
+    (checkpoint,) = tmp_path.rglob("*.ckpt")
+    assert checkpoint.parent.parent == find_metrics(tmp_path).parent  # lightning_logs/version_0/
