@@ -4,6 +4,8 @@ clear errors; the card names the data by its source."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -125,10 +127,15 @@ def test_bad_sources_are_clear_errors(tmp_path):
 
 
 def test_the_card_names_the_source(tmp_path):
+    def named(source):
+        return dataset_name({"class_path": "zoo.data.PTBDataModule", "init_args": {"hf_dataset": source}})
+
     source = parquet_source(tmp_path / "my-plays")
-    assert dataset_name({"class_path": "zoo.data.PTBDataModule", "init_args": {"hf_dataset": source}}) == (
-        "parquet files in my-plays"
-    )
+    first = named(source)
+    assert re.fullmatch(r"parquet files in my-plays \(sha256 [0-9a-f]{12}\)", first)
+    (tmp_path / "my-plays" / "test.parquet").write_bytes(b"other")  # other contents: another name
+    assert named(source) != first
+    assert named({"path": "org/plays", "revision": "v2"}) == "org/plays@v2"
     hub = {"path": "ptb_text_only", "name": "penn_treebank"}
     assert dataset_name({"class_path": "zoo.data.PCFGDataModule", "init_args": {"hf_dataset": hub}}) == (
         "ptb_text_only/penn_treebank"

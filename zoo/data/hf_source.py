@@ -24,6 +24,7 @@ videos, one a row with ``task``, ``video``, ``features`` and step annotations (`
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +62,29 @@ def replacing(hf_dataset: dict[str, Any] | None, name: str, value) -> dict[str, 
 
 
 def source_name(source: dict[str, Any]) -> str:
-    """A ``datasets`` source by what it is: the Hub dataset id (and configuration), or a builder's
-    local files by their folder."""
+    """A ``datasets`` source by what it is: the Hub dataset id (configuration, revision), or a builder's
+    local files by their folder and the sha256 of their contents (files that are not here: their
+    folder alone)."""
     path = source.get("path", "?")
-    if path in ("text", "json", "parquet", "csv"):
-        files = source.get("data_files")
-        first = next(iter(files.values())) if isinstance(files, dict) else files
-        first = first[0] if isinstance(first, list) else first
-        return f"{path} files in {Path(str(first)).parent.name}" if first else f"{path} files"
-    return f"{path}/{source['name']}" if source.get("name") else str(path)
+    if path not in ("text", "json", "parquet", "csv"):
+        name = f"{path}/{source['name']}" if source.get("name") else str(path)
+        return f"{name}@{source['revision']}" if source.get("revision") else name
+    files = [Path(str(f)) for f in data_file_list(source.get("data_files"))]
+    if not files:
+        return f"{path} files"
+    named = f"{path} files in {files[0].parent.name}"
+    if not all(f.is_file() for f in files):
+        return named
+    digest = hashlib.sha256()
+    for f in sorted(set(files)):
+        digest.update(f.read_bytes())
+    return f"{named} (sha256 {digest.hexdigest()[:12]})"
+
+
+def data_file_list(files) -> list:
+    """Every entry of a ``data_files`` value (a path, a list, or a dict of splits to either)."""
+    entries = files.values() if isinstance(files, dict) else [files] if files else []
+    return [f for entry in entries for f in (entry if isinstance(entry, list) else [entry])]
 
 
 def load_split(source: dict[str, Any], split: str, column: str = "sentence") -> tuple[Any, dict[str, Any]]:
@@ -107,11 +122,9 @@ def check_local_files_are_utf8(source: dict[str, Any]) -> None:
     ("text", "json", "csv") that is not UTF-8 (``zoo.data.utf8``)."""
     if source["path"] not in ("text", "json", "csv"):
         return
-    files = source.get("data_files") or []
-    for entry in files.values() if isinstance(files, dict) else [files]:
-        for name in entry if isinstance(entry, list) else [entry]:
-            if Path(str(name)).is_file():
-                read_utf8(Path(str(name)))
+    for name in data_file_list(source.get("data_files")):
+        if Path(str(name)).is_file():
+            read_utf8(Path(str(name)))
 
 
 def load_sentences(source: dict[str, Any], split: str) -> list[list[str]]:
