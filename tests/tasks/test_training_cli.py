@@ -184,3 +184,26 @@ def test_ddp_validation_equals_single_process(ptb):
     single = validation_nll(tmp, ckpt, path, 1)
     double = validation_nll(tmp, ckpt, path, 2)
     assert double == pytest.approx(single, rel=1e-6)
+
+
+def test_a_recipe_may_name_its_architecture(tmp_path):
+    """``model: {architecture: NAME, backend: ..., overrides}`` trains ``zoo.create_model(NAME, ...)``;
+    the checkpoint stores the full spec, so it reloads without the registry's help."""
+    import zoo
+    from zoo.tasks import LikelihoodTask
+
+    vocab = write_ptb(tmp_path)
+    config = yaml.safe_load(recipe(tmp_path, vocab, "exact").read_text())
+    named = {"architecture": "hmm_categorical_n512_d64", "backend": "exact", "vocab_size": vocab,
+             "num_states": 6, "embedding_dim": 8, "hidden_dim": 8}  # fmt: skip
+    config["model"]["init_args"]["model"] = named
+    path = tmp_path / "named.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["fit", "--config", str(path)]) == 0
+    (checkpoint,) = tmp_path.rglob("*.ckpt")
+    task = LikelihoodTask.load_from_checkpoint(checkpoint)
+    arguments = dict(named)
+    built = zoo.create_model(arguments.pop("architecture"), **arguments)
+    assert task.model.spec() == built.spec() and task.model.config["dropout"] == 0.1  # the architecture's
+    with pytest.raises(ValueError, match="did you mean"):
+        LikelihoodTask({"architecture": "hmm_categorical_n512_d6"})

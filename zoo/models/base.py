@@ -199,9 +199,20 @@ class ZooModel(nn.Module):
 
     @staticmethod
     def from_config(spec: dict[str, Any]) -> ZooModel:
-        """Rebuild a model from ``spec()`` (fresh parameters; load a state dict for the weights)."""
+        """Rebuild a model from ``spec()`` (fresh parameters; load a state dict for the weights), or
+        build a registered architecture by name: ``{"architecture": "hmm_categorical_n512_d64",
+        "backend": "exact", **overrides}`` is ``zoo.create_model(...)`` (a recipe may name its
+        architecture instead of restating the sizes)."""
+        if isinstance(spec, dict) and "architecture" in spec:
+            from zoo.hub.registry import create_model
+
+            arguments = dict(spec)
+            return create_model(arguments.pop("architecture"), **arguments)
         if not isinstance(spec, dict) or "class_path" not in spec:
-            raise ValueError(f"a model spec is a dict with 'class_path' and 'init_args', got {spec!r}")
+            raise ValueError(
+                "a model spec is a dict with 'class_path' and 'init_args', or with 'architecture' (a "
+                f"registered name, zoo models) and optionally 'backend' and other arguments; got {spec!r}"
+            )
         return family_class(spec["class_path"])(**spec.get("init_args", {}))
 
     # --- the zoo's checkpoint format (zoo.hub.pretrained) -------------------------------------

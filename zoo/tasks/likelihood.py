@@ -40,7 +40,8 @@ class LikelihoodTask(pl.LightningModule):
 
     Args:
         model: a ``ZooModel``, or its spec {"class_path": ..., "init_args": {...}} (how checkpoints
-            store it: plain values only).
+            store it: plain values only), or a registered architecture by name, {"architecture":
+            "hmm_categorical_n512_d64", "backend": "exact", ...overrides} (``ZooModel.from_config``).
         lr, weight_decay, betas: AdamW.
         lr_factor, lr_patience: ReduceLROnPlateau on ``val/nll``.
         init_from: optional source of weights that initialize the model: fine-tuning with a fresh
