@@ -1,9 +1,11 @@
 """Are a structured VAE's samples made of real words? Samples of each bundled VAE (or the given tags)
 under ancestral sampling and under tempered nucleus sampling (``StructuredVAE.sample(temperature=,
 top_p=)``), scored by the share of their words (whitespace-separated, after GPT-2 decoding) that occur in
-the training split, and shown. Writes the ``vae_samples`` section of docs/vae.md with ``--write``.
+the training split, and shown. ``--baseline NAME=FOLDER`` adds a plain language model exported as a
+pretrained folder (``zoo export``), e.g. the LSTM of the flagship's decoder size, sampled the same way on
+the flagship's data. Writes the ``vae_samples`` section of docs/vae.md with ``--write``.
 
-    python scripts/vae_samples.py --write
+    python scripts/vae_samples.py --write --baseline "LSTM LM=runs/lstm-export"
     python scripts/vae_samples.py --tags vae_crf_n100_enc2x128_lstm128_v8000_d64.ptb_exact --samples 100
 """
 
@@ -26,6 +28,7 @@ from report import write_section  # noqa: E402
 
 SETTINGS = ((1.0, 1.0), (1.0, 0.9), (0.8, 0.9), (0.6, 0.9))  # (temperature, top_p); (1, 1): samples of p(y)
 SHOWN = 3
+FLAGSHIP = "vae_crf_n100_enc2x128_lstm128_v8000_d64.ptb_exact"  # a baseline is sampled on its data
 
 
 def sample_texts(model, tokenizer, n: int, temperature: float, top_p: float, seed: int) -> list[str]:
@@ -51,22 +54,28 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--write", action="store_true", help="write the section of docs/vae.md")
+    parser.add_argument(
+        "--baseline", action="append", default=[], metavar="NAME=FOLDER",
+        help="a plain language model's pretrained folder, sampled on the flagship's data (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)
     tags = args.tags or sorted(t for t in zoo.list_models(pretrained=True) if t.startswith("vae_"))
+    models = [(f"`{tag}`", tag, tag) for tag in tags]  # (shown as, source, the bundled data's tag)
+    models += [(name, folder, FLAGSHIP) for name, _, folder in (b.partition("=") for b in args.baseline)]
     rows, shown = [], []
-    for tag in tags:
-        model = zoo.from_pretrained(tag).eval()
-        data = bundled_data(tag)
+    for label, source, data_tag in models:
+        model = zoo.from_pretrained(source).eval()
+        data = bundled_data(data_tag)
         known = {word for sentence in data.sentences("train") for word in sentence.split()}
         for temperature, top_p in SETTINGS:
             texts = sample_texts(model, data.tokenizer, args.samples, temperature, top_p, args.seed)
             words, whole = real_word_rates(texts, known)
             length = sum(len(t.split()) for t in texts) / len(texts)
-            cells = (f"`{tag}`", f"{temperature:g}", f"{top_p:g}", f"{100 * words:.1f}", f"{100 * whole:.1f}")
+            cells = (label, f"{temperature:g}", f"{top_p:g}", f"{100 * words:.1f}", f"{100 * whole:.1f}")
             rows.append("| " + " | ".join(cells) + f" | {length:.1f} |")
             quoted = " / ".join(f'"{t}"' for t in texts[:SHOWN])
-            shown.append(f"- `{tag}`, T {temperature:g}, top-p {top_p:g}: {quoted}")
+            shown.append(f"- {label}, T {temperature:g}, top-p {top_p:g}: {quoted}")
             print(rows[-1], flush=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = "\n".join(
@@ -78,9 +87,15 @@ def main() -> None:
             "ancestral (temperature 1, top-p 1: samples of p(y)) and tempered nucleus sampling of the words "
             "(`model.sample(n, temperature=T, top_p=p)`; the states drawn exactly). Real words: the share "
             "of the samples' whitespace-separated words (after GPT-2 decoding) that occur in the training "
-            "split; whole samples: the share of samples made only of such words.",
+            "split; whole samples: the share of samples made only of such words."
+            + (
+                " Rows not in backquotes are plain language models (--baseline) sampled the same way on the "
+                "flagship's data."
+                if args.baseline
+                else ""
+            ),
             "",
-            "| tag | temperature | top-p | real words (%) | whole samples (%) | words / sample |",
+            "| model | temperature | top-p | real words (%) | whole samples (%) | words / sample |",
             "| --- | --- | --- | --- | --- | --- |",
             *rows,
             "",
