@@ -11,36 +11,44 @@ SCRIPT = textwrap.dedent(
     """
     import sys, time, torch
     import lightning.pytorch as pl
-    from zoo.inference import DenseChain, LinearChain
+    from zoo.inference import DenseChain, DenseGrammar, LinearChain, TreeDistribution
     from zoo.tasks.interrupt import InterruptDynamicPrograms
 
-    class LongChain(pl.LightningModule):
+    def long_dynamic_program():  # 20 s or more of steps
+        if sys.argv[2] == "chain":
+            return LinearChain(DenseChain(torch.randn(1, 5_000_000, 3), torch.zeros(3, 3))).log_partition
+        grammar = DenseGrammar(torch.zeros(1, 10), torch.randn(1, 10, 30, 30))  # the inside pass, T = 800
+        return TreeDistribution(grammar, torch.randn(1, 800, 20)).log_partition
+
+    class LongDynamicProgram(pl.LightningModule):
         def configure_callbacks(self):
             return [InterruptDynamicPrograms()] if sys.argv[1] == "on" else []
 
         def validation_step(self, batch, batch_idx):
-            unary = torch.randn(1, 5_000_000, 3)  # 20 s or more of steps
-            trans = torch.zeros(3, 3)
             print("started", flush=True)
             started = time.perf_counter()
             with torch.no_grad():
-                LinearChain(DenseChain(unary, trans)).log_partition
+                long_dynamic_program()
             print(f"finished after {time.perf_counter() - started:.1f} s", flush=True)
 
     data = torch.utils.data.DataLoader([0], batch_size=1)
     pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False).validate(
-        LongChain(), data, verbose=False
+        LongDynamicProgram(), data, verbose=False
     )
     """
 )
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_sigterm_stops_a_long_dynamic_program(tmp_path):
-    script = tmp_path / "long_chain.py"
+@pytest.mark.parametrize("structure", ["chain", "tree"])
+def test_sigterm_stops_a_long_dynamic_program(tmp_path, structure):
+    script = tmp_path / "long_dynamic_program.py"
     script.write_text(SCRIPT)
     process = subprocess.Popen(
-        [sys.executable, str(script), "on"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(script), "on", structure],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert process.stdout.readline().strip() == "started"
     time.sleep(1.0)
