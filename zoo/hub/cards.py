@@ -48,7 +48,6 @@ NOTES = ("training", "quick_check", "baselines")
 SPLITS = {"val": "validation", "test": "test"}
 
 
-# The Hub's task type of each family's model index (it has none for unsupervised segmentation).
 def dataset_name(data: dict[str, Any] | None) -> str | None:
     """The dataset a LightningCLI ``data`` section ({"class_path", "init_args"}) reads, for cards: as the
     data module names it (``SequenceDataModule.card_dataset``); a class that cannot be imported here (no

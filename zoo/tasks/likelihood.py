@@ -28,9 +28,8 @@ from zoo.metrics import NegativeLogLikelihood, Perplexity
 from zoo.models.base import ZooModel, weights_follow
 from zoo.tasks.interrupt import InterruptDynamicPrograms
 
-DEFAULT_EVAL_MEMORY = (
-    "auto"  # evaluation's budget for the cost model's estimate of a batch: the device's memory
-)
+# evaluation's budget for the cost model's estimate of a batch (``max_eval_memory``): the device's memory
+DEFAULT_EVAL_MEMORY = "auto"
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 UNITS.update({f"{p}iB": 2 ** (10 * (i + 1)) for i, p in enumerate("KMGT")})
 
