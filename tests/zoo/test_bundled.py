@@ -60,6 +60,7 @@ def test_card_and_results_agree(tag):
     folder = bundled_folders()[tag]
     results = json.loads((folder / "results.json").read_text())
     card = (folder / "README.md").read_text()
+    assert "default_root_dir" not in (folder / "training_config.yaml").read_text()  # no machine path
     assert results["metrics"] and all(math.isfinite(v) for v in results["metrics"].values())
     assert {"test/nll"} <= set(results["metrics"])
     for name, value in results["metrics"].items():

@@ -62,7 +62,9 @@ def test_fit_test_export_load(trained, tmp_path, capsys):
     assert value in measured["metrics"].values()
     assert "zoo fit --config training_config.yaml" in card.text
     assert "](learning_curve.png)" in card.text
-    assert "class_path: zoo.models.CategoricalHMM" in (folder / "training_config.yaml").read_text()
+    exported = (folder / "training_config.yaml").read_text()
+    assert "class_path: zoo.models.CategoricalHMM" in exported
+    assert "default_root_dir" in config.read_text() and "default_root_dir" not in exported  # no machine path
     model.save_pretrained(folder)  # a save without a curve removes the old one, and the card's image
     assert not (folder / "learning_curve.png").exists()
     assert "learning_curve.png" not in (folder / "README.md").read_text()

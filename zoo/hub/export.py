@@ -10,6 +10,7 @@ which the task records in its checkpoints (``checkpoint["vocab"]``), becomes ``v
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +22,8 @@ from zoo.hub.pretrained import CheckpointError, load_into, save_pretrained
 from zoo.models.base import ZooModel, weights_follow
 from zoo.plot import plot_learning_curves
 
+DEFAULT_ROOT = re.compile(r"^\s+default_root_dir:")  # a Trainer argument, the only one of that name
+
 
 def run_file(checkpoint: Path, name: str) -> Path | None:
     """A file the run that wrote ``checkpoint`` left in its log folder, next to ``checkpoints/``
@@ -29,6 +32,12 @@ def run_file(checkpoint: Path, name: str) -> Path | None:
         if (folder / name).is_file():
             return folder / name
     return None
+
+
+def portable(config: str) -> str:
+    """A ``zoo fit`` configuration without the training machine's run folder (``trainer.default_root_dir``):
+    the card's command writes wherever its user runs it."""
+    return "".join(line for line in config.splitlines(keepends=True) if not DEFAULT_ROOT.match(line))
 
 
 def export_checkpoint(
@@ -79,7 +88,7 @@ def export_checkpoint(
         if training_config is None:
             print(f"zoo export: no config.yaml found beside {checkpoint}: the card has no training command",
                   file=sys.stderr)  # fmt: skip
-    text = Path(training_config).read_text() if training_config is not None else None
+    text = portable(Path(training_config).read_text()) if training_config is not None else None
     with tempfile.TemporaryDirectory() as scratch:
         if learning_curve is None and (metrics := run_file(checkpoint, "metrics.csv")) is not None:
             learning_curve = plot_learning_curves(metrics, Path(scratch) / "curve.png")
