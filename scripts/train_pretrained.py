@@ -460,7 +460,7 @@ def best_restart(job: Job, run_dir: Path, scale: float, resume: bool) -> tuple[P
             job.recipe, run_dir / f"seed{seed}", job.minutes * scale, seeded, job.threads, resume
         )
         runs.append((final_validation_nll(run_dir / f"seed{seed}"), seed, checkpoint, train_minutes))
-    nll, seed, checkpoint, _ = min(runs)
+    _, seed, checkpoint, _ = min(runs)
     scores = ", ".join(f"seed {s}: {v:.4f}" for v, s, _, _ in sorted(runs, key=lambda r: r[1]))
     note = (
         f"the best of {job.restarts} runs (--seed_everything 0-{job.restarts - 1}, {minutes:.0f}-minute "

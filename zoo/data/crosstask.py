@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from zoo.data.hf_source import load_split, replacing
+from zoo.data.npy_folder import frames_tensor
 from zoo.data.segments import SegmentDataModule, SequenceFeatures, load_feature_file
 from zoo.data.utf8 import read_utf8
 
@@ -123,13 +124,11 @@ def read_video_rows(source: dict, split: str) -> list[Video]:
     videos = []
     for i, row in enumerate(data):
         where = f"hf_dataset {split} row {i} (video {row['video']!r})"
-        features = np.asarray(row[source["column"]], dtype=np.float32)
-        if features.ndim != 2 or len(features) == 0:
-            raise ValueError(f"{where}: expected frames x dims features, got shape {features.shape}")
+        features = frames_tensor(row[source["column"]], where)
         steps = row[steps_column]
         if steps is not None:
             steps = [step_annotation(step, f"{where}, step {k}") for k, step in enumerate(steps)]
-        videos.append(Video(str(row["task"]), str(row["video"]), torch.from_numpy(features), steps))
+        videos.append(Video(str(row["task"]), str(row["video"]), features, steps))
     return videos
 
 

@@ -38,6 +38,15 @@ def frame_labels(values: np.ndarray, where: str, frames: int | None = None) -> t
     return torch.as_tensor(values.astype(np.int64))
 
 
+def frames_tensor(values, where: str) -> torch.Tensor:
+    """A row of frames of numbers (a ``datasets`` cell) as a frames x dims float32 tensor; ValueError
+    naming ``where`` for anything else."""
+    array = np.asarray(values, dtype=np.float32)
+    if array.ndim != 2 or len(array) == 0:
+        raise ValueError(f"{where}: expected frames x dims numbers, got shape {array.shape}")
+    return torch.from_numpy(array)
+
+
 def read_npy_folder(folder: str | Path) -> SequenceFeatures:
     """The sequences of one folder (sorted by name), with their labels where a labels file exists."""
     folder = Path(folder)
@@ -67,15 +76,12 @@ def read_feature_rows(source: dict, split: str) -> SequenceFeatures:
         raise ValueError(f"hf_dataset split {split!r} holds no sequence")
     features, labels = [], []
     for i, row in enumerate(rows):
-        array = np.asarray(row, dtype=np.float32)
-        if array.ndim != 2 or len(array) == 0:
-            raise ValueError(
-                f"hf_dataset {split} row {i}: expected frames x dims numbers, got shape {array.shape}"
-            )
-        features.append(torch.from_numpy(array))
+        features.append(frames_tensor(row, f"hf_dataset {split} row {i}"))
         if label_rows is None:
             continue
-        labels.append(frame_labels(np.asarray(label_rows[i]), f"hf_dataset {split} row {i}", len(array)))
+        labels.append(
+            frame_labels(np.asarray(label_rows[i]), f"hf_dataset {split} row {i}", len(features[-1]))
+        )
     return SequenceFeatures(
         features, labels if label_rows is not None else None, [str(i) for i in range(len(rows))]
     )
