@@ -19,18 +19,10 @@ def families():
         "PCFG": (PCFG(20, 3, 4, "exact", **SMALL), b["tokens"], None),
         "HSMM": (GaussianHSMM(3, 3, 4, **SMALL), b["features"], "features"),
         "structured VAE": (
-            StructuredVAE(backend="exact", **family("StructuredVAE").test_sizes),
-            vae_batch(),
+            vae := StructuredVAE(backend="exact", **family("StructuredVAE").test_sizes),
+            family("StructuredVAE").example_batch(vae, torch.Generator().manual_seed(0)),
             None,
         ),
-    }
-
-
-def vae_batch() -> dict:
-    """GPT-2-like ids of the VAE's test vocabulary (17 ids), ragged."""
-    return {
-        "tokens": torch.randint(17, (3, 5), generator=torch.Generator().manual_seed(0)),
-        "lengths": torch.tensor([5, 3, 4]),
     }
 
 
