@@ -24,7 +24,7 @@ import json, sys, torch
 import zoo
 from safetensors.torch import load_file
 model = zoo.from_pretrained(sys.argv[1])
-bundled = load_file(sys.argv[2] + "/model.safetensors")
+bundled = model.upgrade_state_dict(load_file(sys.argv[2] + "/model.safetensors"))  # older key names
 same = all(torch.equal(model.state_dict()[k], v) for k, v in bundled.items())
 vocab = zoo.from_pretrained(sys.argv[2]).vocab
 print("RESULT " + json.dumps({"class": type(model).__name__, "same": same, "vocab": model.vocab == vocab,

@@ -333,9 +333,9 @@ def test_app_d_initialization(kind, backend):
     assert abs(std(xavier) - (2 / (2 * D)) ** 0.5) < 0.02
     assert std(default.start_mlp.project.weight) < 0.8 * std(xavier)  # Kaiming-uniform
     if backend == "rank-space":
-        assert abs(std(model.rank_emb) - (2 / (R + D)) ** 0.5) < 0.1
+        assert abs(std(model.transition.rank_emb) - (2 / (R + D)) ** 0.5) < 0.1
     if backend == "low-rank":
-        torch.testing.assert_close(model.feature_map.weight, default.feature_map.weight)
+        torch.testing.assert_close(model.transition.feature_map.weight, default.transition.feature_map.weight)
     assert std(default.state_emb) < 0.2
 
 

@@ -101,7 +101,7 @@ def test_rank_space_factors_start_away_from_uniform():
     1% of the uniform entropy and NT 30 / PT 60, rank 32 stalled near unigram perplexity on PTB."""
     torch.manual_seed(0)
     model = PCFG(100, 30, 60, "rank-space", rank=32, embedding_dim=64, hidden_dim=64)
-    assert 0.8 < float(model.symbol_emb.std()) < 1.2 and 0.8 < float(model.rank_emb.std()) < 1.2
+    assert 0.8 < float(model.rules.symbol_emb.std()) < 1.2 and 0.8 < float(model.rules.rank_emb.std()) < 1.2
     g = model.grammar()
     entropy = float(-(g.U * g.U.log()).sum(-1).mean())
     assert entropy < 0.9 * math.log(32)

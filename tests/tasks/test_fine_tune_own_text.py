@@ -43,7 +43,10 @@ def test_a_bad_init_from_is_one_line(tmp_path, capsys):
         (str(tmp_path / "gone.ckpt"), "no such checkpoint file"),
         # weights that exist but do not fit the recipe's model: another family, another size and backend
         ("pcfg_nt10_pt20_d64.ptb_exact", "holds a PCFG, but the task's model is a CategoricalHMM"),
-        ("hmm_categorical_n1024_d64.ptb_low_rank", "do not fit CategoricalHMM: missing keys ['rank_emb']"),
+        (
+            "hmm_categorical_n1024_d64.ptb_low_rank",
+            "do not fit CategoricalHMM: missing keys ['transition.rank_emb']",
+        ),
     ):
         assert main(["fit", "--config", recipe, "--model.init_args.init_from", source]) == 2
         err = capsys.readouterr().err

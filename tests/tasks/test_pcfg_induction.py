@@ -63,16 +63,16 @@ def write_true_grammar(model, vocab) -> None:
     synthetic one: one-hot symbol embeddings, the rule logits in ``rule_out``'s weights, the root
     logits in ``root_out``'s bias, an identity ``term_mlp`` and the emission logits in ``term_out``."""
     grammar, emission = toy_grammar()
-    NT, PT, D = model.num_nonterminals, model.num_preterminals, model.nt_emb.shape[1]
+    NT, PT, D = model.num_nonterminals, model.num_preterminals, model.rules.nt_emb.shape[1]
     floor = -30.0  # stands for log 0
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
         eye = torch.eye(D)
-        model.nt_emb.copy_(eye[:NT])
-        model.pt_emb.copy_(eye[:PT])
-        model.root_out.bias.copy_(grammar.root[0].clamp_min(floor))
-        model.rule_out.weight[:, :NT] = grammar.rules[0].clamp_min(floor).flatten(1).T
+        model.rules.nt_emb.copy_(eye[:NT])
+        model.rules.pt_emb.copy_(eye[:PT])
+        model.rules.root_out.bias.copy_(grammar.root[0].clamp_min(floor))
+        model.rules.rule_out.weight[:, :NT] = grammar.rules[0].clamp_min(floor).flatten(1).T
         model.term_mlp.project.weight.copy_(eye)
         for block in model.term_mlp.blocks:
             block.outer.bias.fill_(-1.0)  # ReLU(-1) = 0: each residual block is the identity

@@ -183,13 +183,14 @@ def test_init_missing_ok_starts_a_low_rank_vae_from_an_exact_one(tmp_path):
         torch.manual_seed(1)
         return zoo.models.StructuredVAE(num_states=4, backend="low-rank", rank=2, decoder_hidden=4, **sizes)
 
-    feature_map = r"missing keys \['inference.feature_map.weight'\].*init_missing_ok"
+    feature_map = r"missing keys \['inference.transition.feature_map.weight'\].*init_missing_ok"
     with pytest.raises(CheckpointError, match=feature_map):
         VAETask(low_rank(), init_from=source)
-    fresh = low_rank().state_dict()["inference.feature_map.weight"]
-    task = VAETask(low_rank(), init_from=source, init_missing_ok=["inference.feature_map.weight"])
+    fresh = low_rank().state_dict()["inference.transition.feature_map.weight"]
+    task = VAETask(low_rank(), init_from=source, init_missing_ok=["inference.transition.feature_map.weight"])
     loaded = task.model.state_dict()
-    assert torch.equal(loaded.pop("inference.feature_map.weight"), fresh)  # kept its initialization
+    # it kept its initialization
+    assert torch.equal(loaded.pop("inference.transition.feature_map.weight"), fresh)
     expected = exact.state_dict()
     assert loaded.keys() == expected.keys() and all(torch.equal(loaded[k], expected[k]) for k in loaded)
     again = VAETask(exact.__class__.from_config(exact.spec()), init_from=source,

@@ -37,7 +37,7 @@ def test_round_trip_identical_outputs_and_files(saved):
     model, folder = saved
     assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     config = json.loads((folder / "config.json").read_text())
-    assert config["zoo_format_version"] == 1 and config["zoo_version"] == zoo.__version__
+    assert config["zoo_format_version"] == 3 and config["zoo_version"] == zoo.__version__  # the heads
     assert config["class_path"] == "zoo.models.CategoricalHMM"
     assert config["init_args"] == model.config and config["dtype"] == "float32"
     loaded = zoo.from_pretrained(folder)
@@ -73,9 +73,9 @@ def test_half_storage_loads_back_in_the_compute_dtype(tmp_path):
     full = model.save_pretrained(tmp_path / "full")
     half = model.save_pretrained(tmp_path / "half", storage_dtype="float16")
     config = read_config(half)
-    assert (config["zoo_format_version"], config["dtype"]) == (2, "float16")
+    assert (config["zoo_format_version"], config["dtype"]) == (3, "float16")  # the heads: 3, not 2
     assert config["compute_dtype"] == "float32"
-    assert "compute_dtype" not in read_config(full) and read_config(full)["zoo_format_version"] == 1
+    assert "compute_dtype" not in read_config(full) and read_config(full)["zoo_format_version"] == 3
     stored = load_file(half / "model.safetensors")
     assert {t.dtype for t in stored.values()} == {torch.float16}
     assert 2 * sum(t.nbytes for t in stored.values()) == sum(t.nbytes for t in model.state_dict().values())
@@ -136,14 +136,14 @@ def test_foreign_newer_and_unknown_configs(saved):
     with pytest.raises(CheckpointError, match="not valid JSON .*corrupt or truncated"):
         zoo.from_pretrained(folder)
     cases = [
-        ({"zoo_format_version": 3, "zoo_version": "9.0"}, "format 3 .*reads formats 1..2: upgrade"),
+        ({"zoo_format_version": 4, "zoo_version": "9.0"}, "format 4 .*reads formats 1..3: upgrade"),
         ({"zoo_format_version": "1"}, "must be an int >= 1"),
         ({"class_path": "os.system"}, "only zoo model classes"),
         ({"class_path": "zoo.models.NoSuchModel"}, "cannot build zoo.models.NoSuchModel"),
         ({"class_path": "zoo.tasks.LikelihoodTask"}, "not a zoo model"),
         ({"init_args": {"vocab_size": 17}}, "cannot build"),
         ({"dtype": "int64"}, "floating torch dtype"),
-        ({"compute_dtype": "float64"}, "'compute_dtype' needs zoo_format_version 2, the file says 1"),
+        ({"zoo_format_version": 1, "compute_dtype": "float64"}, "needs zoo_format_version 2 or later"),
         ({"zoo_format_version": 2, "compute_dtype": "long"}, "'compute_dtype' must name a floating"),
     ]
     for changes, message in cases:

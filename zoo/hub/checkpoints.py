@@ -39,7 +39,7 @@ def load_model_weights(
         differences = {
             k: (v, model.config.get(k)) for k, v in config["init_args"].items() if model.config.get(k) != v
         }
-        weights = read_weights(folder, config)
+        weights = model.upgrade_state_dict(read_weights(folder, config))
         expected = model.state_dict()
         weights = {  # weights stored in half precision are cast (exactly) to the model's float32
             k: v.to(expected[k].dtype)
@@ -60,6 +60,7 @@ def load_model_weights(
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} is not a Lightning checkpoint of a zoo task (no 'state_dict')")
     weights = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}
+    weights = model.upgrade_state_dict(weights)  # a checkpoint of an older layout
     if not weights:
         raise CheckpointError(f"{path} holds no model weights (no 'model.*' keys in its state_dict)")
     vocab = checkpoint.get("vocab")

@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 
     from zoo.data.vocab import Vocabulary
 
-FORMAT_VERSION = 2  # bump when config.json or the weights' layout changes; older versions keep loading
-# a folder is written in the lowest format that describes it: 2 only with a ``compute_dtype``
+FORMAT_VERSION = 3  # bump when config.json or the weights' layout changes; older versions keep loading
+# a folder is written in the lowest format that describes it: 2 with a ``compute_dtype``, 3 when its keys
+# include names that a family gave its parameters in format 3 (the backend heads; ``legacy_keys``)
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 CARD_NAME = "README.md"
@@ -75,6 +76,15 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _format_version(model: ZooModel, weights: dict[str, Tensor], compute_dtype: bool) -> int:
+    """The lowest format that describes a folder: 3 if a key has a name given in format 3 (a reader of
+    formats 1-2 would not know it), else 2 with a ``compute_dtype``, else 1."""
+    new_names = model.legacy_keys.values()
+    if any(key == name or key.startswith(name + ".") for key in weights for name in new_names):
+        return 3
+    return 2 if compute_dtype else 1
 
 
 def _write_atomic(path: Path, write) -> None:
@@ -167,7 +177,7 @@ def save_pretrained(
     vocab_sha256 = _write_vocab(directory, model.vocab)
     class_path = public_class_path(model)
     config = {
-        "zoo_format_version": 1 if stored == compute_dtype else 2,
+        "zoo_format_version": _format_version(model, weights, stored != compute_dtype),
         "zoo_version": zoo.__version__,
         "class_path": class_path,
         "init_args": dict(model.config),
@@ -310,7 +320,9 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
             except ValueError as error:
                 raise CheckpointError(f"{path}: {error}") from None
     if "compute_dtype" in config and version < 2:
-        raise CheckpointError(f"{path}: 'compute_dtype' needs zoo_format_version 2, the file says {version}")
+        raise CheckpointError(
+            f"{path}: 'compute_dtype' needs zoo_format_version 2 or later, the file says {version}"
+        )
     if not config["class_path"].startswith("zoo."):
         raise CheckpointError(
             f"{path} names the class {config['class_path']!r}: only zoo model classes (zoo.*) are loaded"
@@ -434,7 +446,10 @@ def load_into(
     model: nn.Module, weights: dict[str, Tensor], source: str, missing_ok: Collection[str] = ()
 ) -> None:
     """Copy ``weights`` into ``model`` after checking all of them first (never a partial load; only the
-    named ``missing_ok`` keys may be absent, and keep the model's values)."""
+    named ``missing_ok`` keys may be absent, and keep the model's values). Keys a zoo model renamed
+    since (its ``legacy_keys``) are read under their new names."""
+    if isinstance(model, ZooModel):
+        weights = model.upgrade_state_dict(weights)
     check_state_dict(model, weights, source, missing_ok)
     model.load_state_dict(weights, strict=not missing_ok)
 

@@ -13,8 +13,8 @@ import enum
 import functools
 import importlib
 import inspect
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
@@ -89,6 +89,24 @@ def weights_will_follow() -> bool:
     return _WEIGHTS_FOLLOW.get()
 
 
+def renamed_key(key: str, renames: Mapping[str, str]) -> str:
+    """``key`` under ``renames`` ({old name: new name}): a key that is an old name, or lies under one
+    (``old.`` ...), takes the new name in its place; other keys are unchanged."""
+    for old, new in renames.items():
+        if key == old or key.startswith(old + "."):
+            return new + key[len(old) :]
+    return key
+
+
+def _rename_legacy_keys(module: ZooModel, state_dict: dict, prefix: str, *args) -> None:
+    """``load_state_dict`` pre-hook of every zoo model: renames its ``legacy_keys`` in place, so that
+    weights saved under the old names (a Lightning checkpoint, a folder of an older format) load."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        new = prefix + renamed_key(key[len(prefix) :], module.legacy_keys)
+        if new != key:
+            state_dict[new] = state_dict.pop(key)
+
+
 def _plain(name: str, value: Any) -> Any:
     """``value`` if it is a plain value (or a list / tuple / dict of them), else a TypeError."""
     if isinstance(value, enum.Enum):  # e.g. zoo.Backend: stored as its string value
@@ -132,6 +150,18 @@ class ZooModel(nn.Module):
     # the longest sequence evaluation takes (events, as ``lengths`` counts them), from the family's cost
     # model (each family's docstring states it); None: no limit (cost linear in the length)
     max_eval_length: int | None = None
+    # state-dict keys a family renamed, {old name: new name} (e.g. {"trans_mlp": "transition.mlp"}, when
+    # the backend heads of checkpoint format 3 took over the parameters): weights saved under the old
+    # names keep loading, through ``upgrade_state_dict`` and a ``load_state_dict`` pre-hook
+    legacy_keys: ClassVar[dict[str, str]] = {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_load_state_dict_pre_hook(_rename_legacy_keys)
+
+    def upgrade_state_dict(self, weights: Mapping[str, Any]) -> dict[str, Any]:
+        """``weights`` with the keys of older layouts (``legacy_keys``) renamed to this model's."""
+        return {renamed_key(key, self.legacy_keys): value for key, value in weights.items()}
 
     def eval_memory(self, batch_size: int, length: int) -> int | None:
         """Bytes that evaluating a batch of ``batch_size`` sequences padded to ``length`` takes at most,

@@ -30,9 +30,16 @@ class RandomizedEvaluation:
         size, limit = self.exact_evaluation
         return self.backend != Backend.RANDOMIZED.value or getattr(self, size) <= getattr(self, limit)
 
-    def exact_or_randomized(self, generator: torch.Generator | None = None) -> tuple[str, RDPOptions | None]:
-        """(backend, options) for factors the exact and the randomized backends share: "exact" for the
-        exact backend and for an exact evaluation, else "randomized" with the model's options."""
-        if self.backend == Backend.EXACT.value or (not self.training and self.evaluation_is_exact()):
+    def engine_backend(
+        self, generator: torch.Generator | None = None, exact: bool | None = None
+    ) -> tuple[str, RDPOptions | None]:
+        """(backend, options) the engine runs the family's factors with: the model's backend, except for
+        ``randomized``, which runs exactly when ``exact`` (default: in eval mode when
+        ``evaluation_is_exact()``) and otherwise with the model's options (``generator`` seeds them)."""
+        if self.backend != Backend.RANDOMIZED.value:
+            return self.backend, None
+        if exact is None:
+            exact = not self.training and self.evaluation_is_exact()
+        if exact:
             return Backend.EXACT.value, None
         return Backend.RANDOMIZED.value, RDPOptions(self.k1, self.k2, self.proposal, generator)

@@ -25,7 +25,7 @@ from zoo.data.vocab import Vocabulary
 from zoo.hub.checkpoints import load_model_weights
 from zoo.hub.pretrained import CheckpointError, load_into
 from zoo.metrics import NegativeLogLikelihood, Perplexity
-from zoo.models.base import ZooModel, weights_follow
+from zoo.models.base import ZooModel, renamed_key, weights_follow
 from zoo.tasks.interrupt import InterruptDynamicPrograms
 
 # evaluation's budget for the cost model's estimate of a batch (``max_eval_memory``): the device's memory
@@ -48,7 +48,7 @@ class LikelihoodTask(pl.LightningModule):
             (a pretrained-model folder or a Hub repo id, honouring ``HF_HUB_OFFLINE``). The weights
             must fit the model exactly (same class, keys, shapes); nothing is loaded otherwise.
         init_missing_ok: names of the model's weights that ``init_from`` may lack; those it lacks keep
-            their initialization, e.g. ``["inference.feature_map.weight"]`` to start a low-rank VAE
+            their initialization, e.g. ``["inference.transition.feature_map.weight"]`` to start a low-rank VAE
             from an exact one. Every other weight must be there.
         eval_seeds: seeds of a random evaluation (models with ``evaluation_is_exact() == False``).
         max_eval_length: validation and test refuse a batch with a longer sequence (events, as
@@ -106,10 +106,8 @@ class LikelihoodTask(pl.LightningModule):
         self.max_eval_memory = (
             max_eval_memory if max_eval_memory == "auto" else parse_bytes(max_eval_memory, "max_eval_memory")
         )
-        if init_missing_ok is not None:
-            check_missing_ok(init_missing_ok, self.model)
+        missing_ok = () if init_missing_ok is None else checked_missing_ok(init_missing_ok, self.model)
         if init_from is not None:
-            missing_ok = init_missing_ok or ()
             try:
                 weights, vocab = load_model_weights(init_from, self.model, missing_ok)
                 load_into(self.model, weights, init_from, missing_ok)
@@ -352,13 +350,16 @@ def check_same_vocab(given: Vocabulary | None, data: Vocabulary | None, what: st
     )
 
 
-def check_missing_ok(names, model: ZooModel) -> None:
-    """ValueError unless ``names`` (``init_missing_ok``) is a list of the model's weight names."""
+def checked_missing_ok(names, model: ZooModel) -> list[str]:
+    """``names`` (``init_missing_ok``) under the model's current names (a name it renamed since, in its
+    ``legacy_keys``, under the new one); ValueError unless they are a list of the model's weight names."""
     if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
         raise ValueError(f"init_missing_ok must be a list of weight names, got {names!r}")
-    unknown = sorted(set(names) - set(model.state_dict()))
+    renamed = [renamed_key(name, model.legacy_keys) for name in names]
+    unknown = sorted(set(renamed) - set(model.state_dict()))
     if unknown:
         raise ValueError(
             f"init_missing_ok names {unknown}, which {type(model).__name__} does not have; its weights are "
             f"{sorted(model.state_dict())[:20]}"
         )
+    return renamed

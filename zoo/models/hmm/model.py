@@ -55,7 +55,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from zoo.inference import Backend, DenseChain, LinearChain, LowRankChain, RankSpaceChain
+from zoo.inference import Backend, LinearChain
 from zoo.inference.rdp import PROPOSALS
 from zoo.models.arguments import (
     RANK_BACKENDS,
@@ -67,7 +67,8 @@ from zoo.models.arguments import (
 from zoo.models.base import ZooModel, renamed, scoring
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
 from zoo.models.evaluation import RandomizedEvaluation
-from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
+from zoo.models.layers import ResidualMLP, embedding_table
+from zoo.models.transitions import TRANSITION_HEADS, TRANSITION_LEGACY_KEYS
 
 INITIALIZATIONS = ("embeddings", "app-d")
 
@@ -90,6 +91,7 @@ class HMM(RandomizedEvaluation, ZooModel):
     """
 
     exact_evaluation = ("num_states", "exact_max_states")
+    legacy_keys = TRANSITION_LEGACY_KEYS
 
     def eval_memory(self, batch_size: int, length: int) -> int:
         """Four float32 copies of the B x T x N scores and of the N x V emission table, six for the
@@ -178,20 +180,15 @@ class HMM(RandomizedEvaluation, ZooModel):
         self.start_query = nn.Parameter(torch.randn(D) / D**0.5)  # q
         self.start_mlp = mlp()  # h_s
         self.emit_mlp = mlp()  # h_E: component (state or rank) -> emission hidden
-        if parsed is Backend.RANK_SPACE:
-            self.rank_emb = embedding_table(rank, D)  # g_r
-            self.rank_dropout = nn.Dropout(dropout)
-        else:
-            self.trans_mlp = mlp()  # h_T
-        if parsed is Backend.LOW_RANK:
-            self.feature_map = ExpFeatureMap(D, rank)
+        # the backend's transition: softmax, low-rank features or rank-space CPD (zoo.models.transitions)
+        self.transition = TRANSITION_HEADS[parsed](D, mlp, rank, dropout, self_transitions=True)
 
     def _initialize(self) -> None:
         """Apply ``initialization`` (module docstring); subclasses call it once their emission exists."""
         if self.initialization != "app-d":
             return
         for name, parameter in self.named_parameters():
-            if parameter.dim() < 2 or name.startswith("feature_map."):
+            if parameter.dim() < 2 or name.startswith("transition.feature_map."):
                 continue
             if name in ("state_emb", "next_state_emb") or name.startswith("emission."):
                 nn.init.normal_(parameter)
@@ -219,30 +216,6 @@ class HMM(RandomizedEvaluation, ZooModel):
         """log p(z_1) (rank-space: log s(z_0)): N. prev: N x D state embeddings e_z."""
         return torch.log_softmax(prev @ self.start_mlp(self.start_query), -1)
 
-    def _transition_log_probs(self, prev: Tensor, nxt: Tensor) -> Tensor:
-        """log p(z_t = j | z_{t-1} = i) at [i, j]: N x N (softmax HMM only)."""
-        return torch.log_softmax(self.trans_mlp(prev) @ nxt.T, -1)
-
-    def _low_rank_features(self, prev: Tensor, nxt: Tensor, features: Tensor | None) -> tuple[Tensor, Tensor]:
-        """phi(h_T(e_i)) and phi(f_j): N x R each (R reduced by feature dropout)."""
-        left = self.feature_map(self.trans_mlp(prev), shift="row")
-        right = self.feature_map(nxt, shift="global")
-        if features is not None:
-            left, right = left[:, features], right[:, features]
-        return left, right
-
-    def _rank_factors(
-        self, prev: Tensor, nxt: Tensor, features: Tensor | None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """U = p(r | z_{t-1}) (rows sum to 1), V = p(z_t | r) (columns sum to 1), both N x R, and
-        the rank emission hidden vectors R x D."""
-        ranks = self.rank_dropout(self.rank_emb)
-        if features is not None:
-            ranks = ranks[features]
-        U = torch.softmax(prev @ ranks.T, -1)
-        V = torch.softmax(nxt @ ranks.T, 0)
-        return U, V, self.emit_mlp(ranks)
-
     def distributions(self) -> dict[str, Tensor]:
         """The model's normalized distributions over all states (no state / feature dropout).
 
@@ -253,18 +226,12 @@ class HMM(RandomizedEvaluation, ZooModel):
         For inspection and tests; call it in eval mode (the MLPs' dropout is active in training).
         """
         prev, nxt = self.state_emb, self.next_state_emb
-        start = self._start_log_probs(prev).exp()
-        if self.backend == Backend.RANK_SPACE.value:
-            U, V, hidden = self._rank_factors(prev, nxt, None)
-            return {"start": start, "U": U, "V": V, "emission": self.emission.table(hidden)}
-        if self.backend == Backend.LOW_RANK.value:
-            left, right = self._low_rank_features(prev, nxt, None)
-            scores = left @ right.T
-            transition = scores / scores.sum(-1, keepdim=True)
-        else:
-            transition = self._transition_log_probs(prev, nxt).exp()
-        emission = self.emission.table(self.emit_mlp(prev))
-        return {"start": start, "transition": transition, "emission": emission}
+        components = self.transition.components(prev)
+        return {
+            "start": self._start_log_probs(prev).exp(),
+            **self.transition.distributions(prev, nxt),
+            "emission": self.emission.table(self.emit_mlp(components)),
+        }
 
     # --- inference --------------------------------------------------------------------------
     def _observations(self, batch: dict) -> tuple[Tensor, Tensor]:
@@ -290,16 +257,10 @@ class HMM(RandomizedEvaluation, ZooModel):
         if states is not None:
             prev, nxt = prev[states], nxt[states]
         start = self._start_log_probs(prev)
-        if self.backend == Backend.RANK_SPACE.value:
-            U, V, hidden = self._rank_factors(prev, nxt, features)
-            emission = self._emission_log_probs(hidden, observations)  # B x T x R
-            return LinearChain(RankSpaceChain(start.exp(), U, V, emission), lengths, "rank-space")
-        unary = self._emission_log_probs(self.emit_mlp(prev), observations)  # B x T x N
-        if self.backend == Backend.LOW_RANK.value:
-            left, right = self._low_rank_features(prev, nxt, features)
-            return LinearChain(LowRankChain(unary, left, right, init=start), lengths, "low-rank")
-        factors = DenseChain(unary, self._transition_log_probs(prev, nxt), init=start)
-        return LinearChain(factors, lengths, *self.exact_or_randomized(generator))
+        components = self.transition.components(prev, features)  # states, or rank components
+        unary = self._emission_log_probs(self.emit_mlp(components), observations)  # B x T x C
+        factors = self.transition.chain(unary, start, prev, nxt, components, features)
+        return LinearChain(factors, lengths, *self.engine_backend(generator))
 
     @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
@@ -317,7 +278,7 @@ class HMM(RandomizedEvaluation, ZooModel):
 
     def extra_repr(self) -> str:
         extra = f", rank={self.rank}" if self.rank is not None else ""
-        if self.backend == Backend.RANDOMIZED.value:
+        if self.k1 is not None:  # randomized
             extra += f", k1={self.k1}, k2={self.k2}, proposal={self.proposal!r}"
         return f"num_states={self.num_states}, backend={self.backend!r}{extra}"
 

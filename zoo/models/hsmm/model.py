@@ -44,13 +44,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from zoo.inference import (
-    Backend,
-    DenseSemiMarkov,
-    LowRankSemiMarkov,
-    RankSpaceSemiMarkov,
-    SemiMarkovChain,
-)
+from zoo.inference import Backend, SemiMarkovChain
 from zoo.inference.rdp import PROPOSALS
 from zoo.inference.semimarkov import to_frame_states
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
@@ -58,8 +52,9 @@ from zoo.models.base import ZooModel, renamed, scoring
 from zoo.models.durations import duration_log_probs, duration_outputs
 from zoo.models.emissions import GaussianEmission
 from zoo.models.evaluation import RandomizedEvaluation
-from zoo.models.layers import ExpFeatureMap, ResidualMLP, embedding_table
+from zoo.models.layers import ResidualMLP, embedding_table
 from zoo.models.projection import InputProjection
+from zoo.models.transitions import TRANSITION_HEADS, TRANSITION_LEGACY_KEYS
 
 
 class GaussianHSMM(RandomizedEvaluation, ZooModel):
@@ -96,6 +91,7 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
     """
 
     exact_evaluation = ("num_states", "exact_max_states")
+    legacy_keys = TRANSITION_LEGACY_KEYS
 
     def eval_memory(self, batch_size: int, length: int) -> int:
         """Three float64 copies of the B x T x D x N duration windows and three float32 copies of the raw
@@ -211,25 +207,14 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
         self.duration = duration
         self.duration_head = nn.Linear(E, duration_outputs(duration, max_duration))
         self.emission = GaussianEmission(feature_dim, E, min_variance)
-        if parsed is Backend.RANK_SPACE:
-            self.rank_emb = embedding_table(rank, E)  # g_r
-            self.rank_dropout = nn.Dropout(dropout)
-        else:
-            self.trans_mlp = mlp()  # h_T
-        if parsed is Backend.LOW_RANK:
-            self.feature_map = ExpFeatureMap(E, rank)
+        # the backend's transition: softmax, low-rank features or rank-space CPD (zoo.models.transitions)
+        self.transition = TRANSITION_HEADS[parsed](E, mlp, rank, dropout, self_transitions)
 
     # --- parameters -------------------------------------------------------------------------
     @property
     def num_labels(self) -> int:
         """How many labels ``segment`` uses: N, or R for rank-space (rank components)."""
-        return self.rank if self.backend == Backend.RANK_SPACE.value else self.num_states
-
-    def _components(self) -> Tensor:
-        """The hidden vectors of the emitting components: N x E (states) or R x E (rank components)."""
-        if self.backend == Backend.RANK_SPACE.value:
-            return self.rank_dropout(self.rank_emb)
-        return self.state_emb
+        return self.rank if self.transition.emits_by_rank else self.num_states
 
     def _start_log_probs(self) -> Tensor:
         """log p(z_1) (rank-space: log p(z_0)): N."""
@@ -240,26 +225,6 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
         outputs = self.duration_head(self.duration_mlp(components))
         return duration_log_probs(self.duration, outputs, self.max_duration)
 
-    def _transition_log_probs(self) -> Tensor:
-        """log p(z_k = j | z_{k-1} = i) at [i, j]: N x N (-inf on the diagonal without self-transitions)."""
-        logits = self.trans_mlp(self.state_emb) @ self.next_state_emb.T
-        if not self.self_transitions:
-            eye = torch.eye(self.num_states, dtype=torch.bool, device=logits.device)
-            logits = logits.masked_fill(eye, float("-inf"))
-        return torch.log_softmax(logits, -1)
-
-    def _low_rank_features(self) -> tuple[Tensor, Tensor]:
-        """phi(h_T(e_i)) and phi(f_j): N x R each."""
-        left = self.feature_map(self.trans_mlp(self.state_emb), shift="row")
-        right = self.feature_map(self.next_state_emb, shift="global")
-        return left, right
-
-    def _rank_factors(self, ranks: Tensor) -> tuple[Tensor, Tensor]:
-        """U = p(r | z_{k-1}) (rows sum to 1) and V = p(z_k | r) (columns sum to 1): N x R each."""
-        U = torch.softmax(self.state_emb @ ranks.T, -1)
-        V = torch.softmax(self.next_state_emb @ ranks.T, 0)
-        return U, V
-
     def distributions(self) -> dict[str, Tensor]:
         """The model's normalized distributions, for inspection and tests (call it in eval mode).
 
@@ -268,25 +233,15 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
         ``transition`` N x N (p(z_k = j | z_{k-1} = i), materialized for low-rank), or ``U``, ``V``
         (N x R) for rank-space.
         """
-        components = self._components()
+        components = self.transition.components(self.state_emb)
         mean, variance = self.emission.moments(self.emit_mlp(components))
-        out = {
+        return {
             "start": self._start_log_probs().exp(),
             "duration": self._duration_log_probs(components).exp(),
             "mean": mean,
             "variance": variance,
+            **self.transition.distributions(self.state_emb, self.next_state_emb),
         }
-        if self.backend == Backend.RANK_SPACE.value:
-            out["U"], out["V"] = self._rank_factors(components)
-        elif self.backend == Backend.LOW_RANK.value:
-            left, right = self._low_rank_features()
-            scores = left @ right.T
-            if not self.self_transitions:
-                scores = scores.fill_diagonal_(0.0)
-            out["transition"] = scores / scores.sum(-1, keepdim=True)
-        else:
-            out["transition"] = self._transition_log_probs().exp()
-        return out
 
     # --- inference --------------------------------------------------------------------------
     def features(self, batch: dict) -> tuple[Tensor, Tensor]:
@@ -323,22 +278,13 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
         ``SemiMarkovChain`` (rank-space: over rank nodes for log Z). ``generator`` seeds the
         randomized backend's draws."""
         features, lengths = self.features(batch)
-        components = self._components()
+        prev, nxt = self.state_emb, self.next_state_emb
+        components = self.transition.components(prev)  # states, or rank components
         unary = self.emission(self.emit_mlp(components), features)  # B x T x C
         duration = self._duration_log_probs(components)  # C x D
         start = self._start_log_probs()
-        if self.backend == Backend.RANK_SPACE.value:
-            U, V = self._rank_factors(components)
-            factors = RankSpaceSemiMarkov(start.exp(), U, V, duration, unary)
-            return SemiMarkovChain(factors, lengths, "rank-space")
-        if self.backend == Backend.LOW_RANK.value:
-            left, right = self._low_rank_features()
-            factors = LowRankSemiMarkov(
-                unary, left, right, duration, start, self_transitions=self.self_transitions
-            )
-            return SemiMarkovChain(factors, lengths, "low-rank")
-        factors = DenseSemiMarkov(unary, self._transition_log_probs(), duration, start)
-        return SemiMarkovChain(factors, lengths, *self.exact_or_randomized(generator))
+        factors = self.transition.semimarkov(unary, start, prev, nxt, components, duration)
+        return SemiMarkovChain(factors, lengths, *self.engine_backend(generator))
 
     @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
@@ -362,7 +308,7 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
         past each length; labels in 0..num_labels-1) and the per-frame labels B x T (-1 past each length).
         """
         dist = self.posterior(batch)
-        if self.backend == Backend.RANK_SPACE.value:
+        if self.transition.emits_by_rank:  # labelled by the rank component that emits each segment
             segmentation = dist.rank_argmax
         else:
             if dist.backend is Backend.RANDOMIZED:  # training, or N > exact_max_states: decode exactly
@@ -372,7 +318,7 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
 
     def extra_repr(self) -> str:
         extra = f", rank={self.rank}" if self.rank is not None else ""
-        if self.backend == Backend.RANDOMIZED.value:
+        if self.k1 is not None:  # randomized
             extra += f", k1={self.k1}, k2={self.k2}, proposal={self.proposal!r}"
         return (
             f"num_states={self.num_states}, feature_dim={self.feature_dim}, "

@@ -40,21 +40,14 @@ import math
 import torch
 from torch import Tensor, nn
 
-from zoo.inference import (
-    Backend,
-    DenseGrammar,
-    LowRankGrammar,
-    RankSpaceGrammar,
-    TreeDistribution,
-    sample_sentences,
-    terminal_scores,
-)
+from zoo.inference import Backend, TreeDistribution, sample_sentences, terminal_scores
 from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.randomized import TREE_PROPOSALS
 from zoo.models.arguments import check_int, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel, gradients_in_evaluation, renamed, scoring
 from zoo.models.evaluation import RandomizedEvaluation
-from zoo.models.layers import ResidualMLP, embedding_table, orthogonal_random_features
+from zoo.models.layers import ResidualMLP
+from zoo.models.pcfg.rules import RULE_HEADS, RULE_LEGACY_KEYS
 
 
 class PCFG(RandomizedEvaluation, ZooModel):
@@ -83,6 +76,7 @@ class PCFG(RandomizedEvaluation, ZooModel):
     card_task_type = "text-generation"
 
     exact_evaluation = ("num_nonterminals", "exact_max_nonterminals")
+    legacy_keys = RULE_LEGACY_KEYS
 
     observation_key = "tokens"
     # Cost model: the inside pass (and the parse's backward) take time ~ B T^3 (NT + PT)^2 and memory
@@ -98,7 +92,7 @@ class PCFG(RandomizedEvaluation, ZooModel):
         it."""
         NT, PT, V = self.num_nonterminals, self.num_preterminals, self.vocab_size
         S, R = NT + PT, self.rank or 0
-        width = {Backend.LOW_RANK.value: NT + 3 * R, Backend.RANK_SPACE.value: R / 2}.get(self.backend, NT)
+        width = self.rules.chart_width()
         rules = (NT + 2 * S) * R if R else NT * S * S  # rank factors, or the dense rule tensor
         return int(4.5 * batch_size * length**3 * width) + 12 * (rules + PT * V)
 
@@ -151,7 +145,7 @@ class PCFG(RandomizedEvaluation, ZooModel):
         self.rank = rank
         self.k1, self.k2, self.proposal = k1, k2, proposal
         self.exact_max_nonterminals = exact_max_nonterminals
-        S, D = NT + PT, embedding_dim
+        D = embedding_dim
 
         def mlp() -> ResidualMLP:
             return ResidualMLP(D, hidden_dim, num_blocks, dropout)
@@ -160,25 +154,10 @@ class PCFG(RandomizedEvaluation, ZooModel):
         self.root_mlp = mlp()
         self.term_mlp = mlp()
         self.term_out = nn.Linear(D, vocab_size)
-        if parsed is Backend.RANK_SPACE:
-            # shared by every role (Yang et al. 2022, App. A); N(0, 1) as in the authors' TN-PCFG code
-            # (REFERENCE §3: Xavier-normal except embeddings): with Xavier-normal tables (std ~0.1) U, V
-            # and W start almost uniform and NT 30 / PT 60, rank 32 stalled near unigram perplexity on PTB
-            self.symbol_emb = nn.Parameter(torch.randn(S, D))
-            self.rank_emb = nn.Parameter(torch.randn(rank, D))
-            self.root_out = nn.Linear(D, NT)
-            self.u_mlp, self.v_mlp, self.w_mlp = mlp(), mlp(), mlp()
-        else:
-            self.nt_emb = embedding_table(NT, D)
-            self.pt_emb = embedding_table(PT, D)
-            self.root_out = nn.Linear(D, NT)
-            self.rule_out = nn.Linear(D, S * S)  # Kim et al.: p(A -> b c) = softmax(W_rule e_A)
-        if parsed is Backend.LOW_RANK:
-            self.head_mlp = mlp()
-            self.pair_in = nn.Linear(2 * D, D)
-            self.pair_mlp = mlp()
-            self.feature_weight = nn.Parameter(orthogonal_random_features(rank, D))
-        if parsed in (Backend.EXACT, Backend.RANDOMIZED):
+        # the backend's rules: dense, low-rank or rank-space (zoo.models.pcfg.rules); the root's and the
+        # symbols' parameters with them
+        self.rules = RULE_HEADS[parsed](NT, PT, D, mlp, rank)
+        if self.rules.xavier_init:
             self._xavier_init()
 
     def _xavier_init(self) -> None:
@@ -190,68 +169,20 @@ class PCFG(RandomizedEvaluation, ZooModel):
         nn.init.xavier_uniform_(self.root_emb.data.view(1, -1))
 
     # --- parameters -------------------------------------------------------------------------
-    def _symbol_embeddings(self) -> tuple[Tensor, Tensor]:
-        """NT x D and PT x D embeddings of the nonterminals and preterminals."""
-        if self.backend == Backend.RANK_SPACE.value:
-            return self.symbol_emb[: self.num_nonterminals], self.symbol_emb[self.num_nonterminals :]
-        return self.nt_emb, self.pt_emb
-
     def root_log_probs(self) -> Tensor:
         """log p(S -> A): NT."""
-        return torch.log_softmax(self.root_out(self.root_mlp(self.root_emb)), -1)
+        return self.rules.root_log_probs(self.root_mlp(self.root_emb))
 
     def emission(self) -> Tensor:
         """log p(w | P): PT x V (rows sum to 1 in probability)."""
-        _, pt = self._symbol_embeddings()
+        _, pt = self.rules.symbols()
         return torch.log_softmax(self.term_out(self.term_mlp(pt)), -1)
-
-    def _dense_rule_logits(self) -> Tensor:
-        """Unnormalized log-scores of A -> b c: NT x S x S."""
-        S = self.num_nonterminals + self.num_preterminals
-        return self.rule_out(self.nt_emb).view(self.num_nonterminals, S, S)
-
-    def _log_features(self, x: Tensor) -> Tensor:
-        """log phi(x) = W x - |x|^2 / 2 of the LPCFG feature map (x scaled by D^(-1/4)): ... x R."""
-        x = x / x.shape[-1] ** 0.25
-        return x @ self.feature_weight.T - 0.5 * (x * x).sum(-1, keepdim=True)
-
-    def _low_rank_grammar(self, root: Tensor) -> LowRankGrammar:
-        NT = self.num_nonterminals
-        logits = self._dense_rule_logits().clone()
-        logits[:, :NT, :NT] = float("-inf")  # that block is carried by the features
-        nt = self.nt_emb
-        log_head = self._log_features(self.head_mlp(nt))  # NT x R
-        pairs = torch.cat([nt.unsqueeze(1).expand(NT, NT, -1), nt.unsqueeze(0).expand(NT, NT, -1)], -1)
-        log_children = self._log_features(self.pair_mlp(self.pair_in(pairs)))  # NT x NT x R
-        # normalize each parent's row over the dense part and the low-rank part, in log space
-        child_mass = torch.logsumexp(log_children.flatten(0, 1), 0)  # R
-        low_rank_mass = torch.logsumexp(log_head + child_mass, -1)  # NT
-        log_norm = torch.logaddexp(logits.flatten(1).logsumexp(-1), low_rank_mass)  # NT
-        shift = log_children.detach().amax()
-        head = (log_head - log_norm.unsqueeze(-1) + shift).exp()  # <= 1: the shift is the max child
-        children = (log_children - shift).exp()  # <= 1
-        rules = logits - log_norm.view(NT, 1, 1)
-        return LowRankGrammar(root, rules, head, children)
-
-    def _rank_space_grammar(self, root: Tensor) -> RankSpaceGrammar:
-        nt = self.symbol_emb[: self.num_nonterminals]
-        ranks = self.rank_emb.T  # D x r
-        U = torch.softmax(self.u_mlp(nt) @ ranks, -1)  # NT x r, rows sum to 1
-        V = torch.softmax(self.v_mlp(self.symbol_emb) @ ranks, 0)  # S x r, columns sum to 1
-        W = torch.softmax(self.w_mlp(self.symbol_emb) @ ranks, 0)
-        return RankSpaceGrammar(root, U, V, W)
 
     def grammar(self) -> GrammarFactors:
         """The grammar's rules as an engine container, shared by the batch (no batch axis):
         ``DenseGrammar`` (exact, randomized), ``LowRankGrammar`` (low-rank) or ``RankSpaceGrammar``
         (rank-space). Every p(A -> . .) and p(S -> .) is normalized; ``emission()`` gives the terms."""
-        root = self.root_log_probs()
-        if self.backend == Backend.RANK_SPACE.value:
-            return self._rank_space_grammar(root)
-        if self.backend == Backend.LOW_RANK.value:
-            return self._low_rank_grammar(root)
-        rules = torch.log_softmax(self._dense_rule_logits().flatten(1), -1).view_as(self._dense_rule_logits())
-        return DenseGrammar(root, rules)
+        return self.rules.grammar(self.root_log_probs())
 
     # --- inference --------------------------------------------------------------------------
     def sentences(self, batch: dict) -> tuple[Tensor, Tensor]:
@@ -288,10 +219,7 @@ class PCFG(RandomizedEvaluation, ZooModel):
         ``generator`` seeds the randomized backend's draws."""
         words, n = self.sentences(batch)
         terms = terminal_scores(self.emission(), words, n)  # B x T x PT
-        grammar = self.grammar()
-        if self.backend != Backend.RANDOMIZED.value:
-            return TreeDistribution(grammar, terms, n, self.backend)
-        return TreeDistribution(grammar, terms, n, *self.exact_or_randomized(generator))
+        return TreeDistribution(self.grammar(), terms, n, *self.engine_backend(generator))
 
     @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
@@ -325,7 +253,7 @@ class PCFG(RandomizedEvaluation, ZooModel):
 
     def extra_repr(self) -> str:
         extra = f", rank={self.rank}" if self.rank is not None else ""
-        if self.backend == Backend.RANDOMIZED.value:
+        if self.k1 is not None:  # randomized
             extra += f", k1={self.k1}, k2={self.k2}, proposal={self.proposal!r}"
         return (
             f"vocab_size={self.vocab_size}, num_nonterminals={self.num_nonterminals}, "

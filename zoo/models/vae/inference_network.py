@@ -14,6 +14,9 @@ and q(z | y) = prod_t Phi(z_{t-1}, z_t) phi(z_t, y_t) / Z. How the chain is comp
   phi(x) = exp(W x) (Chiu et al. 2021): every step O(N R), N x N is never built;
 * ``rank-space`` does not apply; see ``RANK_SPACE_ERROR``.
 
+The transition is a head chosen once from the backend (``CRF_TRANSITIONS``): ``EmbeddingTransition``
+(exact, randomized) or ``FeatureTransition`` (low-rank), which owns the feature map.
+
 ``posterior(r, lengths, exact=True)`` gives the chain every backend represents exactly (dense
 embeddings or low-rank features): evaluation samples and scores q with it (importance sampling).
 """
@@ -23,9 +26,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from zoo.inference import Backend, EmbeddingChain, LinearChain, LowRankChain, RDPOptions
+from zoo.inference import Backend, EmbeddingChain, LinearChain, LowRankChain
+from zoo.inference.chain.factors import ChainFactors
 from zoo.inference.rdp import PROPOSALS
 from zoo.models.arguments import check_int, check_randomized, check_rank
+from zoo.models.evaluation import RandomizedEvaluation
 from zoo.models.layers import ExpFeatureMap
 
 RANK_SPACE_ERROR = (
@@ -39,7 +44,38 @@ RANK_SPACE_ERROR = (
 )
 
 
-class CRFInferenceNetwork(nn.Module):
+class EmbeddingTransition(nn.Module):
+    """log Phi(i, j) = e_i . e_j, the N x N dot products (exact and randomized); no parameters of its own."""
+
+    def __init__(self, num_states: int, dim: int, rank: int | None):
+        super().__init__()
+
+    def factors(self, unary: Tensor, states: Tensor) -> ChainFactors:
+        """The CRF's factors. unary: B x T x N (e_i . r_t); states: N x D (e_i)."""
+        return EmbeddingChain(unary, states)
+
+
+class FeatureTransition(nn.Module):
+    """log Phi(i, j) = log phi(e_i) . phi(e_j), phi(x) = exp(W x) with R features (low-rank)."""
+
+    def __init__(self, num_states: int, dim: int, rank: int | None):
+        super().__init__()
+        self.feature_map = ExpFeatureMap(dim, rank)
+
+    def factors(self, unary: Tensor, states: Tensor) -> ChainFactors:
+        # one detached global shift: it rescales every potential alike, so q is unchanged
+        features = self.feature_map(states, shift="global")
+        return LowRankChain(unary, features, features, normalize=False)
+
+
+CRF_TRANSITIONS = {
+    Backend.EXACT: EmbeddingTransition,
+    Backend.RANDOMIZED: EmbeddingTransition,
+    Backend.LOW_RANK: FeatureTransition,
+}
+
+
+class CRFInferenceNetwork(RandomizedEvaluation, nn.Module):
     """q(z | y) as a linear-chain CRF with state embeddings (see the module docstring).
 
     Args:
@@ -66,7 +102,7 @@ class CRFInferenceNetwork(nn.Module):
         check_int("num_states", num_states)
         check_int("dim", dim)
         parsed = Backend.parse(backend)
-        if parsed is Backend.RANK_SPACE:
+        if parsed not in CRF_TRANSITIONS:
             raise ValueError(RANK_SPACE_ERROR)
         check_randomized(
             parsed,
@@ -91,8 +127,7 @@ class CRFInferenceNetwork(nn.Module):
         self.num_states, self.backend = num_states, parsed.value
         self.k1, self.k2, self.proposal, self.rank = k1, k2, proposal, rank
         self.states = nn.Parameter(torch.randn(num_states, dim) / dim**0.5)  # e_i
-        if parsed is Backend.LOW_RANK:
-            self.feature_map = ExpFeatureMap(dim, rank)
+        self.transition = CRF_TRANSITIONS[parsed](num_states, dim, rank)
 
     def unary(self, r: Tensor) -> Tensor:
         """log phi(z_t = i, y_t) = e_i . r_t: B x T x N. r: B x T x D."""
@@ -111,16 +146,8 @@ class CRFInferenceNetwork(nn.Module):
         Otherwise the randomized chain: one draw of kept states (``generator`` seeds it and Alg. 4's
         Gumbel noise) shared by its entropy and relaxed sample.
         """
-        unary = self.unary(r)
-        if self.backend == Backend.LOW_RANK.value:
-            # one detached global shift: it rescales every potential alike, so q is unchanged
-            features = self.feature_map(self.states, shift="global")
-            return LinearChain(LowRankChain(unary, features, features, normalize=False), lengths, "low-rank")
-        factors = EmbeddingChain(unary, self.states)
-        if exact or self.backend == Backend.EXACT.value:
-            return LinearChain(factors, lengths, "exact")
-        options = RDPOptions(self.k1, self.k2, self.proposal, generator)
-        return LinearChain(factors, lengths, "randomized", options)
+        factors = self.transition.factors(self.unary(r), self.states)
+        return LinearChain(factors, lengths, *self.engine_backend(generator, exact=exact))
 
     def extra_repr(self) -> str:
         extra = f", k1={self.k1}, k2={self.k2}, proposal={self.proposal!r}" if self.k1 is not None else ""

@@ -125,6 +125,8 @@ class StructuredVAE(ZooModel):
     """
 
     card_task_type = "text-generation"
+    # the low-rank head took the feature map over in checkpoint format 3
+    legacy_keys = {"inference.feature_map": "inference.transition.feature_map"}
 
     def eval_memory(self, batch_size: int, length: int) -> int:
         """Four float32 copies of the importance samples' B x T x N scores (``eval_samples`` of them)
