@@ -210,7 +210,7 @@ def state_usage_command(checkpoint: str, out: str, split: str, max_batches: int 
 
 
 def zoo_cli_class():
-    """``LightningCLI`` reading a zoo checkpoint's task and hyperparameters for ``--ckpt_path``."""
+    """``LightningCLI`` with the zoo's options, checks and outputs, on Lightning's public hooks."""
     import torch
     from lightning.pytorch.cli import LightningCLI
 
@@ -343,19 +343,30 @@ def zoo_cli_class():
             }
             Path(path).write_text(json.dumps(results, indent=2) + "\n")
 
-        def _parse_ckpt_path(self) -> None:
-            """Zoo tasks store their class path (``zoo_task``) beside their plain-value
-            hyperparameters, so ``zoo validate --ckpt_path x.ckpt`` needs no model config."""
+        # A zoo task's checkpoint names its class in its hyperparameters (``_class_path``, Lightning's
+        # key for it), so Lightning's own reading of ``--ckpt_path`` rebuilds the task. One written
+        # before it did (structured-zoo <= 0.1.0 saved the class as ``zoo_task`` only) would fail that
+        # reading: for it, the task is read here, and the path is held back from Lightning until
+        # ``before_instantiate_classes``, which comes after Lightning's reading.
+        _held_ckpt_path: str | None = None
+
+        def parse_arguments(self, parser, args) -> None:
+            super().parse_arguments(parser, args)
             subcommand = self.config.get("subcommand")
             path = self.config[subcommand].get("ckpt_path") if subcommand else None
             if not path or not Path(path).is_file():
-                return super()._parse_ckpt_path()
+                return
             checkpoint = torch.load(path, weights_only=True, map_location="cpu")
             task, hparams = checkpoint.get("zoo_task"), checkpoint.get("hyper_parameters")
-            if not task or not hparams:
-                return super()._parse_ckpt_path()
+            if not task or not hparams or "_class_path" in hparams:
+                return
             model = {"class_path": task, "init_args": hparams}
-            self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
+            self.config = parser.parse_object({subcommand: {"model": model, "ckpt_path": None}}, self.config)
+            self._held_ckpt_path = path
+
+        def before_instantiate_classes(self) -> None:
+            if self._held_ckpt_path is not None:
+                self.config[self.subcommand]["ckpt_path"] = self._held_ckpt_path
 
     return ZooCLI
 

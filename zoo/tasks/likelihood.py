@@ -273,10 +273,11 @@ class LikelihoodTask(pl.LightningModule):
             return super().load_from_checkpoint(*args, **kwargs)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Record the task's class path: with the plain-value hyperparameters it rebuilds the task
-        (``zoo validate --ckpt_path``); and the model's vocabulary, if any (plain values, for ``zoo
-        export``)."""
+        """Record the task's class path (``zoo_task``, and ``_class_path`` among the hyperparameters,
+        where LightningCLI's reading of ``--ckpt_path`` finds it): with the plain-value hyperparameters
+        it rebuilds the task; and the model's vocabulary, if any (plain values, for ``zoo export``)."""
         checkpoint["zoo_task"] = f"{type(self).__module__}.{type(self).__qualname__}"
+        checkpoint["hyper_parameters"]["_class_path"] = checkpoint["zoo_task"]
         checkpoint["zoo_progress"] = {"events": int(self._events_seen), "seconds": self._seconds}
         if self.model.vocab is not None:
             checkpoint["vocab"] = self.model.vocab.to_dict()
