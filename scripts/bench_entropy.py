@@ -3,7 +3,7 @@
 Every measured call is ``entropy.sum().backward()`` with respect to the potentials (unary, transition,
 init) of a ``DenseChain``, float32, full-length sequences, one thread. Two methods:
 
-* ``semiring``: ``zoo.inference.chain.entropy.dense_entropy``, what the engines use;
+* ``semiring``: ``zoo.inference.chain.exact.forward`` in the ``Entropy`` semiring, what the engines use;
 * ``probes`` (the baseline, kept here as it was in ``zoo.inference.chain.engine``): H = log Z -
   E[score], E[score] from the gradient of log Z w.r.t. zero probes on unary, transition and init,
   taken with ``create_graph=True`` so that H stays differentiable; for a shared transition one
@@ -91,7 +91,7 @@ QUICK = Plan(
 
 # --- the baseline ----------------------------------------------------------------------------------------
 def probe_entropy(chain, lengths: Tensor) -> Tensor:
-    """The previous ``dense_entropy`` (without the randomized ``log_weights``)."""
+    """The chain entropy before the semiring forward (without the randomized ``log_weights``)."""
     from zoo.inference.chain.factors import DenseChain
 
     if not chain.shared:
@@ -110,8 +110,8 @@ def probe_entropy(chain, lengths: Tensor) -> Tensor:
 def probe_expected_score(chain, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """(log Z, E[score]): the gradient of log Z w.r.t. zero probes, kept differentiable."""
     from zoo.inference.chain import exact
-    from zoo.inference.chain.entropy import finite
     from zoo.inference.chain.factors import DenseChain
+    from zoo.inference.numerics import finite_or_zero as finite
 
     potentials = (chain.unary, chain.transition, chain.init)
     with torch.enable_grad():
@@ -125,9 +125,10 @@ def probe_expected_score(chain, lengths: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def semiring_entropy(chain, lengths: Tensor) -> Tensor:
-    from zoo.inference.chain.entropy import dense_entropy
+    from zoo.inference.chain.exact import forward
+    from zoo.inference.semiring import Entropy
 
-    return dense_entropy(chain, lengths)
+    return forward(chain, lengths, Entropy)[0]
 
 
 ENTROPY: dict[str, Callable] = {"probes": probe_entropy, "semiring": semiring_entropy}

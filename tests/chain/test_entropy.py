@@ -1,4 +1,5 @@
-"""The dense entropy's value and gradient against a differentiable brute-force enumeration (float64).
+"""The dense entropy (the forward in the entropy semiring): its value and gradient against a
+differentiable brute-force enumeration (float64).
 
 Shared and per-position transitions, ragged lengths at B > 1, -inf transitions, states and initial
 entries, and the randomized form (importance weights in the chain, kept out of the score). The
@@ -16,7 +17,8 @@ from hypothesis import strategies as st
 from strategies import DTYPE, chain_specs, tensors
 
 from zoo.inference import DenseChain, LinearChain
-from zoo.inference.chain.entropy import dense_entropy
+from zoo.inference.chain.exact import forward
+from zoo.inference.semiring import Entropy
 
 EXAMPLES = settings(max_examples=int(os.environ.get("ZOO_TEST_EXAMPLES", 25)), deadline=None)
 
@@ -95,11 +97,11 @@ def test_randomized_entropy_and_its_gradient(chain, data, seed):
     """With log_weights folded into the unary: log Z of the weighted chain minus its expected score."""
     unary, transition, init, lengths = chain
     log_weights = data.draw(tensors(tuple(unary.shape))).requires_grad_(True)
-    entropy = dense_entropy(DenseChain(unary + log_weights, transition, init), lengths, log_weights)
+    entropy = forward(DenseChain(unary + log_weights, transition, init), lengths, Entropy, log_weights)[0]
     expected = enumerated_entropy(unary, transition, init, lengths, log_weights)
     assert_value_and_gradient(entropy, expected, [unary, transition, init, log_weights], seed)
 
 
 def test_no_graph_without_grad():
     chain = DenseChain(torch.randn(2, 3, 4), torch.randn(4, 4))
-    assert not dense_entropy(chain, torch.tensor([3, 1])).requires_grad
+    assert not forward(chain, torch.tensor([3, 1]), Entropy)[0].requires_grad

@@ -7,9 +7,9 @@ A backend (``ChainEngine`` subclass) supplies two primitives on its own factors:
 
 From these the base class derives every operation, once, for all backends: marginals (gradient of
 log Z w.r.t. a zero unary probe), pairwise marginals (the same on a per-position probe of the dense
-form), entropy (a forward of conditional prefix entropies on the dense form, ``entropy``), log_prob, Viterbi
-(on the dense form), exact forward-filtering backward-sampling with the Gumbel-max trick, and the
-Gumbel-softmax relaxed sample.
+form), entropy (the forward in the entropy semiring on the dense form, ``exact.forward``), log_prob,
+Viterbi (the max-product forward on the dense form and the walk back), exact forward-filtering
+backward-sampling with the Gumbel-max trick, and the Gumbel-softmax relaxed sample.
 A backend overrides an operation only where it has a better algorithm, and declares in
 ``capabilities`` how each operation is computed (the README's capability table is generated from it).
 """
@@ -20,11 +20,11 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain import exact
-from zoo.inference.chain.entropy import dense_entropy
 from zoo.inference.chain.factors import ChainFactors, DenseChain
 from zoo.inference.engines import Engine, register_engine
 from zoo.inference.kinds import NATIVE
 from zoo.inference.numerics import gumbel_noise, needs_grad
+from zoo.inference.semiring import Entropy, Max
 
 
 def gumbel_backward(
@@ -34,8 +34,11 @@ def gumbel_backward(
     num_samples: int,
     temperature: float | None,
     generator: torch.Generator | None,
+    noise: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
-    """Backward sampling from forward variables with Gumbel noise (exact FFBS via Gumbel-max).
+    """Backward sampling from forward variables with Gumbel noise (exact FFBS via Gumbel-max); without
+    ``noise``, from max-product forward variables, the Viterbi walk back (each state the best
+    predecessor of the next).
 
     Args:
         log_alphas: B x T x K log forward variables.
@@ -58,7 +61,7 @@ def gumbel_backward(
         inner = lengths - 1 > t  # B
         if t < T - 1 and bool(inner.any()):
             logits = torch.where(inner.view(1, B, 1), logits + column(t + 2, nxt), logits)
-        noisy = logits + gumbel_noise((S, B, K), log_alphas, generator)
+        noisy = logits + gumbel_noise((S, B, K), log_alphas, generator) if noise else logits
         pick = noisy.argmax(-1)
         active = (lengths - 1 >= t).view(1, B)
         hard[:, :, t] = torch.where(active, pick, -1)
@@ -123,8 +126,8 @@ class ChainEngine(Engine):
         return grad
 
     def entropy(self, factors: ChainFactors, lengths: Tensor) -> Tensor:
-        """H by a forward of conditional prefix entropies on the dense form (``entropy``); differentiable."""
-        return dense_entropy(factors.dense(), lengths)
+        """H by the forward in the entropy semiring on the dense form; differentiable."""
+        return exact.forward(factors.dense(), lengths, Entropy)[0]
 
     def log_prob(self, factors: ChainFactors, lengths: Tensor, states: Tensor) -> Tensor:
         """log p(states) = score - log Z, clamped at 0 so round-off never gives log p > 0."""
@@ -132,8 +135,13 @@ class ChainEngine(Engine):
         return log_p.clamp_max(0.0)
 
     def argmax(self, factors: ChainFactors, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """Viterbi on the dense form: (best score (B,), states B x T)."""
-        return exact.viterbi(factors.dense(), lengths)
+        """Viterbi on the dense form, the max-product forward and the walk back: (best score (B,),
+        states B x T)."""
+        dense = factors.dense()
+        score, deltas = exact.forward(dense, lengths, Max)
+        with torch.no_grad():
+            best, _ = gumbel_backward(deltas, dense.transition_columns, lengths, 1, None, None, noise=False)
+        return score, best[0]
 
     def sample(
         self, factors: ChainFactors, lengths: Tensor, n: int, generator=None
@@ -168,7 +176,7 @@ class ExactEngine(ChainEngine):
                           "underflow could bite), hand-written backward"),
         "marginals": (NATIVE, "autograd of log Z"),
         "pairwise_marginals": (NATIVE, "autograd of log Z, B x (T-1) x N x N"),
-        "entropy": (NATIVE, "forward of conditional prefix entropies (Alg. 3 recursion), differentiable"),
+        "entropy": (NATIVE, "the forward in the entropy semiring (Alg. 3 recursion), differentiable"),
         "log_prob": (NATIVE, "score - log Z"),
         "argmax": (NATIVE, "Viterbi"),
         "sample": (NATIVE, "forward filtering, backward sampling"),

@@ -5,8 +5,9 @@
 * ``log_forward``: the same forward with plain autograd; handles per-position B x (T-1) x N x N
   potentials without allocating more than one position's block at a time, and is twice
   differentiable.
-* ``viterbi``: max-product with back-pointers, chunked so a step never holds more than
-  ``VITERBI_CHUNK`` elements.
+* ``forward``: the forward in a semiring (``zoo.inference.semiring``): ``Max`` for Viterbi (the engine
+  walks back through its values), ``Entropy`` for the entropy (Fu et al. 2022, Alg. 3: each state's
+  conditional entropy of the prefix, never a difference of two large numbers), ``Log`` for log Z.
 
 Shapes: B batch, T positions, N states. Every function takes ``lengths`` (B,), 1 <= length <= T.
 """
@@ -18,14 +19,8 @@ from torch import Tensor
 
 from zoo.inference.chain import scaled
 from zoo.inference.chain.factors import DenseChain
-
-VITERBI_CHUNK = 2**25
-
-
-def _last(values: Tensor, lengths: Tensor) -> Tensor:
-    """values B x T x ... -> B x ... at position lengths - 1."""
-    idx = (lengths - 1).view(-1, *([1] * (values.dim() - 1))).expand(-1, 1, *values.shape[2:])
-    return values.gather(1, idx).squeeze(1)
+from zoo.inference.chain.scaled import check_alive
+from zoo.inference.semiring import Log, MatrixStep, Semiring
 
 
 def log_space(chain: DenseChain) -> scaled.ScaledChain:
@@ -49,37 +44,64 @@ def log_forward(chain: DenseChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
     return scaled.forward(log_space(chain), lengths)
 
 
-def viterbi(chain: DenseChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """Max-product decoding.
+class ChainStep:
+    """The transition into position t (from t - 1) of a dense chain, shared or per position, in each
+    semiring (``MatrixStep``'s guarded products)."""
 
+    def __init__(self, chain: DenseChain):
+        self.shared = MatrixStep(chain.transition) if chain.shared else None
+        self.blocks = None if chain.shared else chain.transition.unbind(1)
+
+    def at(self, t: int) -> MatrixStep:
+        return self.shared if self.shared is not None else MatrixStep(self.blocks[t - 1])
+
+    def __call__(self, t: int, x: Tensor, live: Tensor | None = None) -> Tensor:
+        return self.at(t)(t, x, live)
+
+    def max(self, t: int, x: Tensor, live: Tensor | None = None) -> Tensor:
+        return self.at(t).max(t, x, live)
+
+    def entropy(self, t: int, x: Tensor, H: Tensor, live: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        return self.at(t).entropy(t, x, H, live)
+
+
+def forward(
+    chain: DenseChain, lengths: Tensor, semiring: Semiring = Log, log_weights: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """The forward in a semiring, each position's values shifted so that its best state is at 0.
+
+    Args:
+        chain: the dense chain.
+        lengths: (B,).
+        semiring: ``Log``, ``Max`` or ``Entropy`` (``zoo.inference.semiring``).
+        log_weights: ``Entropy`` only: B x T x N importance log-weights already folded into the unary
+            (the randomized entropy of Fu et al. 2022, Alg. 3), added to the carried entropies too, so
+            that they stay out of the score: the result is log Z_hat minus the expected score.
     Returns:
-        the best score (B,) and the best states (B x T, long, -1 past each length).
+        the semiring's answer (B,): log Z, the best score or the entropy; and the shifted forward
+        values ... x B x T x N (junk past each length). A sequence with no surviving path raises.
     """
-    u = chain.folded_unary()
-    B, T, N = u.shape
-    delta = u[:, 0]
-    deltas, pointers = [delta], []
-    chunk = max(1, VITERBI_CHUNK // max(1, B * N))
+    u = chain.folded_unary().unbind(1)
+    B, T, _ = chain.unary.shape
+    weights = log_weights.unbind(1) if log_weights is not None else None
+    step = ChainStep(chain)
+    x = semiring.lift(u[0])
+    if weights is not None:
+        x = semiring.carry(x, weights[0])
+    x, shift = semiring.normalized(x)
+    check_alive(shift, lengths > 0)
+    values, shifts = [x], [shift]
     for t in range(1, T):
-        trans = chain.transition if chain.shared else chain.transition[:, t - 1]
-        best = u.new_empty(B, N)
-        arg = torch.empty(B, N, dtype=torch.long, device=u.device)
-        for j in range(0, N, chunk):
-            block = trans[..., j : j + chunk]  # (B x) N x C
-            scores = delta.unsqueeze(-1) + block  # B x N x C
-            best[:, j : j + chunk], arg[:, j : j + chunk] = scores.max(-2)
-        delta = best + u[:, t]
-        deltas.append(delta)
-        pointers.append(arg)
-    deltas = torch.stack(deltas, 1)
-    score, cur = _last(deltas, lengths).max(-1)
-    states = torch.full((B, T), -1, dtype=torch.long, device=u.device)
-    for t in range(T - 1, -1, -1):
-        at_end = lengths - 1 == t
-        inside = lengths - 1 >= t
-        if t < T - 1:
-            back = pointers[t].gather(1, cur.clamp_min(0).unsqueeze(-1)).squeeze(-1)
-            cur = torch.where(lengths - 1 > t, back, cur)
-        cur = torch.where(at_end, _last(deltas, lengths).argmax(-1), cur)
-        states[:, t] = torch.where(inside, cur, states[:, t])
-    return score, states
+        live = lengths > t
+        x = semiring.mul(semiring.step(step, t, x, live), u[t])
+        if weights is not None:
+            x = semiring.carry(x, weights[t])
+        x, shift = semiring.normalized(x)
+        check_alive(shift, live)
+        values.append(x)
+        shifts.append(shift)
+    values = torch.stack(values, -2)
+    valid = torch.arange(T, device=lengths.device) < lengths.unsqueeze(-1)
+    inside = torch.where(valid, torch.stack(shifts, 1), 0).sum(-1)
+    last = values[..., torch.arange(B, device=lengths.device), lengths - 1, :]
+    return semiring.shifted(semiring.result(semiring.sum(last, -1)), inside), values

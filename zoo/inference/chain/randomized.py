@@ -25,11 +25,11 @@ from zoo.inference.chain.engine import (
     ExactEngine,
     gumbel_backward,
 )
-from zoo.inference.chain.entropy import dense_entropy
 from zoo.inference.chain.factors import ChainFactors, DenseChain
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.rdp import KeptStates, SequenceLifecycle
+from zoo.inference.semiring import Entropy
 
 
 def reduced_chain(factors: ChainFactors, kept: KeptStates) -> DenseChain:
@@ -71,7 +71,7 @@ class RandomizedEngine(SequenceLifecycle, ChainEngine):
 
     def entropy(self, factors, lengths):
         kept = self.kept_states(factors)
-        return dense_entropy(reduced_chain(factors, kept), lengths, kept.log_weights)
+        return exact.forward(reduced_chain(factors, kept), lengths, Entropy, kept.log_weights)[0]
 
     def log_prob(self, factors, lengths, states):
         return ExactEngine().log_prob(factors.dense(), lengths, states)

@@ -14,7 +14,6 @@ from torch import Tensor
 
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import NATIVE
-from zoo.inference.numerics import finite_or_zero, logsumexp, needs_grad
 from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.factors import (
     DenseSemiMarkov,
@@ -23,19 +22,18 @@ from zoo.inference.semimarkov.factors import (
     cumulative,
 )
 from zoo.inference.semimarkov.forward import (
-    MatrixStep,
     Problem,
     backtrack,
-    entropy,
     factorized_choice,
     forward,
 )
+from zoo.inference.semiring import Entropy, Log, MatrixStep, Max, Semiring
 
 
 def dense_problem(f: DenseSemiMarkov) -> Problem:
     """The forward's operands for a dense HSMM."""
     step = MatrixStep(f.transition)
-    return Problem(cumulative(f.unary), f.duration, f.init, step, step.max)
+    return Problem(cumulative(f.unary), f.duration, f.init, step)
 
 
 def dense_log_partition(f: DenseSemiMarkov, lengths: Tensor, probe: Tensor | None = None) -> Tensor:
@@ -45,7 +43,7 @@ def dense_log_partition(f: DenseSemiMarkov, lengths: Tensor, probe: Tensor | Non
 def dense_argmax(f: DenseSemiMarkov, lengths: Tensor) -> tuple[Tensor, Tensor]:
     with torch.no_grad():
         problem = dense_problem(f)
-        score, ends = forward(problem, lengths, semiring="max")
+        score, ends = forward(problem, lengths, semiring=Max)
         choice = factorized_choice(problem, ends, f.transition_columns)
         seg, _ = backtrack(ends, None, choice, lengths, f.max_duration, 1, noise=False)
     return score, seg[0]
@@ -59,26 +57,26 @@ def factorized_sample(problem: Problem, columns, lengths, n, temperature, genera
 
 
 # --- the general per-segment form ---------------------------------------------------------------------
-def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: str = "log", first=None, edge=None):
-    """log Z (or the best score) (B,) and ends B x (T+1) x N: ends[:, t, j] = the total score of the
-    prefixes whose last segment ends at frame t with state j."""
+def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: Semiring = Log, first=None, edge=None):
+    """The semiring's answer (B,): log Z, the best score or the entropy (``zoo.inference.semiring``),
+    and ends ... x B x (T+1) x N: ends[..., t, j] = the semiring's total over the prefixes whose last
+    segment ends at frame t with state j."""
     first = f.first if first is None else first
     edge = f.edge if edge is None else edge
     B, D, N = first.shape
     T = f.max_length
-    reduce = logsumexp if semiring == "log" else (lambda x, dim: x.amax(dim))
-    ends = [first.new_full((B, N), float("-inf"))]
+    ends = [semiring.lift(first.new_full((B, N), float("-inf")))]
     for t in range(1, T + 1):
-        parts = [first[:, t - 1]] if t <= D else []
+        parts = [semiring.lift(first[:, t - 1])] if t <= D else []
         n = min(D, t - 1)
         if n >= 1:
             s = torch.arange(t - n, t, device=first.device)
-            x = torch.stack(ends[t - n : t], 1).unsqueeze(-1) + edge[:, s - 1, t - s - 1]  # B x n x N x N
-            parts.append(reduce(x.flatten(1, 2), 1))
-        ends.append(reduce(torch.stack(parts, 1), 1))
-    ends = torch.stack(ends, 1)
-    last = ends[torch.arange(B, device=first.device), lengths]
-    return reduce(last, -1), ends
+            x = semiring.mul(torch.stack(ends[t - n : t], -2).unsqueeze(-1), edge[:, s - 1, t - s - 1])
+            parts.append(semiring.sum(x.flatten(-3, -2), -2))  # over (duration, previous state)
+        ends.append(semiring.sum(torch.stack(parts, -2), -2))
+    ends = torch.stack(ends, -2)
+    last = ends[..., torch.arange(B, device=first.device), lengths, :]
+    return semiring.result(semiring.sum(last, -1)), ends
 
 
 def edge_choice(f: EdgeSemiMarkov, ends: Tensor):
@@ -104,19 +102,6 @@ def edge_choice(f: EdgeSemiMarkov, ends: Tensor):
     return choice
 
 
-def edge_entropy(f: EdgeSemiMarkov, lengths: Tensor) -> Tensor:
-    differentiable = needs_grad(*vars(f).values())
-    with torch.enable_grad():
-        probes = [torch.zeros_like(x, requires_grad=True) for x in (f.first, f.edge)]
-        log_z, _ = edge_forward(f, lengths, first=f.first + probes[0], edge=f.edge + probes[1])
-        g_first, g_edge = torch.autograd.grad(
-            log_z.sum(), probes, create_graph=differentiable, materialize_grads=True
-        )
-    expected = (g_first * finite_or_zero(f.first)).flatten(1).sum(-1)
-    expected = expected + (g_edge * finite_or_zero(f.edge)).flatten(1).sum(-1)
-    return log_z - expected
-
-
 def edge_log_partition(f: EdgeSemiMarkov, lengths: Tensor, probe: Tensor | None = None) -> Tensor:
     first, edge = f.first, f.edge
     if probe is not None:  # probe B x T x D x N: segment (s, d, j)
@@ -136,8 +121,8 @@ class ExactEngine(SemiMarkovEngine):
                           "transition product; rank-space materialized per segment: O(T D N^2)"),
         "segment_marginals": (NATIVE, "autograd of log Z w.r.t. a segment probe"),
         "marginals": (NATIVE, "segment marginals spread over their frames (one cumsum)"),
-        "entropy": (NATIVE, "forward of conditional entropies (Alg. 3 over segments), differentiable; "
-                    "per-segment form: log Z - E[score]"),
+        "entropy": (NATIVE, "the forward in the entropy semiring (Alg. 3 over segments), "
+                    "differentiable"),
         "log_prob": (NATIVE, "score - log Z"),
         "argmax": (NATIVE, "semi-Markov Viterbi"),
         "sample": (NATIVE, "forward filtering, backward sampling of (duration, previous state)"),
@@ -157,13 +142,14 @@ class ExactEngine(SemiMarkovEngine):
         log Z (1e5 nats for long Gaussian HSMMs), so float32 differences inside the D-window lose
         about eps |log Z| each (docs/semimarkov-api.md, "Numerics")."""
         if isinstance(factors, EdgeSemiMarkov):
-            return edge_entropy(factors, lengths)
-        return entropy(dense_problem(factors.double()), lengths).to(factors.unary.dtype)
+            wide = EdgeSemiMarkov(factors.first.double(), factors.edge.double())
+            return edge_forward(wide, lengths, Entropy)[0].to(factors.first.dtype)
+        return forward(dense_problem(factors.double()), lengths, semiring=Entropy)[0].to(factors.unary.dtype)
 
     def argmax(self, factors, lengths):
         if isinstance(factors, EdgeSemiMarkov):
             with torch.no_grad():
-                score, ends = edge_forward(factors, lengths, "max")
+                score, ends = edge_forward(factors, lengths, Max)
                 seg, _ = backtrack(
                     ends, None, edge_choice(factors, ends), lengths, factors.max_duration, 1, noise=False
                 )

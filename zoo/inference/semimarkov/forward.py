@@ -17,7 +17,8 @@ it runs as a guarded product (``zoo.inference.logmatmul``: one matrix product in
 the entries float underflow could have touched recomputed by a log-sum-exp). So the exact DP costs
 O(T (D N + N^2)), the low-rank one O(T (D N + N R)), the rank-space one O(T (D R + R^2)); no
 B x T x D x N x N tensor is ever formed.
-The ``max`` semiring gives the Viterbi forward; ``backtrack`` samples (Gumbel-max) or decodes from it.
+The ``Max`` semiring gives the Viterbi forward, ``Entropy`` the entropy (``zoo.inference.semiring``);
+``backtrack`` samples (Gumbel-max) or decodes from the forward's ends.
 """
 
 from __future__ import annotations
@@ -28,40 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from zoo.inference.logmatmul import Matrix, entropy_step, log_matmul
-from zoo.inference.numerics import finite_or_zero, gumbel_noise, logsumexp
-
-MAX_CHUNK = 2**24  # elements of one block in the max-product transition
-
-
-class MatrixStep:
-    """alpha = lse_i beta[i] + log M[i, j], a guarded product (``zoo.inference.logmatmul``); M is
-    K x K or B x K x K.
-
-    Args:
-        log_matrix: log M (for the exact DP: the transition log-potentials), or None with ``prob``.
-        prob: M itself, non-negative (the rank-space DP's V^T U), or None with ``log_matrix``.
-    """
-
-    def __init__(self, log_matrix: Tensor | None = None, prob: Tensor | None = None):
-        self.matrix = Matrix.from_log(log_matrix) if prob is None else Matrix.from_prob(prob)
-
-    def __call__(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
-        return log_matmul(beta, self.matrix, live)
-
-    def entropy(self, t: int, beta: Tensor, H: Tensor, live: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """The step and the conditional entropies it carries (``logmatmul.entropy_step``)."""
-        return entropy_step(beta, H, self.matrix, live)
-
-    def max(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
-        """max_i beta[i] + log M[i, j], in chunks of columns."""
-        M = self.matrix.log
-        B, K = beta.shape
-        chunk = max(1, MAX_CHUNK // max(1, B * K))
-        out = []
-        for j in range(0, K, chunk):
-            out.append((beta.unsqueeze(-1) + M[..., j : j + chunk]).amax(-2))
-        return torch.cat(out, -1)
+from zoo.inference.numerics import gumbel_noise
+from zoo.inference.semiring import Log, Semiring
 
 
 @dataclass
@@ -73,8 +42,8 @@ class Problem:
         duration: B x K x D duration log-potentials.
         init: B x K log-potentials of the first segment's node.
         step: ``step(t, beta, live)`` -> B x K, the mass entering segments that start at frame t (log);
-            ``live`` (B,) marks the sequences longer than t (the others are junk).
-        max_step: the max-product ``step`` (Viterbi), or None where the backend has none.
+            ``live`` (B,) marks the sequences longer than t (the others are junk). Its ``max`` and
+            ``entropy`` (where the backend has them) are the same step in the other semirings.
         final: K or B x K log end weights, or None.
     """
 
@@ -82,7 +51,6 @@ class Problem:
     duration: Tensor
     init: Tensor
     step: Callable[[int, Tensor], Tensor]
-    max_step: Callable[[int, Tensor], Tensor] | None = None
     final: Tensor | None = None
 
     @property
@@ -108,79 +76,42 @@ def segment_windows(cum: Tensor, D: int, dtype: torch.dtype, probe: Tensor | Non
     return out
 
 
-def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semiring: str = "log"):
-    """Run the forward.
+def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semiring: Semiring = Log):
+    """Run the forward in a semiring (``zoo.inference.semiring``).
 
     Args:
         problem: the operands.
         lengths: (B,) in 1..T.
         probe: optional B x T x D x K log-potentials added to each segment (s, d, node) (a zero probe's
             gradient is the segment marginals).
-        semiring: "log" (sum-product) or "max" (Viterbi).
+        semiring: ``Log`` (sum-product: log Z), ``Max`` (Viterbi: the best score) or ``Entropy`` (the
+            entropy over segmentations: the forward carries each node's conditional entropy of the past,
+            Fu et al. 2022, Alg. 3, over segments; ``problem.step`` then needs ``entropy``).
     Returns:
-        log Z (or the best score) (B,), and ends: B x (T+1) x K, ends[:, t] = beta[t] (ends[:, 0] = -inf;
-        junk past each length).
+        the semiring's answer (B,), and ends: the semiring's values ... x B x (T+1) x K, ends[..., t, :] =
+        beta[t] (ends[..., 0, :] = -inf; junk past each length).
     """
-    cum, dur, init = problem.cum, problem.duration, problem.init
+    cum, dur = problem.cum, problem.duration
     B, T1, K = cum.shape
     T, D = T1 - 1, dur.shape[-1]
-    reduce = logsumexp if semiring == "log" else (lambda x, dim: x.amax(dim))
-    step = problem.step if semiring == "log" else problem.max_step
     dur_rev = dur.transpose(1, 2).flip(1)  # B x D x K, row i holds duration D - i
     # per end frame: B x D x K (one backward for all)
     segments = segment_windows(cum, D, dur.dtype, probe).unbind(1)
-    alphas = [init]
-    betas = [dur.new_full((B, K), float("-inf"))]
+    alphas = [semiring.lift(problem.init)]
+    betas = [semiring.lift(dur.new_full((B, K), float("-inf")))]
     for t in range(1, T + 1):
         n = min(D, t)
-        window = torch.stack(alphas[t - n : t], 1) if n > 1 else alphas[t - 1].unsqueeze(1)
+        window = torch.stack(alphas[t - n : t], -2)
         # row i of the window: a segment starting at s = t - n + i, of duration d = n - i
-        x = window + dur_rev[:, D - n :] + segments[t - 1][:, D - n :]
-        beta = reduce(x, 1)
+        beta = semiring.sum(semiring.mul(window, dur_rev[:, D - n :] + segments[t - 1][:, D - n :]), -2)
         betas.append(beta)
         if t < T:
-            alphas.append(step(t, beta, lengths > t))
-    ends = torch.stack(betas, 1)
-    last = ends[torch.arange(B, device=cum.device), lengths]
+            alphas.append(semiring.step(problem.step, t, beta, lengths > t))
+    ends = torch.stack(betas, -2)
+    last = ends[..., torch.arange(B, device=cum.device), lengths, :]
     if problem.final is not None:
-        last = last + problem.final
-    return reduce(last, -1), ends
-
-
-def entropy(problem: Problem, lengths: Tensor) -> Tensor:
-    """The entropy (B,) of the distribution over segmentations, by the forward of ``forward`` carrying
-    each node's conditional entropy of the past (Fu et al. 2022, Alg. 3, over segments):
-
-        Hb[t, j] = sum_d p(d | segment ends at t in j) (Ha[t - d, j] - log p(d | ...))   (D-window)
-        Ha[t]    = the transition ``step.entropy`` of Hb[t]                           (guarded product)
-        H        = sum_j p(last node j) (Hb[L, j] - log p(last node j))
-
-    Every term is an entropy (non-negative, of the size of a log-probability), so H is never the
-    difference of two large numbers. Differentiable (autograd); ``problem.step`` needs ``entropy``.
-    """
-    cum, dur, init = problem.cum, problem.duration, problem.init
-    B, T1, K = cum.shape
-    T, D = T1 - 1, dur.shape[-1]
-    dur_rev = dur.transpose(1, 2).flip(1)
-    segments = segment_windows(cum, D, dur.dtype).unbind(1)
-    alphas, entropies = [init], [torch.zeros_like(init)]
-    out = init.new_zeros(B)
-    for t in range(1, T + 1):
-        n = min(D, t)
-        x = torch.stack(alphas[t - n : t], 1) + dur_rev[:, D - n :] + segments[t - 1][:, D - n :]
-        beta = logsumexp(x, 1)
-        log_w = x - finite_or_zero(beta).unsqueeze(1)  # log p(duration | end), B x n x K
-        H_end = (log_w.exp() * (torch.stack(entropies[t - n : t], 1) - finite_or_zero(log_w))).sum(1)
-        if bool((lengths == t).any()):
-            last = beta if problem.final is None else beta + problem.final
-            log_p = last - last.logsumexp(-1, keepdim=True)
-            ending = (log_p.exp() * (H_end - finite_or_zero(log_p))).sum(-1)
-            out = torch.where(lengths == t, ending, out)
-        if t < T:
-            alpha, H = problem.step.entropy(t, beta, H_end, lengths > t)
-            alphas.append(alpha)
-            entropies.append(H)
-    return out
+        last = semiring.mul(last, problem.final)
+    return semiring.result(semiring.sum(last, -1)), ends
 
 
 def factorized_choice(problem: Problem, ends: Tensor, columns: Callable[[Tensor], Tensor]):

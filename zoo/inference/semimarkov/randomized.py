@@ -21,7 +21,8 @@ from zoo.inference.rdp import KeptStates, SequenceLifecycle
 from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine, dense_problem
 from zoo.inference.semimarkov.factors import DenseSemiMarkov, LowRankSemiMarkov, cumulative
-from zoo.inference.semimarkov.forward import Problem, entropy, forward
+from zoo.inference.semimarkov.forward import Problem, forward
+from zoo.inference.semiring import Entropy
 
 
 class RandomizedStep:
@@ -88,7 +89,7 @@ class RandomizedEngine(SequenceLifecycle, SemiMarkovEngine):
         dense = factors.dense().double()
         problem = dense_problem(dense)
         problem.step = RandomizedStep(_rows_of(dense.transition), self.kept_states(factors))
-        return entropy(problem, lengths).to(factors.unary.dtype)
+        return forward(problem, lengths, semiring=Entropy)[0].to(factors.unary.dtype)
 
     def log_prob(self, factors, lengths, seg):
         return ExactEngine().log_prob(factors.dense(), lengths, seg)

@@ -19,12 +19,12 @@ from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine
 from zoo.inference.semimarkov.factors import RankSpaceSemiMarkov
 from zoo.inference.semimarkov.forward import (
-    MatrixStep,
     Problem,
     backtrack,
     factorized_choice,
     forward,
 )
+from zoo.inference.semiring import MatrixStep, Max
 
 
 def rank_transition(f: RankSpaceSemiMarkov) -> torch.Tensor:
@@ -78,8 +78,7 @@ def rank_space_argmax(f: RankSpaceSemiMarkov, lengths) -> tuple[torch.Tensor, to
     components, so this is the decoding that scales with N."""
     with torch.no_grad():
         problem = rank_problem(f)
-        problem.max_step = problem.step.max
-        score, ends = forward(problem, lengths, semiring="max")
+        score, ends = forward(problem, lengths, semiring=Max)
         log_h = safe_log(rank_transition(f))
         choice = factorized_choice(problem, ends, lambda r: log_h.T[r])
         seg, _ = backtrack(ends, problem.final, choice, lengths, f.max_duration, 1, noise=False)
