@@ -14,7 +14,9 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+import reductions
 import torch
+from reductions import log_value
 
 NEG_INF = float("-inf")
 
@@ -73,18 +75,6 @@ def _f(x) -> float:
     return float(x)
 
 
-def _log(x: float) -> float:
-    return math.log(x) if x > 0 else NEG_INF
-
-
-def _logsumexp(values) -> float:
-    values = list(values)
-    m = max(values)
-    if m == NEG_INF:
-        return NEG_INF
-    return m + math.log(sum(math.exp(v - m) for v in values))
-
-
 # --------------------------------------------------------------------------- potentials
 def potentials(spec: ChainSpec, b: int):
     """(init[N], unary[L][N], psi[L-1][N][N]) as Python floats for batch element b.
@@ -129,13 +119,13 @@ def potentials(spec: ChainSpec, b: int):
                             raise NotImplementedError("normalize=True with log_rank_weights")
                         num = sum(_f(left[i, r]) * _f(right[j, r]) for r in range(R))
                         den = sum(_f(left[i, r]) * sum(_f(right[kk, r]) for kk in range(N)) for r in range(R))
-                        m[i][j] = _log(num) - math.log(den)
+                        m[i][j] = log_value(num) - math.log(den)
                     else:
                         tot = 0.0
                         for r in range(R):
                             w = 0.0 if lrw is None else _f(lrw[b, p - 1, r])
                             tot += _f(left[i, r]) * math.exp(w) * _f(right[j, r])
-                        m[i][j] = _log(tot)
+                        m[i][j] = log_value(tot)
             psi.append(m)
     elif k == "rankspace":
         start = a["start"].detach().double()
@@ -154,7 +144,7 @@ def potentials(spec: ChainSpec, b: int):
             for z0 in range(N):
                 for r in range(R):
                     tot += st(z0) * _f(Uf[z0, r]) * math.exp(_f(em[b, 0, r])) * _f(Vf[z1, r])
-            init.append(_log(tot))
+            init.append(log_value(tot))
         psi = []
         for p in range(1, L):
             m = [[0.0] * N for _ in range(N)]
@@ -163,7 +153,7 @@ def potentials(spec: ChainSpec, b: int):
                     tot = 0.0
                     for r in range(R):
                         tot += _f(Uf[i, r]) * math.exp(_f(em[b, p, r])) * _f(Vf[j, r])
-                    m[i][j] = _log(tot)
+                    m[i][j] = log_value(tot)
             psi.append(m)
     else:
         raise ValueError(k)
@@ -192,14 +182,12 @@ def scores(spec: ChainSpec, b: int) -> dict:
 
 # --------------------------------------------------------------------------- quantities
 def log_partition(spec: ChainSpec, b: int) -> float:
-    return _logsumexp(scores(spec, b).values())
+    return reductions.log_sum(scores(spec, b).values())
 
 
 def distribution(spec: ChainSpec, b: int) -> dict:
     """{sequence tuple (length L): probability}."""
-    sc = scores(spec, b)
-    logz = _logsumexp(sc.values())
-    return {z: (math.exp(s - logz) if s > NEG_INF else 0.0) for z, s in sc.items()}
+    return reductions.distribution(scores(spec, b))
 
 
 def marginals(spec: ChainSpec, b: int) -> torch.Tensor:
@@ -221,14 +209,12 @@ def pairwise_marginals(spec: ChainSpec, b: int) -> torch.Tensor:
 
 
 def entropy(spec: ChainSpec, b: int) -> float:
-    return -sum(p * math.log(p) for p in distribution(spec, b).values() if p > 0)
+    return reductions.entropy(scores(spec, b))
 
 
 def best(spec: ChainSpec, b: int):
     """(one best sequence, its score)."""
-    sc = scores(spec, b)
-    z = max(sc, key=sc.get)
-    return z, sc[z]
+    return reductions.best(scores(spec, b))
 
 
 def max_score(spec: ChainSpec, b: int) -> float:

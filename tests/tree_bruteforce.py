@@ -19,7 +19,9 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+import reductions
 import torch
+from reductions import log_value
 
 NEG_INF = float("-inf")
 
@@ -106,18 +108,6 @@ class TreeSpec:
         return "TreeSpec(" + ", ".join(parts) + ")"
 
 
-def _log(x: float) -> float:
-    return math.log(x) if x > 0 else NEG_INF
-
-
-def _logsumexp(values) -> float:
-    values = list(values)
-    m = max(values)
-    if m == NEG_INF:
-        return NEG_INF
-    return m + math.log(sum(math.exp(v - m) for v in values))
-
-
 # --------------------------------------------------------------------------- potentials
 def rule_log_potential(spec: TreeSpec, b: int, A: int, bsym: int, csym: int) -> float:
     """log psi(A, bsym, csym) of batch element b, straight from the contract's table."""
@@ -127,11 +117,13 @@ def rule_log_potential(spec: TreeSpec, b: int, A: int, bsym: int, csym: int) -> 
     if spec.kind == "lowrank":
         if bsym < NT and csym < NT:
             head, children = spec.grammar("head", b), spec.grammar("children", b)
-            return _log(sum(float(head[A, r]) * float(children[bsym, csym, r]) for r in range(spec.rank)))
+            terms = (float(head[A, r]) * float(children[bsym, csym, r]) for r in range(spec.rank))
+            return log_value(sum(terms))
         return float(spec.grammar("rules", b)[A, bsym, csym])
     if spec.kind == "rankspace":
         U, V, W = spec.grammar("U", b), spec.grammar("V", b), spec.grammar("W", b)
-        return _log(sum(float(U[A, r]) * float(V[bsym, r]) * float(W[csym, r]) for r in range(spec.rank)))
+        terms = (float(U[A, r]) * float(V[bsym, r]) * float(W[csym, r]) for r in range(spec.rank))
+        return log_value(sum(terms))
     raise ValueError(spec.kind)
 
 
@@ -275,14 +267,12 @@ def tree_scores(spec: TreeSpec, b: int) -> list:
 
 # --------------------------------------------------------------------------- quantities
 def log_partition(spec: TreeSpec, b: int) -> float:
-    return _logsumexp(s for _, s in tree_scores(spec, b))
+    return reductions.log_sum(s for _, s in tree_scores(spec, b))
 
 
 def tree_distribution(spec: TreeSpec, b: int) -> dict:
     """{labelled tree: p(tree)} over every labelled tree of batch element b."""
-    sc = tree_scores(spec, b)
-    logz = _logsumexp(s for _, s in sc)
-    return {t: (math.exp(s - logz) if s > NEG_INF else 0.0) for t, s in sc}
+    return reductions.distribution(dict(tree_scores(spec, b)))
 
 
 def log_prob(spec: TreeSpec, b: int, tree) -> float:
@@ -327,7 +317,7 @@ def preterminal_marginals(spec: TreeSpec, b: int) -> torch.Tensor:
 
 def entropy(spec: TreeSpec, b: int) -> float:
     """-sum p log p over the labelled trees of batch element b."""
-    return -sum(p * math.log(p) for p in tree_distribution(spec, b).values() if p > 0)
+    return reductions.entropy(dict(tree_scores(spec, b)))
 
 
 def best(spec: TreeSpec, b: int, tol: float = 1e-9):
@@ -374,8 +364,7 @@ def sentence_scores(grammar_spec: TreeSpec, emission: torch.Tensor, n: int, b: i
 def sentence_distribution(grammar_spec: TreeSpec, emission: torch.Tensor, n: int, b: int = 0) -> dict:
     """{(words, tree): p(words, tree | length n)} for batch element b (see sentence_scores)."""
     sc = sentence_scores(grammar_spec, emission, n, b)
-    logz = _logsumexp(sc.values())
-    return {key: (math.exp(s - logz) if s > NEG_INF else 0.0) for key, s in sc.items()}
+    return reductions.distribution(sc)
 
 
 # --------------------------------------------------------------------------- tensor form

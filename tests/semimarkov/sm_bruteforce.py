@@ -13,7 +13,9 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import reductions
 import torch
+from reductions import log_value
 
 NEG_INF = float("-inf")
 KINDS = ("dense", "lowrank", "rankspace", "edge")
@@ -67,18 +69,6 @@ class SMSpec:
         return "SMSpec(" + ", ".join(parts) + ")"
 
 
-def _log(x: float) -> float:
-    return math.log(x) if x > 0 else NEG_INF
-
-
-def _lse(values) -> float:
-    values = list(values)
-    m = max(values)
-    if m == NEG_INF:
-        return NEG_INF
-    return m + math.log(sum(math.exp(v - m) for v in values))
-
-
 def compositions(L: int, D: int):
     """All tuples of durations in 1..D summing to L."""
     if L == 0:
@@ -120,7 +110,7 @@ def seg_score(spec: SMSpec, b: int, s: int, d: int, i: int | None, j: int) -> fl
                 tr = NEG_INF
             else:
                 c = 1.0 / sum(inner(i, q) for q in allowed) if a["normalize"] else 1.0
-                tr = _log(c * inner(i, j))
+                tr = log_value(c * inner(i, j))
         return tr + dur + emit
     if spec.kind == "rankspace":
         start = a["start"].detach().double()
@@ -139,7 +129,7 @@ def seg_score(spec: SMSpec, b: int, s: int, d: int, i: int | None, j: int) -> fl
             )
         else:
             tot = sum(float(U[i, r]) * float(V[j, r]) * w[r] for r in range(R))
-        return _log(tot)
+        return log_value(tot)
     if spec.kind == "edge":
         if i is None:
             return float(a["first"][b, d - 1, j])
@@ -171,13 +161,11 @@ def all_structures(spec: SMSpec, b: int):
 
 
 def log_partition(spec: SMSpec, b: int) -> float:
-    return _lse(all_structures(spec, b).values())
+    return reductions.log_sum(all_structures(spec, b).values())
 
 
 def distribution(spec: SMSpec, b: int) -> dict:
-    sc = all_structures(spec, b)
-    z = _lse(sc.values())
-    return {k: (math.exp(v - z) if v > NEG_INF else 0.0) for k, v in sc.items()}
+    return reductions.distribution(all_structures(spec, b))
 
 
 def segment_marginals(spec: SMSpec, b: int) -> torch.Tensor:
@@ -199,13 +187,11 @@ def marginals(spec: SMSpec, b: int) -> torch.Tensor:
 
 
 def entropy(spec: SMSpec, b: int) -> float:
-    return -sum(p * math.log(p) for p in distribution(spec, b).values() if p > 0)
+    return reductions.entropy(all_structures(spec, b))
 
 
 def best(spec: SMSpec, b: int):
-    sc = all_structures(spec, b)
-    k = max(sc, key=sc.get)
-    return k, sc[k]
+    return reductions.best(all_structures(spec, b))
 
 
 def to_tensor_format(segs, T: int) -> list[int]:
