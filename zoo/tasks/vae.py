@@ -37,6 +37,9 @@ class VAETask(LikelihoodTask):
     ``kl_warmup_steps`` (module docstring; 0: none)."""
 
     def __init__(self, *args, kl_warmup_steps: int = 0, **kwargs):
+        # a checkpoint's hyperparameters name the task's class (``_class_path``, Lightning's key,
+        # ``LikelihoodTask.on_save_checkpoint``); Lightning passes it on to a constructor with **kwargs
+        kwargs.pop("_class_path", None)
         super().__init__(*args, **kwargs)
         if not (hasattr(self.model, "elbo") and hasattr(self.model, "importance_estimates")):
             raise TypeError(
