@@ -1,0 +1,146 @@
+"""The inside pass in the entropy semiring (``zoo.inference.semiring.Entropy``) on a dense grammar.
+
+Every chart entry is a pair: the log inside mass beta[i, k, A] (as ``exact.inside`` computes it) and
+H[i, k, A], the entropy of the subtrees of span [i, k) rooted in A, given that root. A span's parts are
+the inside's (two nonterminal or two preterminal children, summed over splits, then the rules; one
+preterminal child, its rules summed over the preterminal per position), each also carrying
+
+    N = sum over its (split, children) of weight x (H_left + H_right - log weight)
+
+in the part's scaled units, from the same products: with P the scaled rules and X the children's summed
+outer products, N = P . E - (P log P) . X, E the outer products weighted by the children's entropies
+minus their log weights (Fu et al. 2022, Alg. 3, over trees, as ``logmatmul.entropy_step`` for chains).
+Then H = N / Y + log Y, Y the part's total: never the difference of log Z and E[score], which loses
+about eps |log Z|. The terms of N / Y are of the size of the part's -log weights, so the engine runs
+this in float64 (``ExactEngine.entropy``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.numerics import finite_or_zero, safe_log
+from zoo.inference.semiring import Entropy
+from zoo.inference.tree.chart import finite_max, root_chart, span_diagonal, to_scaled
+from zoo.inference.tree.exact import block_splits, children, grammar_matmul
+from zoo.inference.tree.factors import DenseGrammar
+
+# a part of a span: (log-scale B x n, total Y B x n x NT, entropy numerator N B x n x NT)
+Part = tuple[Tensor, Tensor, Tensor]
+
+
+def scaled_rules(log_rules: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """G x NT x K1 x K2 log rules -> (log-scale G, P, P log P), P = exp(log rules - scale)."""
+    scale = finite_max(log_rules.flatten(1), -1)
+    log_p = log_rules - scale.view(-1, 1, 1, 1)
+    probs = log_p.exp()
+    return scale, probs, probs * finite_or_zero(log_p)
+
+
+def carried(log_v: Tensor, H: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Scaled children (log-scale ..., v ... x K) and v o (H - log v): the entropy a child brings."""
+    m, v = to_scaled(log_v)
+    return m, v, v * (H - finite_or_zero(log_v - m.unsqueeze(-1)))
+
+
+def split_part(left: tuple[Tensor, Tensor], right: tuple[Tensor, Tensor], rules: tuple) -> Part:
+    """The part of two children of a block, summed over the splits (B x n x s x K each, log mass and
+    entropy), through the block's scaled rules (``scaled_rules``)."""
+    mL, vL, aL = carried(*left)
+    mR, vR, aR = carried(*right)
+    pair = mL + mR
+    m = finite_max(pair, -1)
+    w = (pair - m.unsqueeze(-1)).exp().unsqueeze(-1)  # B x n x s x 1
+    X = (vL * w).transpose(-1, -2) @ vR  # B x n x K1 x K2
+    log_w = finite_or_zero(pair - m.unsqueeze(-1)).unsqueeze(-1)
+    E = (aL * w).transpose(-1, -2) @ vR + (vL * w).transpose(-1, -2) @ aR
+    E = E - (vL * w * log_w).transpose(-1, -2) @ vR  # the splits' own weights
+    scale, probs, p_log_p = rules
+    flat = lambda t: t.flatten(2).transpose(1, 2)  # noqa: E731  G x (K1 K2) x NT
+    Y = grammar_matmul(X.flatten(2), flat(probs))
+    N = grammar_matmul(E.flatten(2), flat(probs)) - grammar_matmul(X.flatten(2), flat(p_log_p))
+    return m + scale.view(-1, 1), Y, N
+
+
+def leaf_part(q: tuple, other: tuple[Tensor, Tensor], at: int, n: int) -> Part:
+    """The part with a preterminal child at each span's position ``at`` and a nonterminal child whose
+    log mass and entropy (B x n x NT) are ``other``; q: the per-position leaf rules (``leaf_rules``)."""
+    q_scale, Q, QL = q
+    mC, vC, aC = carried(*other)
+    Q, QL = Q[:, at : at + n], QL[:, at : at + n]  # B x n x NT x NT
+    Y = torch.einsum("bnac,bnc->bna", Q, vC)
+    N = torch.einsum("bnac,bnc->bna", Q, aC) - torch.einsum("bnac,bnc->bna", QL, vC)
+    return q_scale[:, at : at + n] + mC, Y, N
+
+
+def rule_sum(pattern: str, rule: Tensor, leaf: Tensor) -> Tensor:
+    """einsum of G x NT x ... rules (one grammar, or one per sentence) with B x T x PT leaves."""
+    if rule.shape[0] == 1:
+        return torch.einsum(pattern, rule[0], leaf)
+    return torch.einsum("b" + pattern, rule, leaf)
+
+
+def leaf_rules(grammar: DenseGrammar, terms: Tensor) -> dict:
+    """The rules with their preterminal child summed out at every position, and the same of w log w:
+    {block: (log-scale B x T, Q B x T x NT x NT, QL B x T x NT x NT)}, Q[b, t, A, C] = sum_P P(A, P, C)
+    tv[b, t, P] (leaf on the left; likewise on the right), QL the same sum of P tv log(P tv)."""
+    t_scale, tv = to_scaled(terms)
+    tv_log = tv * finite_or_zero(terms - t_scale.unsqueeze(-1))
+    out = {}
+    for block, pattern in (((False, True), "apc,btp->btac"), ((True, False), "acp,btp->btac")):
+        r_scale, probs, p_log_p = scaled_rules(grammar.rules_block(*block))
+        Q = rule_sum(pattern, probs, tv)
+        QL = rule_sum(pattern, p_log_p, tv) + rule_sum(pattern, probs, tv_log)
+        out[block] = (t_scale + r_scale.view(-1, 1), Q, QL)
+    return out
+
+
+def combined(parts: list[Part]) -> tuple[Tensor, Tensor]:
+    """The span's log mass and entropy (B x n x NT each) from its parts."""
+    top = torch.stack([s for s, _, _ in parts]).amax(0)
+    Y = sum((s - top).exp().unsqueeze(-1) * y for s, y, _ in parts)
+    N = sum((s - top).exp().unsqueeze(-1) * (nn - (s - top).unsqueeze(-1) * y) for s, y, nn in parts)
+    alive = Y > 0
+    safe = torch.where(alive, Y, torch.ones_like(Y))
+    H = torch.where(alive, N / safe + safe.log(), torch.zeros_like(Y))
+    return top.unsqueeze(-1) + safe_log(Y), H
+
+
+def entropy(
+    grammar: DenseGrammar, terms: Tensor, lengths: Tensor, label_scores: Tensor | None = None
+) -> Tensor:
+    """The entropy (B,) of p(tree | sentence), differentiable. terms: B x T x PT (masked past each
+    length); label_scores: optional B x T x (T+1) x NT node log-scores."""
+    T = terms.shape[1]
+    leaves = leaf_rules(grammar, terms) if T >= 3 else {}
+    pair_blocks = ((True, True), (False, False))
+    pair_rules = {block: scaled_rules(grammar.rules_block(*block)) for block in pair_blocks}
+    zero = torch.zeros_like(terms)  # a leaf's entropy
+    mass: list[Tensor | None] = [None, None]
+    ent: list[Tensor | None] = [None, None]
+
+    def child(width: int, start: int, n: int) -> tuple[Tensor, Tensor]:
+        return children(mass, terms, width, start, n), children(ent, zero, width, start, n)
+
+    for w in range(2, T + 1):
+        n = T - w + 1
+        parts = []
+        if w >= 3:  # one leaf child: leaf i + [i+1, i+w), or [i, i+w-1) + leaf i+w-1
+            for block, leaf_at, other_at in (((False, True), 0, 1), ((True, False), w - 1, 0)):
+                parts.append(leaf_part(leaves[block], child(w - 1, other_at, n), leaf_at, n))
+        for block in pair_blocks:
+            splits = block_splits(w, block)
+            if not splits:
+                continue
+            left = [child(s, 0, n) for s in splits]
+            right = [child(w - s, s, n) for s in splits]
+            stacked = [tuple(torch.stack(x, 2) for x in zip(*side)) for side in (left, right)]
+            parts.append(split_part(*stacked, pair_rules[block]))
+        beta, H = combined(parts)
+        if label_scores is not None:
+            beta = beta + span_diagonal(label_scores, w)
+        mass.append(beta)
+        ent.append(H)
+    top = torch.stack((grammar.root + root_chart(mass, lengths), root_chart(ent, lengths)))
+    return Entropy.result(Entropy.sum(top, -1))
