@@ -23,7 +23,7 @@ from torch import Tensor
 from zoo.inference.numerics import finite_or_zero, safe_log
 from zoo.inference.semiring import Entropy
 from zoo.inference.tree.chart import finite_max, root_chart, span_diagonal, to_scaled
-from zoo.inference.tree.exact import block_splits, children, grammar_matmul
+from zoo.inference.tree.exact import block_splits, children, grammar_matmul, rule_sum
 from zoo.inference.tree.factors import DenseGrammar
 
 # a part of a span: (log-scale B x n, total Y B x n x NT, entropy numerator N B x n x NT)
@@ -72,13 +72,6 @@ def leaf_part(q: tuple, other: tuple[Tensor, Tensor], at: int, n: int) -> Part:
     Y = torch.einsum("bnac,bnc->bna", Q, vC)
     N = torch.einsum("bnac,bnc->bna", Q, aC) - torch.einsum("bnac,bnc->bna", QL, vC)
     return q_scale[:, at : at + n] + mC, Y, N
-
-
-def rule_sum(pattern: str, rule: Tensor, leaf: Tensor) -> Tensor:
-    """einsum of G x NT x ... rules (one grammar, or one per sentence) with B x T x PT leaves."""
-    if rule.shape[0] == 1:
-        return torch.einsum(pattern, rule[0], leaf)
-    return torch.einsum("b" + pattern, rule, leaf)
 
 
 def leaf_rules(grammar: DenseGrammar, terms: Tensor) -> dict:

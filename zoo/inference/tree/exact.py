@@ -92,12 +92,15 @@ def leaf_rules(grammar: GrammarFactors, terms: Tensor) -> dict:
         log_rules = grammar.rules_block(*block)  # G x NT x (PT x NT | NT x PT)
         r_scale = finite_max(log_rules.flatten(1), -1)  # G
         probs = (log_rules - r_scale.view(-1, 1, 1, 1)).exp()
-        if probs.shape[0] == 1:
-            Q = torch.einsum(pattern, probs[0], t_values)
-        else:
-            Q = torch.einsum("b" + pattern, probs, t_values)  # one grammar per sentence
-        out[block] = t_scale + r_scale.view(-1, 1), Q
+        out[block] = t_scale + r_scale.view(-1, 1), rule_sum(pattern, probs, t_values)
     return out
+
+
+def rule_sum(pattern: str, rule: Tensor, leaf: Tensor) -> Tensor:
+    """einsum of G x NT x ... rules (one grammar, or one per sentence) with B x T x PT leaves."""
+    if rule.shape[0] == 1:
+        return torch.einsum(pattern, rule[0], leaf)
+    return torch.einsum("b" + pattern, rule, leaf)
 
 
 def inside(
