@@ -60,7 +60,6 @@ def load_model_weights(
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} is not a Lightning checkpoint of a zoo task (no 'state_dict')")
     weights = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}
-    weights = model.upgrade_state_dict(weights)  # a checkpoint of an older layout
     if not weights:
         raise CheckpointError(f"{path} holds no model weights (no 'model.*' keys in its state_dict)")
     vocab = checkpoint.get("vocab")

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 import zoo
-from zoo.models.base import ZooModel, weights_follow
+from zoo.models.base import ZooModel, is_under, weights_follow
 
 if TYPE_CHECKING:
     from huggingface_hub import CommitInfo
@@ -81,8 +81,7 @@ def _sha256(path: Path) -> str:
 def _format_version(model: ZooModel, weights: dict[str, Tensor], compute_dtype: bool) -> int:
     """The lowest format that describes a folder: 3 if a key has a name given in format 3 (a reader of
     formats 1-2 would not know it), else 2 with a ``compute_dtype``, else 1."""
-    new_names = model.legacy_keys.values()
-    if any(key == name or key.startswith(name + ".") for key in weights for name in new_names):
+    if any(is_under(key, name) for key in weights for name in model.legacy_keys.values()):
         return 3
     return 2 if compute_dtype else 1
 

@@ -89,11 +89,16 @@ def weights_will_follow() -> bool:
     return _WEIGHTS_FOLLOW.get()
 
 
+def is_under(key: str, name: str) -> bool:
+    """Whether state-dict ``key`` is the weight ``name`` or lies in the module ``name``."""
+    return key == name or key.startswith(name + ".")
+
+
 def renamed_key(key: str, renames: Mapping[str, str]) -> str:
     """``key`` under ``renames`` ({old name: new name}): a key that is an old name, or lies under one
     (``old.`` ...), takes the new name in its place; other keys are unchanged."""
     for old, new in renames.items():
-        if key == old or key.startswith(old + "."):
+        if is_under(key, old):
             return new + key[len(old) :]
     return key
 

@@ -101,7 +101,7 @@ def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semi
     betas = [semiring.lift(dur.new_full((B, K), float("-inf")))]
     for t in range(1, T + 1):
         n = min(D, t)
-        window = torch.stack(alphas[t - n : t], -2)
+        window = torch.stack(alphas[t - n : t], -2) if n > 1 else alphas[t - 1].unsqueeze(-2)
         # row i of the window: a segment starting at s = t - n + i, of duration d = n - i
         beta = semiring.sum(semiring.mul(window, dur_rev[:, D - n :] + segments[t - 1][:, D - n :]), -2)
         betas.append(beta)

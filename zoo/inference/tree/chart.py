@@ -48,10 +48,16 @@ def outer_sum(left: Tensor, right: Tensor) -> tuple[Tensor, Tensor]:
     """
     mL, vL = to_scaled(left)
     mR, vR = to_scaled(right)
-    pair = mL + mR
-    m = finite_max(pair, -1)
-    weights = (pair - m.unsqueeze(-1)).exp().unsqueeze(-1)
+    m, weights = split_weights(mL, mR)
     return m, (vL * weights).transpose(-1, -2) @ vR
+
+
+def split_weights(left_scale: Tensor, right_scale: Tensor) -> tuple[Tensor, Tensor]:
+    """The log-scales of the children's scaled vectors (B x n x s, one per split) -> the span's log-scale
+    (B x n) and each split's weight relative to it (B x n x s x 1, at most 1)."""
+    pair = left_scale + right_scale
+    m = finite_max(pair, -1)
+    return m, (pair - m.unsqueeze(-1)).exp().unsqueeze(-1)
 
 
 def span_diagonal(x: Tensor, width: int) -> Tensor:

@@ -22,20 +22,18 @@ from torch import Tensor
 
 from zoo.inference.numerics import finite_or_zero, safe_log
 from zoo.inference.semiring import Entropy
-from zoo.inference.tree.chart import finite_max, root_chart, span_diagonal, to_scaled
-from zoo.inference.tree.exact import block_splits, children, grammar_matmul, rule_sum
+from zoo.inference.tree.chart import root_chart, span_diagonal, split_weights, to_scaled
+from zoo.inference.tree.exact import block_splits, children, grammar_matmul, rule_sum, scaled_rules
 from zoo.inference.tree.factors import DenseGrammar
 
 # a part of a span: (log-scale B x n, total Y B x n x NT, entropy numerator N B x n x NT)
 Part = tuple[Tensor, Tensor, Tensor]
 
 
-def scaled_rules(log_rules: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """G x NT x K1 x K2 log rules -> (log-scale G, P, P log P), P = exp(log rules - scale)."""
-    scale = finite_max(log_rules.flatten(1), -1)
-    log_p = log_rules - scale.view(-1, 1, 1, 1)
-    probs = log_p.exp()
-    return scale, probs, probs * finite_or_zero(log_p)
+def rules_with_entropy(log_rules: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """G x NT x K1 x K2 log rules -> (log-scale G, P, P log P), P the inside's ``scaled_rules``."""
+    scale, probs = scaled_rules(log_rules)
+    return scale, probs, probs * finite_or_zero(log_rules - scale.view(-1, 1, 1, 1))
 
 
 def carried(log_v: Tensor, H: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -46,14 +44,12 @@ def carried(log_v: Tensor, H: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 def split_part(left: tuple[Tensor, Tensor], right: tuple[Tensor, Tensor], rules: tuple) -> Part:
     """The part of two children of a block, summed over the splits (B x n x s x K each, log mass and
-    entropy), through the block's scaled rules (``scaled_rules``)."""
+    entropy), through the block's scaled rules (``rules_with_entropy``)."""
     mL, vL, aL = carried(*left)
     mR, vR, aR = carried(*right)
-    pair = mL + mR
-    m = finite_max(pair, -1)
-    w = (pair - m.unsqueeze(-1)).exp().unsqueeze(-1)  # B x n x s x 1
+    m, w = split_weights(mL, mR)  # B x n, B x n x s x 1
     X = (vL * w).transpose(-1, -2) @ vR  # B x n x K1 x K2
-    log_w = finite_or_zero(pair - m.unsqueeze(-1)).unsqueeze(-1)
+    log_w = finite_or_zero((mL + mR - m.unsqueeze(-1)).unsqueeze(-1))
     E = (aL * w).transpose(-1, -2) @ vR + (vL * w).transpose(-1, -2) @ aR
     E = E - (vL * w * log_w).transpose(-1, -2) @ vR  # the splits' own weights
     scale, probs, p_log_p = rules
@@ -82,7 +78,7 @@ def leaf_rules(grammar: DenseGrammar, terms: Tensor) -> dict:
     tv_log = tv * finite_or_zero(terms - t_scale.unsqueeze(-1))
     out = {}
     for block, pattern in (((False, True), "apc,btp->btac"), ((True, False), "acp,btp->btac")):
-        r_scale, probs, p_log_p = scaled_rules(grammar.rules_block(*block))
+        r_scale, probs, p_log_p = rules_with_entropy(grammar.rules_block(*block))
         Q = rule_sum(pattern, probs, tv)
         QL = rule_sum(pattern, p_log_p, tv) + rule_sum(pattern, probs, tv_log)
         out[block] = (t_scale + r_scale.view(-1, 1), Q, QL)
@@ -108,7 +104,7 @@ def entropy(
     T = terms.shape[1]
     leaves = leaf_rules(grammar, terms) if T >= 3 else {}
     pair_blocks = ((True, True), (False, False))
-    pair_rules = {block: scaled_rules(grammar.rules_block(*block)) for block in pair_blocks}
+    pair_rules = {block: rules_with_entropy(grammar.rules_block(*block)) for block in pair_blocks}
     zero = torch.zeros_like(terms)  # a leaf's entropy
     mass: list[Tensor | None] = [None, None]
     ent: list[Tensor | None] = [None, None]

@@ -62,15 +62,19 @@ def grammar_matmul(X: Tensor, weights: Tensor) -> Tensor:
     return torch.bmm(X, weights)
 
 
+def scaled_rules(log_rules: Tensor) -> tuple[Tensor, Tensor]:
+    """G x NT x K1 x K2 log rules -> (log-scale G, exp(log rules - scale)): exponentiated once with a
+    per-grammar scale."""
+    scale = finite_max(log_rules.flatten(1), -1)
+    return scale, (log_rules - scale.view(-1, 1, 1, 1)).exp()
+
+
 def dense_rule_op(grammar: GrammarFactors) -> RuleOp:
-    """The RuleOp of dense rules for the two-nonterminal and two-preterminal blocks, each
-    exponentiated once with a per-grammar scale."""
+    """The RuleOp of dense rules for the two-nonterminal and two-preterminal blocks (``scaled_rules``)."""
     blocks = {}
     for block in ((True, True), (False, False)):
-        log_rules = grammar.rules_block(*block)  # G x NT x K1 x K2
-        scale = finite_max(log_rules.flatten(1), -1)  # G
-        probs = (log_rules - scale.view(-1, 1, 1, 1)).exp().flatten(2).transpose(1, 2)
-        blocks[block] = scale.view(-1, 1), probs  # G x (K1 K2) x NT
+        scale, probs = scaled_rules(grammar.rules_block(*block))  # G, G x NT x K1 x K2
+        blocks[block] = scale.view(-1, 1), probs.flatten(2).transpose(1, 2)  # G x (K1 K2) x NT
 
     def op(left_nt: bool, right_nt: bool, X: Tensor) -> tuple[Tensor, Tensor]:
         scale, probs = blocks[left_nt, right_nt]
@@ -89,9 +93,7 @@ def leaf_rules(grammar: GrammarFactors, terms: Tensor) -> dict:
     t_scale, t_values = to_scaled(terms)  # B x T, B x T x PT
     out = {}
     for block, pattern in (((False, True), "apc,btp->btac"), ((True, False), "acp,btp->btac")):
-        log_rules = grammar.rules_block(*block)  # G x NT x (PT x NT | NT x PT)
-        r_scale = finite_max(log_rules.flatten(1), -1)  # G
-        probs = (log_rules - r_scale.view(-1, 1, 1, 1)).exp()
+        r_scale, probs = scaled_rules(grammar.rules_block(*block))  # G, G x NT x (PT x NT | NT x PT)
         out[block] = t_scale + r_scale.view(-1, 1), rule_sum(pattern, probs, t_values)
     return out
 
