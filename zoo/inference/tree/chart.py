@@ -1,4 +1,4 @@
-"""What every inside algorithm shares: scaled vectors, width-batched child slices, the root, CYK.
+"""What every inside algorithm shares: scaled vectors, width-batched child slices, CYK.
 
 Inside scores are kept per width: ``chart[w]`` is B x (T-w+1) x K for the spans [i, i+w). The
 children of all spans of width w for split s are then two slices, ``chart[s][:, :n]`` (left, the
@@ -66,13 +66,6 @@ def span_diagonal(x: Tensor, width: int) -> Tensor:
     n = T - width + 1
     i = torch.arange(n, device=x.device)
     return x[:, i, i + width]
-
-
-def root_chart(chart: list[Tensor | None], lengths: Tensor) -> Tensor:
-    """The inside scores of each sentence's whole span [0, n_b): B x K, from a per-width chart."""
-    tops = torch.stack([chart[w][:, 0] for w in range(2, len(chart))], 1)  # B x (T-1) x K
-    index = (lengths - 2).view(-1, 1, 1).expand(-1, 1, tops.shape[-1])
-    return tops.gather(1, index).squeeze(1)
 
 
 def mask_terms(terms: Tensor, lengths: Tensor) -> Tensor:

@@ -24,6 +24,7 @@ from zoo.inference.tree.entropy import entropy as tree_entropy
 from zoo.inference.tree.factors import DenseGrammar, GrammarFactors
 from zoo.inference.tree.sampling import sample_trees
 from zoo.inference.tree.trees import tree_score
+from zoo.inference.tree.viterbi import viterbi
 
 
 def probe_gradient(log_partition, probe_shape, like: Tensor, differentiable: bool) -> Tensor:
@@ -108,7 +109,7 @@ class TreeEngine(Engine):
     def argmax(self, grammar, terms, lengths, nodes=None) -> tuple[Tensor, Tensor]:
         """Viterbi on the dense grammar: (best score (B,), tree B x (2T-1) x 3)."""
         dense = grammar.dense()
-        return exact.viterbi(dense.rules, dense.root, terms, lengths, nodes)
+        return viterbi(dense.rules, dense.root, terms, lengths, nodes)
 
     def sample(self, grammar, terms, lengths, n: int, generator=None, nodes=None) -> Tensor:
         """n exact samples from p(tree | sentence): n x B x (2T-1) x 3."""

@@ -1,4 +1,5 @@
-"""The inside pass in the entropy semiring (``zoo.inference.semiring.Entropy``) on a dense grammar.
+"""The inside pass in the entropy semiring (``zoo.inference.semiring.Entropy``) on a dense grammar: the
+CKY loop (``cky``) with ``EntropyRules``.
 
 Every chart entry is a pair: the log inside mass beta[i, k, A] (as ``exact.inside`` computes it) and
 H[i, k, A], the entropy of the subtrees of span [i, k) rooted in A, given that root. A span's parts are
@@ -22,8 +23,9 @@ from torch import Tensor
 
 from zoo.inference.numerics import finite_or_zero, safe_log
 from zoo.inference.semiring import Entropy
-from zoo.inference.tree.chart import root_chart, span_diagonal, split_weights, to_scaled
-from zoo.inference.tree.exact import block_splits, children, grammar_matmul, rule_sum, scaled_rules
+from zoo.inference.tree.chart import split_weights, to_scaled
+from zoo.inference.tree.cky import cky, leaf_block
+from zoo.inference.tree.exact import grammar_matmul, rule_sum, scaled_rules
 from zoo.inference.tree.factors import DenseGrammar
 
 # a part of a span: (log-scale B x n, total Y B x n x NT, entropy numerator N B x n x NT)
@@ -42,9 +44,9 @@ def carried(log_v: Tensor, H: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return m, v, v * (H - finite_or_zero(log_v - m.unsqueeze(-1)))
 
 
-def split_part(left: tuple[Tensor, Tensor], right: tuple[Tensor, Tensor], rules: tuple) -> Part:
-    """The part of two children of a block, summed over the splits (B x n x s x K each, log mass and
-    entropy), through the block's scaled rules (``rules_with_entropy``)."""
+def split_part(left: Tensor, right: Tensor, rules: tuple) -> Part:
+    """The part of two children of a block, summed over the splits (values 2 x B x n x s x K: log mass
+    and entropy), through the block's scaled rules (``rules_with_entropy``)."""
     mL, vL, aL = carried(*left)
     mR, vR, aR = carried(*right)
     m, w = split_weights(mL, mR)  # B x n, B x n x s x 1
@@ -59,11 +61,13 @@ def split_part(left: tuple[Tensor, Tensor], right: tuple[Tensor, Tensor], rules:
     return m + scale.view(-1, 1), Y, N
 
 
-def leaf_part(q: tuple, other: tuple[Tensor, Tensor], at: int, n: int) -> Part:
+def leaf_part(q: tuple, other: Tensor, at: int) -> Part:
     """The part with a preterminal child at each span's position ``at`` and a nonterminal child whose
-    log mass and entropy (B x n x NT) are ``other``; q: the per-position leaf rules (``leaf_rules``)."""
+    value (2 x B x n x NT: log mass and entropy) is ``other``; q: the per-position leaf rules
+    (``leaf_rules``)."""
     q_scale, Q, QL = q
     mC, vC, aC = carried(*other)
+    n = other.shape[-2]
     Q, QL = Q[:, at : at + n], QL[:, at : at + n]  # B x n x NT x NT
     Y = torch.einsum("bnac,bnc->bna", Q, vC)
     N = torch.einsum("bnac,bnc->bna", Q, aC) - torch.einsum("bnac,bnc->bna", QL, vC)
@@ -85,15 +89,39 @@ def leaf_rules(grammar: DenseGrammar, terms: Tensor) -> dict:
     return out
 
 
-def combined(parts: list[Part]) -> tuple[Tensor, Tensor]:
-    """The span's log mass and entropy (B x n x NT each) from its parts."""
+def combined(parts: list[Part]) -> Tensor:
+    """The span's value (2 x B x n x NT: log mass and entropy) from its parts."""
     top = torch.stack([s for s, _, _ in parts]).amax(0)
     Y = sum((s - top).exp().unsqueeze(-1) * y for s, y, _ in parts)
     N = sum((s - top).exp().unsqueeze(-1) * (nn - (s - top).unsqueeze(-1) * y) for s, y, nn in parts)
     alive = Y > 0
     safe = torch.where(alive, Y, torch.ones_like(Y))
     H = torch.where(alive, N / safe + safe.log(), torch.zeros_like(Y))
-    return top.unsqueeze(-1) + safe_log(Y), H
+    return torch.stack((top.unsqueeze(-1) + safe_log(Y), H))
+
+
+class EntropyRules:
+    """The entropy semiring's rule application (``cky.SpanRules``) on a dense grammar: parts
+    (log-scale, total, entropy numerator) of the leaf blocks through ``leaf_rules``, of the others
+    through ``split_part``."""
+
+    semiring = Entropy
+
+    def __init__(self, grammar: DenseGrammar, terms: Tensor):
+        self.leaves = Entropy.lift(terms)  # a leaf's entropy is 0
+        self.leaf_rules = leaf_rules(grammar, terms) if terms.shape[1] >= 3 else {}
+        pairs = ((True, True), (False, False))
+        self.pair_rules = {block: rules_with_entropy(grammar.rules_block(*block)) for block in pairs}
+
+    def part(self, block, splits, left, right) -> Part:
+        leaf = leaf_block(block, splits, left, right)
+        if leaf is not None:
+            at, other = leaf
+            return leaf_part(self.leaf_rules[block], other, at)
+        return split_part(left, right, self.pair_rules[block])
+
+    def combine(self, parts: list[Part]) -> Tensor:
+        return combined(parts)
 
 
 def entropy(
@@ -101,35 +129,5 @@ def entropy(
 ) -> Tensor:
     """The entropy (B,) of p(tree | sentence), differentiable. terms: B x T x PT (masked past each
     length); label_scores: optional B x T x (T+1) x NT node log-scores."""
-    T = terms.shape[1]
-    leaves = leaf_rules(grammar, terms) if T >= 3 else {}
-    pair_blocks = ((True, True), (False, False))
-    pair_rules = {block: rules_with_entropy(grammar.rules_block(*block)) for block in pair_blocks}
-    zero = torch.zeros_like(terms)  # a leaf's entropy
-    mass: list[Tensor | None] = [None, None]
-    ent: list[Tensor | None] = [None, None]
-
-    def child(width: int, start: int, n: int) -> tuple[Tensor, Tensor]:
-        return children(mass, terms, width, start, n), children(ent, zero, width, start, n)
-
-    for w in range(2, T + 1):
-        n = T - w + 1
-        parts = []
-        if w >= 3:  # one leaf child: leaf i + [i+1, i+w), or [i, i+w-1) + leaf i+w-1
-            for block, leaf_at, other_at in (((False, True), 0, 1), ((True, False), w - 1, 0)):
-                parts.append(leaf_part(leaves[block], child(w - 1, other_at, n), leaf_at, n))
-        for block in pair_blocks:
-            splits = block_splits(w, block)
-            if not splits:
-                continue
-            left = [child(s, 0, n) for s in splits]
-            right = [child(w - s, s, n) for s in splits]
-            stacked = [tuple(torch.stack(x, 2) for x in zip(*side)) for side in (left, right)]
-            parts.append(split_part(*stacked, pair_rules[block]))
-        beta, H = combined(parts)
-        if label_scores is not None:
-            beta = beta + span_diagonal(label_scores, w)
-        mass.append(beta)
-        ent.append(H)
-    top = torch.stack((grammar.root + root_chart(mass, lengths), root_chart(ent, lengths)))
+    top, _ = cky(EntropyRules(grammar, terms), grammar.root, lengths, label_scores=label_scores)
     return Entropy.result(Entropy.sum(top, -1))

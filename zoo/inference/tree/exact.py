@@ -1,7 +1,6 @@
-"""The width-batched inside algorithm over state space, and Viterbi (CKY in the max-plus semiring).
+"""The inside algorithm over state space: the CKY loop (``cky``) in the log semiring.
 
-For each width w, the children of all B x (T-w+1) spans fall into four blocks by the kinds of the two
-children (a width-1 child is a preterminal, a wider one a nonterminal):
+Per width, the blocks of children (``cky.BLOCKS``) meet the rules in scaled probability space:
 
 * two nonterminals (and two preterminals, width 2 only): the splits are summed first as outer
   products of the children's scaled inside vectors (``outer_sum``: one batched matmul), then the
@@ -10,9 +9,6 @@ children (a width-1 child is a preterminal, a wider one a nonterminal):
 * one preterminal child (one split per span): the preterminal is summed out of the rules once per
   position (``leaf_rules``, B x T x NT x NT), so each span costs one NT x NT matrix-vector product,
   not NT^2 PT.
-
-The children are read from per-width chart slices, so no B x T x T x S^3 tensor and no in-place
-chart write exists.
 """
 
 from __future__ import annotations
@@ -23,36 +19,15 @@ import torch
 from torch import Tensor
 
 from zoo.inference.numerics import logsumexp
-from zoo.inference.tree.chart import (
-    backtrack,
-    combine,
-    finite_max,
-    outer_sum,
-    root_chart,
-    span_diagonal,
-    to_scaled,
-)
+from zoo.inference.semiring import Log
+from zoo.inference.tree.chart import combine, finite_max, outer_sum, to_scaled
+from zoo.inference.tree.cky import cky, leaf_block
 from zoo.inference.tree.factors import GrammarFactors
-
-#: (left child is a nonterminal, right child is a nonterminal)
-BLOCKS = ((True, True), (False, True), (True, False), (False, False))
 
 #: rule_op(left_nt, right_nt, X) -> (log-scale broadcastable to B x n, Y B x n x NT):
 #: Y[b, i, A] = sum_{b', c'} psi(A, b', c') X[b, i, b', c'] over the children of the
 #: two-nonterminal (True, True) or the two-preterminal (False, False) block
 RuleOp = Callable[[bool, bool, Tensor], tuple[Tensor, Tensor]]
-
-
-def block_splits(width: int, block: tuple[bool, bool]) -> list[int]:
-    """The splits s (the left child's width) of a span of ``width`` whose children fall in ``block``."""
-    left_nt, right_nt = block
-    return [s for s in range(1, width) if (s >= 2) == left_nt and (width - s >= 2) == right_nt]
-
-
-def children(chart: list, terms: Tensor, width: int, start: int, n: int) -> Tensor:
-    """Log inside of the n spans [start + i, start + i + width), i < n: B x n x K."""
-    table = terms if width == 1 else chart[width]
-    return table[:, start : start + n]
 
 
 def grammar_matmul(X: Tensor, weights: Tensor) -> Tensor:
@@ -105,6 +80,33 @@ def rule_sum(pattern: str, rule: Tensor, leaf: Tensor) -> Tensor:
     return torch.einsum("b" + pattern, rule, leaf)
 
 
+class InsideRules:
+    """The log semiring's rule application (``cky.SpanRules``): scaled parts (log-scale B x n,
+    values B x n x NT) of the leaf blocks through ``leaf_rules``, of the others through ``rule_op``."""
+
+    semiring = Log
+
+    def __init__(self, grammar: GrammarFactors, rule_op: RuleOp, terms: Tensor):
+        self.rule_op, self.leaves = rule_op, terms
+        self.leaf_rules = leaf_rules(grammar, terms) if terms.shape[1] >= 3 else {}
+
+    def part(self, block, splits, left, right) -> tuple[Tensor, Tensor]:
+        leaf = leaf_block(block, splits, left, right)
+        if leaf is not None:
+            at, other = leaf
+            q_scale, Q = self.leaf_rules[block]
+            n = other.shape[1]
+            c_scale, c_values = to_scaled(other)
+            Y = torch.einsum("bnac,bnc->bna", Q[:, at : at + n], c_values)
+            return q_scale[:, at : at + n] + c_scale, Y
+        x_scale, X = outer_sum(left, right)
+        r_scale, Y = self.rule_op(*block, X)
+        return x_scale + r_scale, Y
+
+    def combine(self, parts: list) -> Tensor:
+        return combine(parts)
+
+
 def inside(
     grammar: GrammarFactors,
     rule_op: RuleOp,
@@ -123,89 +125,8 @@ def inside(
         span_scores: optional B x T x (T+1) log-scores added to every label of span [i, k) (width >= 2).
         label_scores: optional B x T x (T+1) x NT log-scores added per span and label.
     Returns:
-        log Z (B,) and chart: ``chart[w]`` is B x (T-w+1) x NT for w >= 2 (None at 0 and 1).
+        log Z (B,) and chart: ``chart[w]`` is B x (T-w+1) x NT for w >= 2, the terms at 1.
     """
-    T = terms.shape[1]
-    leaves = leaf_rules(grammar, terms) if T >= 3 else {}
-    chart: list[Tensor | None] = [None, None]
-    for w in range(2, T + 1):
-        n = T - w + 1
-        parts = []
-        if w >= 3:  # one leaf child: span [i, i+w) = leaf i + [i+1, i+w), or [i, i+w-1) + leaf i+w-1
-            for block, leaf_at, other_at in (((False, True), 0, 1), ((True, False), w - 1, 0)):
-                q_scale, Q = leaves[block]
-                c_scale, c_values = to_scaled(chart[w - 1][:, other_at : other_at + n])
-                Y = torch.einsum("bnac,bnc->bna", Q[:, leaf_at : leaf_at + n], c_values)
-                parts.append((q_scale[:, leaf_at : leaf_at + n] + c_scale, Y))
-        for block in ((True, True), (False, False)):
-            splits = block_splits(w, block)
-            if not splits:
-                continue
-            left = torch.stack([children(chart, terms, s, 0, n) for s in splits], 2)
-            right = torch.stack([children(chart, terms, w - s, s, n) for s in splits], 2)
-            x_scale, X = outer_sum(left, right)
-            r_scale, Y = rule_op(*block, X)
-            parts.append((x_scale + r_scale, Y))
-        beta = combine(parts)
-        if span_scores is not None:
-            beta = beta + span_diagonal(span_scores, w).unsqueeze(-1)
-        if label_scores is not None:
-            beta = beta + span_diagonal(label_scores, w)
-        chart.append(beta)
-    return logsumexp(grammar.root + root_chart(chart, lengths), -1), chart
-
-
-#: entries of the B x n x NT x K1 x K2 max-plus tensor built at once by ``viterbi``
-VITERBI_CHUNK = 1 << 24
-
-
-def viterbi(
-    rules: Tensor, root: Tensor, terms: Tensor, lengths: Tensor, nodes: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    """The highest-scoring tree by CKY in the max-plus semiring.
-
-    Args:
-        rules: G x NT x S x S dense log-potentials; root: G x NT; terms: B x T x PT (masked);
-        lengths: (B,); nodes: optional B x T x (T+1) x NT node log-scores.
-    Returns:
-        best score (B,) and the tree, B x (2T-1) x 3 long (start, end, label), pre-order.
-    """
-    B, T, _ = terms.shape
-    G, NT = root.shape
-    chart: list[Tensor | None] = [None, None]
-    back: list[tuple[Tensor, Tensor, Tensor] | None] = [None, None]
-    with torch.no_grad():
-        for w in range(2, T + 1):
-            n = T - w + 1
-            best = terms.new_full((B, n, NT), float("-inf"))
-            arg = [torch.zeros(B, n, NT, dtype=torch.long, device=terms.device) for _ in range(3)]
-            for block in BLOCKS:
-                rows = slice(0, NT) if block[0] else slice(NT, None)
-                cols = slice(0, NT) if block[1] else slice(NT, None)
-                sub = rules[:, :, rows, cols]  # G x NT x K1 x K2
-                K1, K2 = sub.shape[-2:]
-                step = max(1, VITERBI_CHUNK // max(1, n * NT * K1 * K2))
-                for s in block_splits(w, block):
-                    left = children(chart, terms, s, 0, n)
-                    right = children(chart, terms, w - s, s, n)
-                    for b0 in range(0, B, step):
-                        b1 = min(B, b0 + step)
-                        g = sub if G == 1 else sub[b0:b1]
-                        score = (
-                            g.unsqueeze(1)
-                            + left[b0:b1, :, None, :, None]
-                            + right[b0:b1, :, None, None, :]
-                        )
-                        value, flat = score.flatten(-2).max(-1)
-                        better = value > best[b0:b1]
-                        best[b0:b1] = torch.where(better, value, best[b0:b1])
-                        for a, new in zip(arg, (torch.full_like(flat, s), flat // K2, flat % K2)):
-                            a[b0:b1] = torch.where(better, new, a[b0:b1])
-            if nodes is not None:
-                best = best + span_diagonal(nodes, w)
-            chart.append(best)
-            back.append(tuple(arg))
-        top = root + root_chart(chart, lengths)
-        score, root_label = top.max(-1)
-    tree = backtrack(lambda w: back[w], lengths, root_label, T)
-    return score, tree
+    rules = InsideRules(grammar, rule_op, terms)
+    top, chart = cky(rules, grammar.root, lengths, span_scores, label_scores)
+    return logsumexp(top, -1), chart

@@ -32,8 +32,8 @@ from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.numerics import logsumexp, safe_log
 from zoo.inference.rdp import KeptStates, RandomizedLifecycle, RDPOptions, select_states
 from zoo.inference.tree.chart import combine, finite_max, outer_sum, span_diagonal, to_scaled
+from zoo.inference.tree.cky import BLOCKS, block_splits
 from zoo.inference.tree.engine import ExactEngine, TreeEngine
-from zoo.inference.tree.exact import BLOCKS, block_splits
 from zoo.inference.tree.factors import GrammarFactors, LowRankGrammar, RankSpaceGrammar
 from zoo.inference.tree.low_rank import LowRankEngine
 from zoo.inference.tree.rank_space import RankSpaceEngine, Scaled, projected_inside, rescale
