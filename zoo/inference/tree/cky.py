@@ -56,9 +56,9 @@ def leaf_block(block: tuple[bool, bool], splits: list[int], left: Tensor, right:
     """For a block with one preterminal child (its one split s): the leaf's offset from each span's
     start (0 or s) and the other child's values (... x B x n x K); None for the other blocks."""
     if block == (False, True):
-        return 0, right[..., 0, :]
+        return 0, right.squeeze(-2)
     if block == (True, False):
-        return splits[0], left[..., 0, :]
+        return splits[0], left.squeeze(-2)
     return None
 
 
@@ -67,10 +67,16 @@ def children(chart: list, width: int, start: int, n: int) -> Tensor:
     return chart[width][..., start : start + n, :]
 
 
+def stacked(values: list[Tensor]) -> Tensor:
+    """The splits' children stacked on a new axis -2 (a view for one split: no copy)."""
+    return values[0].unsqueeze(-2) if len(values) == 1 else torch.stack(values, -2)
+
+
 def root_values(chart: list, lengths: Tensor) -> Tensor:
     """The values of each sentence's whole span [0, n_b): ... x B x K."""
     tops = torch.stack([chart[w][..., 0, :] for w in range(2, len(chart))], -2)  # ... x B x (T-1) x K
-    return tops[..., torch.arange(len(lengths), device=lengths.device), lengths - 2, :]
+    index = (lengths - 2).view(-1, 1, 1).expand(*tops.shape[:-2], 1, tops.shape[-1])
+    return tops.gather(-2, index).squeeze(-2)
 
 
 def cky(
@@ -103,8 +109,8 @@ def cky(
             splits = block_splits(w, block)
             if not splits:
                 continue
-            left = torch.stack([children(chart, s, 0, n) for s in splits], -2)
-            right = torch.stack([children(chart, w - s, s, n) for s in splits], -2)
+            left = stacked([children(chart, s, 0, n) for s in splits])
+            right = stacked([children(chart, w - s, s, n) for s in splits])
             parts.append(rules.part(block, splits, left, right))
         value = rules.combine(parts)
         if span_scores is not None:
