@@ -96,6 +96,26 @@ def test_fast_path_where_nothing_underflows(count_blocks):
     torch.testing.assert_close(got.double(), _reference(chain64, lengths), rtol=1e-6, atol=1e-4)
 
 
+@pytest.mark.parametrize("spread", [3.0, 5.0])
+def test_peaked_emissions_stay_in_probability_space(count_blocks, spread):
+    """Emissions far apart under a mixing transition shrink the forward's maximum by -log P(i -> j)
+    (3 to 8 nats here) a step, so a block ends with a tiny divisor; the next block, which fails with
+    the error that divisor scales up, is retried from the exact log of its start, not sent to the
+    guarded steps, and log Z stays float32-accurate."""
+    g = torch.Generator().manual_seed(0)
+    B, T, N = 16, 100, 64
+    trans = torch.randn(N, N, generator=g).log_softmax(-1)
+    init = torch.randn(N, generator=g).log_softmax(-1)
+    unary = torch.randn(B, T, N, generator=g) * spread
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    with torch.no_grad():
+        got = LinearChain(DenseChain(unary, trans, init), lengths=lengths).log_partition
+    assert count_blocks["guarded"] == 0
+    wide = DenseChain(unary.double(), trans.double(), init.double())
+    want = LinearChain(wide, lengths=lengths).log_partition
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-3)
+
+
 def test_falls_back_only_around_the_block_that_underflows(count_blocks):
     T = 400
     unary, trans = _forbidden_switch(4, 200, T)

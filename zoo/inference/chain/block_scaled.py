@@ -20,7 +20,9 @@ own input's scale: p may grow by 2^100 inside a block (near-uniform transitions 
 After a block one reduction per product gives each position's smallest and largest h over the live
 rows; a block with an entry below its position's bound (a
 forbidden transition, a left-to-right topology, emissions hundreds of nats apart) is recomputed by
-``scaled.guarded_step``, the guarded forward's step, from the exact log of its start. A block cannot
+``scaled.guarded_step``, the guarded forward's step, from the exact log of its start; first, where
+it failed only by the error a small divisor at its start scaled up, it is retried in probability space
+from that exact log (``_Forward._adaptive``). A block cannot
 overflow: it starts at max 1, each product grows the max by at most its matrix's largest column
 sum (W, F <= 1), and a block is at most ``GROWTH_BITS`` of growth long. Each log Z is read off
 exact logs: log h + log F at the sequence's last position (h passed the bound, so its log is exact).
@@ -233,11 +235,12 @@ class _Forward:
             stats.append(stat)
         values = torch.cat(stats).tolist()
         cuts = [0, *itertools.accumulate(len(stat) for stat in stats)]
-        failed = self._first_failure([values[i:j] for i, j in zip(cuts, cuts[1:])])
+        by_block = [values[i:j] for i, j in zip(cuts, cuts[1:])]
+        failed, carried = self._first_failure(by_block)
         if failed is not None and self.keep:
             return None
         if failed is not None:
-            self._adaptive(failed)
+            self._adaptive(failed, by_block[failed], carried)
         if self.divisors:
             starts = torch.tensor(list(self.divisors), device=v.device)
             logs = torch.cat(list(self.divisors.values()), -1).T.log()
@@ -330,37 +333,60 @@ class _Forward:
                     h_in = max(carried, high[j])
         return max(1.0, block_max) / smallest
 
-    def _first_failure(self, values: list[list[float]]) -> int | None:
-        """The index of the first block whose check fails, or None."""
+    def _first_failure(self, values: list[list[float]]) -> tuple[int | None, float]:
+        """The index of the first block whose check fails (None if none) and the h_max carried into it."""
         carried = 1.0
         for i, block in enumerate(values):
-            carried = self._check(block, carried)
-            if carried is None:
-                return i
-        return None
+            passed = self._check(block, carried)
+            if passed is None:
+                return i, carried
+            carried = passed
+        return None, carried
 
-    def _adaptive(self, first: int) -> None:
-        """From block ``first`` (which failed) on, block by block: a failed block is recomputed by the
-        guarded steps from the exact log of its start; after a failed attempt the next 1, then 2,
-        4, ... blocks go guarded directly (a left-to-right topology fails every block)."""
-        backoff, wait, carried, start = 1, 0, 1.0, None
+    def _adaptive(self, first: int, values: list[float], carried: float) -> None:
+        """From block ``first`` (which failed with check ``values`` and ``carried`` h_max) on, block by
+        block. A failed block is retried once in probability space from the exact log of its start,
+        where its carried h_max was above 1 and none of its entries was 0: a small divisor at the
+        previous block's end (peaked emissions shrink the forward's maximum by -log P(i -> j) a step)
+        scales what that block lost to underflow by 1 / divisor, and a start from exact logs carries
+        none of it. Else, or where the retry fails, it is recomputed by the guarded steps from the
+        exact log of its start; after a failed attempt the next 1, then 2, 4, ... blocks go guarded
+        directly (a left-to-right topology fails every block, with zeros)."""
+        backoff, wait, start = 1, 0, None
         for i in range(first, len(self.starts)):
             a = self.starts[i]
             b = min(a + self.size, self.T)
-            passed = None
+            passed, attempted = None, i == first
             if i > first and wait == 0:
                 v, stat = self._lazy(start, a, i % 2)
-                passed = self._check(stat.tolist(), carried)
-                if passed is not None:
-                    backoff, carried, start = 1, passed, v
-                else:
-                    wait, backoff = backoff, 2 * backoff
+                values, attempted = stat.tolist(), True
+                passed = self._check(values, carried)
+            if passed is None and attempted and carried > 1.0 and min(self._lows(values)) > 0:
+                x, shift = scaled.normalized(self._start_log(a))
+                v, stat = self._lazy(x.exp(), a, i % 2)
+                self.scale_steps[a] += shift
+                passed = self._check(stat.tolist(), 1.0)
+            if passed is not None:
+                backoff, carried, start = 1, passed, v
+                continue
+            if i > first and wait == 0:
+                wait, backoff = backoff, 2 * backoff
             elif i > first:
                 wait -= 1
-            if passed is None:
-                start, carried = self._guarded(a, b).exp(), 1.0  # max 1: the next block starts from it
-                if b < self.T:
-                    self.divisors[b] = start.new_ones(start.shape[0], 1)
+            start, carried = self._guarded(a, b).exp(), 1.0  # max 1: the next block starts from it
+            if b < self.T:
+                self.divisors[b] = start.new_ones(start.shape[0], 1)
+
+    def _lows(self, values: list[float]) -> list[float]:
+        """Every product's smallest entry at each position of a block, from its check values."""
+        row = values[:-1]
+        n = len(row) // (2 * len(self.mats))
+        return [x for p in range(len(self.mats)) for x in row[2 * p * n : (2 * p + 1) * n]]
+
+    def _start_log(self, a: int) -> Tensor:
+        """The exact log of the vector block a starts from: log p_{a-1} divided as the block's start was."""
+        x = self._exact_log(a - 1)
+        return x - self.divisors[a].log() if a in self.divisors else x
 
     def _exact_log(self, t: int) -> Tensor:
         """log p_t (B x K), exact: x0, the guarded steps' vector, or log h_t + log F_t at a block's
@@ -380,10 +406,7 @@ class _Forward:
         """Positions a..b-1 by the guarded steps, from the exact log p_{a-1} divided as the block's
         start was; returns the exact log p_{b-1} (max 0)."""
         chain, mats, last = self.chain, self.mats, self.lengths - 1
-        x = self._exact_log(a - 1)
-        if a in self.divisors:
-            x = x - self.divisors[a].log()
-        x, shift = scaled.normalized(x)
+        x, shift = scaled.normalized(self._start_log(a))
         for t in range(a, b):
             live = self.lengths > t
             w = chain.log_weights[:, t - 1] if chain.log_weights is not None else None
