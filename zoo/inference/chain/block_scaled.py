@@ -310,12 +310,10 @@ class _Forward:
         position, then the smallest divisor): every product's smallest entry against the largest
         entry of its input (the previous product's output, F and W <= 1) or the h_max ``carried`` into
         the block, whichever is larger. None where it fails, else the h_max the next block carries."""
-        *row, smallest = values
-        if any(math.isnan(x) for x in row):
+        if any(math.isnan(x) for x in values[:-1]):
             return None
-        n = len(row) // (2 * len(self.mats))
-        lows = [row[2 * p * n : (2 * p + 1) * n] for p in range(len(self.mats))]
-        highs = [row[(2 * p + 1) * n : (2 * p + 2) * n] for p in range(len(self.mats))]
+        lows, highs, smallest = self._split_check(values)
+        n = len(lows[0])
         block_max = max(h for high in highs for h in high)
 
         def passes(low: float, m, peak: float, h_in: float) -> bool:
@@ -361,7 +359,8 @@ class _Forward:
                 v, stat = self._lazy(start, a, i % 2)
                 values, attempted = stat.tolist(), True
                 passed = self._check(values, carried)
-            if passed is None and attempted and carried > 1.0 and min(self._lows(values)) > 0:
+            scaled_up = passed is None and attempted and carried > 1.0
+            if scaled_up and min(map(min, self._split_check(values)[0])) > 0:  # and no zero entry
                 x, shift = scaled.normalized(self._start_log(a))
                 v, stat = self._lazy(x.exp(), a, i % 2)
                 self.scale_steps[a] += shift
@@ -377,11 +376,14 @@ class _Forward:
             if b < self.T:
                 self.divisors[b] = start.new_ones(start.shape[0], 1)
 
-    def _lows(self, values: list[float]) -> list[float]:
-        """Every product's smallest entry at each position of a block, from its check values."""
-        row = values[:-1]
+    def _split_check(self, values: list[float]) -> tuple[list[list[float]], list[list[float]], float]:
+        """A block's check values -> (each product's smallest entries by position, its largest, the
+        smallest divisor)."""
+        *row, smallest = values
         n = len(row) // (2 * len(self.mats))
-        return [x for p in range(len(self.mats)) for x in row[2 * p * n : (2 * p + 1) * n]]
+        lows = [row[2 * p * n : (2 * p + 1) * n] for p in range(len(self.mats))]
+        highs = [row[(2 * p + 1) * n : (2 * p + 2) * n] for p in range(len(self.mats))]
+        return lows, highs, smallest
 
     def _start_log(self, a: int) -> Tensor:
         """The exact log of the vector block a starts from: log p_{a-1} divided as the block's start was."""

@@ -43,22 +43,23 @@ class ViterbiRules:
                 g = sub if sub.shape[0] == 1 else sub[b0:b1]
                 score = g.unsqueeze(1) + left[b0:b1, :, j, None, :, None] + right[b0:b1, :, j, None, None, :]
                 value, flat = score.flatten(-2).max(-1)
-                self._keep(best[b0:b1], arg, b0, b1, value, (torch.full_like(flat, s), flat // K2, flat % K2))
+                new = (torch.full_like(flat, s), flat // K2, flat % K2)
+                self._keep(best[b0:b1], [a[b0:b1] for a in arg], value, new)
         return best, tuple(arg)
 
     @staticmethod
-    def _keep(best: Tensor, arg: list, b0: int, b1: int, value: Tensor, new: tuple) -> None:
-        """Where ``value`` beats ``best`` (a view of rows b0:b1), take it and its arguments."""
+    def _keep(best: Tensor, arg: list[Tensor], value: Tensor, new: tuple) -> None:
+        """Where ``value`` beats ``best``, take it and its arguments ``new`` (in place, into views)."""
         better = value > best
         best.copy_(torch.where(better, value, best))
         for a, candidate in zip(arg, new):
-            a[b0:b1] = torch.where(better, candidate, a[b0:b1])
+            a.copy_(torch.where(better, candidate, a))
 
     def combine(self, parts: list[Part]) -> Tensor:
-        best, arg = parts[0][0].clone(), list(parts[0][1])
-        for value, candidate in parts[1:]:
-            self._keep(best, arg, 0, best.shape[0], value, candidate)
-        self.back.append(tuple(arg))
+        (best, arg), *others = parts
+        for value, candidate in others:
+            self._keep(best, arg, value, candidate)
+        self.back.append(arg)
         return best
 
 
