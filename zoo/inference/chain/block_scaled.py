@@ -17,12 +17,13 @@ the largest entry of the product's input at that position (the previous product'
 or the one carried into the block, is right to float precision whatever was lost
 (``zoo.inference.logmatmul`` makes the same argument with h_max = 1). Each position is held to its
 own input's scale: p may grow by 2^100 inside a block (near-uniform transitions over many states).
-After a block one reduction per product gives each position's smallest and largest h over the live
-rows; a block with an entry below its position's bound (a
-forbidden transition, a left-to-right topology, emissions hundreds of nats apart) is recomputed by
-``scaled.guarded_step``, the guarded forward's step, from the exact log of its start; first, where
-it failed only by the error a small divisor at its start scaled up, it is retried in probability space
-from that exact log (``_Forward._adaptive``). A block cannot
+One reduction per product gives each position's smallest and largest h over the live rows: after
+each block, or after the last one where every block's h is kept (small chains: fewer kernels). A
+block with an entry below its position's bound (a forbidden transition, a left-to-right topology,
+emissions hundreds of nats apart) is recomputed by ``scaled.guarded_step``, the guarded forward's
+step, from the exact log of its start; first, where it failed only by the error a small divisor at
+its start scaled up, it is retried in probability space from that exact log
+(``_Forward._adaptive``). A block cannot
 overflow: it starts at max 1, each product grows the max by at most its matrix's largest column
 sum (W, F <= 1), and a block is at most ``GROWTH_BITS`` of growth long. Each log Z is read off
 exact logs: log h + log F at the sequence's last position (h passed the bound, so its log is exact).
@@ -52,10 +53,13 @@ KEPT_WORKSPACE = 2**20  # up to this many elements, a forward's buffers are kept
 
 def log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> Tensor:
     """log Z (B,) of a chain with shared matrices, no autograd graph (see the module docstring)."""
-    x0, n0 = scaled.normalized(chain.u[:, 0])
-    if chain.u.shape[1] == 1:
-        return _log_z(chain, lengths, x0, n0)
-    return _log_z(chain, lengths, *_Forward(chain, lengths, x0, n0).run())
+    with torch.inference_mode():
+        x0, n0 = scaled.normalized(chain.u[:, 0])
+        if chain.u.shape[1] == 1:
+            log_z = _log_z(chain, lengths, x0, n0)
+        else:
+            log_z = _log_z(chain, lengths, *_Forward(chain, lengths, x0, n0).run())
+    return log_z.clone()
 
 
 def differentiable_log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> Tensor | None:
@@ -108,7 +112,7 @@ class _Backward(torch.autograd.Function):
         fw = ctx.forward
         vectors, P, lengths = fw.vectors, fw.mats[0].scaled, fw.lengths
         T, B, K = vectors.shape
-        factors = fw.cached[0]
+        factors = fw.cached[1]
         last, rows = lengths - 1, torch.arange(B, device=lengths.device)
         start = grad / vectors[last, rows].sum(-1)  # d log Z / d p at each end, B (times ones)
         g_all = torch.zeros_like(vectors)  # g_t, T x B x K
@@ -158,9 +162,14 @@ class _Forward:
             self.bridge_steps = self.bridge.scaled.unbind(1)
         self.size = _block_length(growth)
         self.starts = list(range(1, T, self.size))
-        cache_factors = keep or B * T * K <= CACHED_FACTORS
+        small = B * T * K <= CACHED_FACTORS
+        cache_factors = keep or small
         widths = tuple(m.scaled.shape[-1] for m in self.mats)
-        self.work = _Workspace.of(u, self.size, widths, cache_factors and not keep)
+        # block i's h goes to slot i % slots: small chains keep every block's (checked at once after
+        # the loop, a few kernels in all), larger ones two (checked a block at a time, in cache)
+        self.slots = max(len(self.starts), 2) if small else 2
+        self.at_once = self.slots >= len(self.starts)
+        self.work = _Workspace.of(u, self.size, widths, cache_factors and not keep, self.slots)
         self.h, self.h_blocks = self.work.h, self.work.h_blocks
         self.keep, self.vectors = keep, None
         # where p_t goes, by t: two buffers taking turns, or with ``keep`` its own row of ``vectors``
@@ -171,13 +180,13 @@ class _Forward:
             self.ring = self.vectors.unbind(0)
         self.scale_steps = u.new_zeros(T, B)  # scale_t = their cumsum up to t
         self.scale_steps[0] = n0
-        self.cached = None  # with cache_factors: (T-1 x B x K factors, their views by position, top)
+        self.cached = None  # with cache_factors: (B x T-1 x K factors, their views by position, top)
         if cache_factors:
             factors, views, top = self._factors(1, T, self.work.factors)
             self.cached = factors, views, top
             self._offsets(top, 1, T)
         self.divisors: dict[int, Tensor] = {}  # block start -> the max (B x 1) its p was divided by
-        self.tails: dict[int, tuple[Tensor, Tensor]] = {}  # block start -> (last h, last top)
+        self.tails: dict[int, tuple[Tensor, Tensor]] = {}  # block start -> (last h, the block's top)
         self.guarded_logs: dict[int, Tensor] = {}  # exact log p_t where the guarded steps made it
         last = (lengths - 1).tolist()
         self.first_end = min(last) + 1  # from here on, rows past their length are left out
@@ -199,16 +208,16 @@ class _Forward:
             later += self.chain.log_weights[self.rows, positions - 1]
         return later
 
-    def _later(self, a: int, b: int) -> Tensor:
+    def _later(self, a: int, b: int, out: Tensor | None = None) -> Tensor:
         """The log-factors after the last product at positions a..b-1: B x (b - a) x K, a new tensor
-        (u_t + the last product's column shifts + the log-weights of a one-product step)."""
-        later = self.chain.u[:, a:b] + self.mats[-1].shift
+        or ``out`` (u_t + the last product's column shifts + the log-weights of a one-product step)."""
+        later = torch.add(self.chain.u[:, a:b], self.mats[-1].shift, out=out)
         if len(self.mats) == 1 and self.chain.log_weights is not None:
             later += self.chain.log_weights[:, a - 1 : b - 1]
         return later
 
     def _factors(self, a: int, b: int, out: tuple[Tensor, Sequence[Tensor]] | None = None):
-        """p's factors F_t = exp(later_t - top_t) <= 1 at positions a..b-1 (k x B x K, into ``out``'s
+        """p's factors F_t = exp(later_t - top_t) <= 1 at positions a..b-1 (B x k x K, into ``out``'s
         buffer where given), their views by position and top (B x k x 1): an F below tiny is set to 0
         before the exp (the error the bound allows; a subnormal exp is 100x slower). Small chains
         make them for all positions at once (fewer kernels), larger ones a block at a time (they
@@ -216,26 +225,25 @@ class _Forward:
         if self.cached is not None:
             _, views, top = self.cached
             return None, views[a - 1 : b - 1], top[:, a - 1 : b - 1]
-        later = self._later(a, b)
-        top = later.amax(-1, keepdim=True).clamp_min_(NEG)
+        later = self._later(a, b, None if out is None else out[0])  # made in place, in order: an exp
+        top = later.amax(-1, keepdim=True).clamp_min_(NEG)  # that writes transposed costs 1.5x more
         later.sub_(top)
         torch.nn.functional.threshold_(later, math.log(self.tiny), -math.inf)
-        if out is None:
-            factors = torch.exp(later.transpose(0, 1).contiguous())
-            return factors, factors.unbind(0), top
-        torch.exp(later.transpose(0, 1), out=out[0])
-        return out[0], out[1], top
+        return later.exp_(), later.unbind(1) if out is None else out[1], top
 
     def run(self) -> tuple[Tensor, Tensor] | None:
         """Every block in probability space, checked together (one host synchronization); from the
         first block that fails, block by block (``_adaptive``)."""
         v, stats = self.x0.exp(), []
         for i, a in enumerate(self.starts):
-            v, stat = self._lazy(v, a, i % 2)
+            v, stat = self._lazy(v, a, i % self.slots, check=not self.at_once)
             stats.append(stat)
-        values = torch.cat(stats).tolist()
-        cuts = [0, *itertools.accumulate(len(stat) for stat in stats)]
-        by_block = [values[i:j] for i, j in zip(cuts, cuts[1:])]
+        if self.at_once:
+            by_block = self._checks_at_once()
+        else:
+            values = torch.cat(stats).tolist()
+            cuts = [0, *itertools.accumulate(len(stat) for stat in stats)]
+            by_block = [values[i:j] for i, j in zip(cuts, cuts[1:])]
         failed, carried = self._first_failure(by_block)
         if failed is not None and self.keep:
             return None
@@ -247,11 +255,11 @@ class _Forward:
             self.scale_steps.index_add_(0, starts, logs)
         return self.ends, self.scale_steps.cumsum(0)[self.lengths - 1, self.rows]
 
-    def _lazy(self, v: Tensor, a: int, slot: int) -> tuple[Tensor, Tensor]:
+    def _lazy(self, v: Tensor, a: int, slot: int, check: bool = True) -> tuple[Tensor, Tensor | None]:
         """Positions a..b-1 of a block in probability space from v (B x K, max 1): (the next block's
-        start, divided by its max; the block's check values, not yet read: each product's smallest
-        and largest h at each position over the rows inside their length, and the smallest
-        divisor)."""
+        start, divided by its max; with ``check``, the block's check values, not yet read: each
+        product's smallest and largest h at each position over the rows inside their length, and
+        the smallest divisor)."""
         b = min(a + self.size, self.T)
         _, factors, top = self._factors(a, b)
         if self.cached is None:
@@ -266,26 +274,43 @@ class _Forward:
             for j, t in enumerate(range(a, b)):
                 v = torch.mm(v, P1, out=h[0][j]) * self.bridge_steps[t - 1]
                 v = torch.mul(torch.mm(v, P2, out=h[1][j]), factors[j], out=ring[t])
-        self.tails[a] = (self.h_blocks[slot][-1][b - a - 1].clone(), top[:, -1])
+        last_h = h[-1][b - a - 1]
+        self.tails[a] = (last_h if self.at_once else last_h.clone(), top)
         self._lazy_ends(a, b, slot, top)
-        stats = self._extremes(a, b, slot)
         if b < self.T:
             divisor = v.amax(-1, keepdim=True).clamp_min_(self.tiny)
             v, self.divisors[b] = v / divisor, divisor
-            stats.append(divisor.amin().reshape(1))
-        else:
-            stats.append(v.new_ones(1))
+        if not check:
+            return v, None
+        n = b - a
+        stats = self._extremes([buf if n == len(buf) else buf[:n] for buf in self.h_blocks[slot]], a, b)
+        stats.append(self.divisors[b].amin(0) if b < self.T else v.new_ones(1))
         return v, torch.cat(stats)
 
-    def _extremes(self, a: int, b: int, slot: int) -> list[Tensor]:
-        """[min h_1, max h_1, (min h_2, max h_2)], each (b - a,): at each of a block's positions, over
-        the rows inside their length (one pass a product before the first length ends)."""
-        n, live = b - a, None
+    def _checks_at_once(self) -> list[list[float]]:
+        """Every block's check values, as ``_lazy`` makes them, from the h of every block (kept in
+        their slots): one reduction a product and one host synchronization for all blocks."""
+        T, P = self.T, len(self.mats)
+        stats = self._extremes([buffer[: T - 1] for buffer in self.work.h_all], 1, T)
+        if self.divisors:
+            stats.append(torch.cat(list(self.divisors.values()), -1).amin(0))
+        values = torch.cat(stats).tolist()
+        rows = [values[i * (T - 1) : (i + 1) * (T - 1)] for i in range(2 * P)]  # low_1, high_1, ...
+        smallest = [*values[2 * P * (T - 1) :], 1.0]
+        return [
+            [x for row in rows for x in row[a - 1 : min(a + self.size, T) - 1]] + [smallest[i]]
+            for i, a in enumerate(self.starts)
+        ]
+
+    def _extremes(self, blocks: list[Tensor], a: int, b: int) -> list[Tensor]:
+        """[min h_1, max h_1, (min h_2, max h_2)], each (b - a,): at each of positions a..b-1 (each
+        product's h there: ``blocks``, (b - a) x B x M), over the rows inside their length (one pass
+        a product before the first length ends)."""
+        live = None
         if b > self.first_end:
             live = (torch.arange(a, b, device=self.lengths.device).unsqueeze(-1) < self.lengths).unsqueeze(-1)
         out = []
-        for buffer in self.h_blocks[slot]:
-            block = buffer[:n]
+        for block in blocks:
             low = high = block
             if live is not None:
                 low, high = torch.where(live, block, math.inf), torch.where(live, block, 0.0)
@@ -310,11 +335,11 @@ class _Forward:
         position, then the smallest divisor): every product's smallest entry against the largest
         entry of its input (the previous product's output, F and W <= 1) or the h_max ``carried`` into
         the block, whichever is larger. None where it fails, else the h_max the next block carries."""
-        if any(math.isnan(x) for x in values[:-1]):
+        if math.isnan(sum(values)):  # every value is >= 0: their sum is NaN only where one is
             return None
         lows, highs, smallest = self._split_check(values)
         n = len(lows[0])
-        block_max = max(h for high in highs for h in high)
+        block_max = max(map(max, highs))
 
         def passes(low: float, m, peak: float, h_in: float) -> bool:
             return low >= self.unit_bound * m.rows * (2 + peak * h_in)
@@ -356,13 +381,13 @@ class _Forward:
             b = min(a + self.size, self.T)
             passed, attempted = None, i == first
             if i > first and wait == 0:
-                v, stat = self._lazy(start, a, i % 2)
+                v, stat = self._lazy(start, a, i % self.slots)
                 values, attempted = stat.tolist(), True
                 passed = self._check(values, carried)
             scaled_up = passed is None and attempted and carried > 1.0
             if scaled_up and min(map(min, self._split_check(values)[0])) > 0:  # and no zero entry
                 x, shift = scaled.normalized(self._start_log(a))
-                v, stat = self._lazy(x.exp(), a, i % 2)
+                v, stat = self._lazy(x.exp(), a, i % self.slots)
                 self.scale_steps[a] += shift
                 passed = self._check(stat.tolist(), 1.0)
             if passed is not None:
@@ -398,7 +423,7 @@ class _Forward:
         if t in self.guarded_logs:
             return self.guarded_logs[t]
         h, top = self.tails[self.starts[(t - 1) // self.size]]
-        return self._log_p(h, self._later(t, t + 1)[:, 0], top)
+        return self._log_p(h, self._later(t, t + 1)[:, 0], top[:, -1])
 
     def _log_p(self, h: Tensor, later: Tensor, top: Tensor) -> Tensor:
         """log p = log h + log F = log h + later - top, exact where h passed the bound."""
@@ -432,38 +457,39 @@ def _block_length(growth: Sequence[float]) -> int:
 class _Workspace:
     """The buffers a forward writes in place, with their views by position, kept between calls with
     the same shapes (the latest per thread): making a view costs about what a small product does,
-    and a forward needs one a position. Holds each product's h in two block slots (one block's h
-    stays while the next is made), the two vectors p_t takes turns in, and, where asked, the T-1 x
-    B x K factors (only where no backward keeps them). Larger ones than ``KEPT_WORKSPACE`` are freed
-    with their forward, as any tensor."""
+    and a forward needs one a position. Holds each product's h in block slots (two, one block's h
+    staying while the next is made; or, for small chains, one a block), the two vectors p_t takes
+    turns in, and, where asked, the B x T-1 x K factors (only where no backward keeps them). Larger
+    ones than ``KEPT_WORKSPACE`` are freed with their forward, as any tensor."""
 
     _local = threading.local()
 
     def __init__(self, key: tuple):
-        B, T, K, size, widths, factors, dtype, device, _ = key
+        B, T, K, size, widths, factors, slots, dtype, device, _ = key
         self.key = key
 
         def new(*shape):
             return torch.empty(shape, dtype=dtype, device=device)
 
-        self.h_blocks = [[new(size, B, M) for M in widths] for _ in (0, 1)]
-        self.h = [[buffer.unbind(0) for buffer in slot] for slot in self.h_blocks]
+        self.h_all = [new(slots * size, B, M) for M in widths]  # a product's h, slot after slot
+        self.h_blocks = [[buffer[s * size : (s + 1) * size] for buffer in self.h_all] for s in range(slots)]
+        self.h = [[block.unbind(0) for block in slot] for slot in self.h_blocks]
         self.ring = [new(B, K), new(B, K)]
         self.factors = None
         if factors:
-            buffer = new(T - 1, B, K)
-            self.factors = buffer, buffer.unbind(0)
+            buffer = new(B, T - 1, K)
+            self.factors = buffer, buffer.unbind(1)
 
     @classmethod
-    def of(cls, u: Tensor, size: int, widths: tuple[int, ...], factors: bool) -> _Workspace:
+    def of(cls, u: Tensor, size: int, widths: tuple[int, ...], factors: bool, slots: int) -> _Workspace:
         """The thread's workspace for u's shapes (B x T x K), made anew when they changed."""
         B, T, K = u.shape
         # tensors made in inference mode cannot be written outside it: each mode has its own
-        key = (B, T, K, size, widths, factors, u.dtype, u.device, torch.is_inference_mode_enabled())
+        key = (B, T, K, size, widths, factors, slots, u.dtype, u.device, torch.is_inference_mode_enabled())
         work = getattr(cls._local, "work", None)
         if work is not None and work.key == key:
             return work
         work = cls(key)
-        if B * (2 * size * sum(widths) + 2 * K + (T - 1) * K * factors) <= KEPT_WORKSPACE:
+        if B * (slots * size * sum(widths) + 2 * K + (T - 1) * K * factors) <= KEPT_WORKSPACE:
             cls._local.work = work
         return work
