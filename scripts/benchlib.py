@@ -47,6 +47,7 @@ class Measurement:
     runs: int = 0  # timed calls (0: extrapolated)
     warmup_s: float = math.nan
     times: list[float] = field(default_factory=list)
+    alone_s: float = math.nan  # ``measure_interleaved``: median of as many calls again, back to back, alone
 
     @property
     def ok(self) -> bool:
@@ -96,8 +97,10 @@ def measure_interleaved(
     timed runs together; none when one round of warm-ups exceeds it). Load that changes during the
     measurement then slows every call alike. The rounds run back to back, as a caller's loop does:
     no collection or heap trim between calls (for calls of milliseconds, those would make each call
-    page-fault its memory afresh); each call's peak is one ``measured_call`` after the rounds. A call
-    that fails its warm-up is reported as failed and left out of the rounds."""
+    page-fault its memory afresh); each call's peak is one ``measured_call`` after the rounds. Then each
+    call runs as many times again back to back with no other call in between (``alone_s``: what a loop
+    of that call alone sees, with its data and code in cache). A call that fails its warm-up is reported
+    as failed and left out of the rounds."""
     results, warmups = {}, {}
     for name, call in calls.items():
         try:
@@ -117,6 +120,7 @@ def measure_interleaved(
             runs=len(times),
             warmup_s=warmup_s,
             times=times,
+            alone_s=statistics.median(timed_call(calls[name]) for _ in times),
         )
     return {name: results[name] for name in calls}
 

@@ -13,20 +13,23 @@ its backward needs.
 Why a block is right when it passes. Underflow, flushed to zero or not, moves an entry of p = h * F
 by at most tiny (1 + h) (tiny in F, times h; tiny in the product), and a term of the next product
 by tiny max(P) (1 + h), so a product entry h' >= bound = K tiny / eps (2 + max(P) h_max), with h_max
-the largest entry of the product's input at that position (the previous product's output; F, W <= 1)
-or the one carried into the block, is right to float precision whatever was lost
+the largest entry of the product's input at that position (the previous product's output, F, W <= 1;
+1 at a block's first position), is right to float precision whatever was lost
 (``zoo.inference.logmatmul`` makes the same argument with h_max = 1). Each position is held to its
 own input's scale: p may grow by 2^100 inside a block (near-uniform transitions over many states).
 One reduction per product gives each position's smallest and largest h over the live rows: after
-each block, or after the last one where every block's h is kept (small chains: fewer kernels). A
-block with an entry below its position's bound (a forbidden transition, a left-to-right topology,
-emissions hundreds of nats apart) is recomputed by ``scaled.guarded_step``, the guarded forward's
-step, from the exact log of its start; first, where it failed only by the error a small divisor at
-its start scaled up, it is retried in probability space from that exact log
-(``_Forward._adaptive``). A block cannot
-overflow: it starts at max 1, each product grows the max by at most its matrix's largest column
-sum (W, F <= 1), and a block is at most ``GROWTH_BITS`` of growth long. Each log Z is read off
-exact logs: log h + log F at the sequence's last position (h passed the bound, so its log is exact).
+each block, or after the last one where every block's h is kept (small chains: fewer kernels). Each
+block starts from the exact log at the previous one's end, log h + log F, shifted to max 0: what p
+lost to underflow there (emissions far apart shrink p's max by tens of nats a block) is not carried
+on. (With gradients it starts from p divided by its max, as the backward takes it, and its check is
+widened by what that division scales the previous block's underflow by.) A block with an entry below
+its position's bound (a forbidden transition, a left-to-right topology, a forward that decays out of
+the float range within a block) is tried again in shorter segments, and where that fails too,
+recomputed by ``scaled.guarded_step``, the guarded forward's step, from the exact log of its start
+(``_Forward.run``). A block cannot overflow: it starts at max 1, each product grows the max by at
+most its matrix's largest column sum (W, F <= 1), and a block is at most ``GROWTH_BITS`` of growth
+long. Each log Z is read off exact logs: log h + log F at the sequence's last position (h passed the
+bound, so its log is exact).
 
 Shapes: B batch, T positions, K states (or rank nodes), M a product's output size.
 """
@@ -46,6 +49,7 @@ from zoo.inference.numerics import NEG
 from zoo.inference.precision import in_full_precision
 
 MAX_BLOCK = 32  # positions between checks: the check's cost amortized, a failed block recomputed
+SHORTER = 2  # a failed pass: the blocks after it this many times shorter, and shorter again
 GROWTH_BITS = 120  # the most a block may grow the forward's maximum: 2^120 < float32's 2^128
 CACHED_FACTORS = 2**18  # up to this many B x T x K elements, every block's factors are made at once
 KEPT_WORKSPACE = 2**20  # up to this many elements, a forward's buffers are kept for the next call
@@ -112,7 +116,7 @@ class _Backward(torch.autograd.Function):
         fw = ctx.forward
         vectors, P, lengths = fw.vectors, fw.mats[0].scaled, fw.lengths
         T, B, K = vectors.shape
-        factors = fw.cached[1]
+        factors, divisors = fw.cached[1], fw.divisors
         last, rows = lengths - 1, torch.arange(B, device=lengths.device)
         start = grad / vectors[last, rows].sum(-1)  # d log Z / d p at each end, B (times ones)
         g_all = torch.zeros_like(vectors)  # g_t, T x B x K
@@ -127,13 +131,13 @@ class _Backward(torch.autograd.Function):
                 break
             gh = torch.mul(g, factors[t - 1], out=gh_views[t - 1])
             g_prev = torch.mm(gh, PT, out=g_views[t - 1])
-            if t in fw.divisors:
-                g_prev.div_(fw.divisors[t])
+            if t in divisors:
+                g_prev.div_(divisors[t])
         grad_u = (g_all * vectors).transpose(0, 1)
         grad_left = None
         if ctx.needs_input_grad[1]:
             before = vectors[:-1].clone()  # p'_{t-1}: divided where a block starts at t
-            for t, divisor in fw.divisors.items():
+            for t, divisor in divisors.items():
                 before[t - 1] /= divisor
             grad_left = P * (before.reshape(-1, K).T @ gh_all.reshape(-1, K))
         return grad_u, grad_left, None, None
@@ -151,9 +155,11 @@ class _Forward:
         B, T, K = u.shape
         self.chain, self.lengths, self.x0, self.T = chain, lengths, x0, T
         self.mats = chain.matrices()
-        # each matrix's largest entry (the bound) and largest column sum (the growth of a product)
-        extremes = torch.stack([torch.stack([m.scaled.amax(), m.scaled.sum(-2).amax()]) for m in self.mats])
-        self.peaks, growth = zip(*extremes.tolist())
+        # each matrix's largest entry (the bound), largest column sum (the growth of a product), smallest
+        extremes = torch.stack([torch.stack([m.scaled.amax(), m.scaled.sum(-2).amax(), m.scaled.amin()])
+                                for m in self.mats])
+        self.peaks, growth, smallest = zip(*extremes.tolist())
+        self.positive = min(smallest) > 0  # then an h of 0 is underflow, never a forbidden transition
         info = torch.finfo(u.dtype)
         self.unit_bound, self.tiny = info.tiny / info.eps, info.tiny
         self.bridge = None
@@ -165,12 +171,11 @@ class _Forward:
         small = B * T * K <= CACHED_FACTORS
         cache_factors = keep or small
         widths = tuple(m.scaled.shape[-1] for m in self.mats)
-        # block i's h goes to slot i % slots: small chains keep every block's (checked at once after
-        # the loop, a few kernels in all), larger ones two (checked a block at a time, in cache)
-        self.slots = max(len(self.starts), 2) if small else 2
-        self.at_once = self.slots >= len(self.starts)
-        self.work = _Workspace.of(u, self.size, widths, cache_factors and not keep, self.slots)
-        self.h, self.h_blocks = self.work.h, self.work.h_blocks
+        # small chains keep a pass's h by position (its checks read by one reduction a product after
+        # it), larger ones in two slots of a block (checked a block at a time, in cache)
+        slots = max(len(self.starts), 2) if small else 2
+        self.at_once = slots >= len(self.starts)
+        self.work = _Workspace.of(u, self.size, widths, cache_factors and not keep, slots)
         self.keep, self.vectors = keep, None
         # where p_t goes, by t: two buffers taking turns, or with ``keep`` its own row of ``vectors``
         self.ring = self.work.ring * ((T + 1) // 2)
@@ -185,8 +190,9 @@ class _Forward:
             factors, views, top = self._factors(1, T, self.work.factors)
             self.cached = factors, views, top
             self._offsets(top, 1, T)
-        self.divisors: dict[int, Tensor] = {}  # block start -> the max (B x 1) its p was divided by
-        self.tails: dict[int, tuple[Tensor, Tensor]] = {}  # block start -> (last h, the block's top)
+        self.shifts: dict[int, Tensor] = {}  # block start -> log of what its start was divided by (B x 1)
+        self.divisors: dict[int, Tensor] = {}  # with ``keep``: block start -> that divisor (B x 1)
+        self.end_logs: dict[int, Tensor] = {}  # a block's last position -> exact log p there (B x K)
         self.guarded_logs: dict[int, Tensor] = {}  # exact log p_t where the guarded steps made it
         last = (lengths - 1).tolist()
         self.first_end = min(last) + 1  # from here on, rows past their length are left out
@@ -232,39 +238,78 @@ class _Forward:
         return later.exp_(), later.unbind(1) if out is None else out[1], top
 
     def run(self) -> tuple[Tensor, Tensor] | None:
-        """Every block in probability space, checked together (one host synchronization); from the
-        first block that fails, block by block (``_adaptive``)."""
-        v, stats = self.x0.exp(), []
-        for i, a in enumerate(self.starts):
-            v, stat = self._lazy(v, a, i % self.slots, check=not self.at_once)
+        """Blocks in probability space, run in passes: a pass runs its blocks one after the other and
+        then reads their checks at once (one host synchronization). The first pass runs every block;
+        from the first that fails: where no matrix has a zero entry (an h of 0 is then underflow),
+        the rest again in blocks half as long, and shorter again, down to one position (a
+        forward that decays by tens of nats a step, with emissions far apart, leaves the float range
+        within a long block, not within a short one). Else, or at one position, that block is
+        recomputed by the guarded steps from the exact log of its start; a pass after it runs 1,
+        then 2, 4, ... blocks, and after each later failure the next 1, then 2, 4, ... blocks go
+        guarded directly (a left-to-right topology, with zeros, fails every block)."""
+        a, length, count, start = 1, self.size, None, self.x0.exp()  # count None: every block left
+        backoff, wait, first = 1, 0, True
+        while a < self.T:
+            if wait == 0:
+                ends = [*range(a + length, self.T, length), self.T][:count]
+                passed, a, start = self._pass(a, ends, start)
+                if passed:
+                    count, backoff, first = None if count is None else 2 * count, 1, False
+                    continue
+                if self.keep:
+                    return None
+                if self.positive and length > 1:
+                    length, count = max(1, length // SHORTER), None
+                    continue
+                if not first:  # the next ``wait`` blocks go guarded directly
+                    wait, backoff = backoff, 2 * backoff
+                first = False
+            else:
+                wait -= 1
+            b = min(a + length, self.T)
+            start, a, count = self._guarded(a, b).exp(), b, 1
+        if self.shifts:
+            starts = torch.tensor(list(self.shifts), device=self.lengths.device)
+            self.scale_steps.index_add_(0, starts, torch.cat(list(self.shifts.values()), -1).T)
+        return self.ends, self.scale_steps.cumsum(0)[self.lengths - 1, self.rows]
+
+    def _pass(self, a: int, ends: list[int], start: Tensor) -> tuple[bool, int, Tensor]:
+        """Blocks a..ends[0]-1, ends[0]..ends[1]-1, ... in probability space from ``start``, then their
+        checks: (whether every block passed; where the first that failed starts, else ends[-1]; the
+        vector that position starts from)."""
+        firsts, starts, stats = [a, *ends[:-1]], [], []
+        for i, (first, b) in enumerate(zip(firsts, ends)):
+            starts.append(start)
+            row = first - 1 if self.at_once else (i % 2) * self.size  # at once: h by position
+            start, stat = self._lazy(start, first, b, row, kept=self.at_once)
             stats.append(stat)
-        if self.at_once:
-            by_block = self._checks_at_once()
+        if self.at_once:  # one reduction a product over the pass's h
+            P, n = len(self.mats), ends[-1] - a
+            h = [buffer[a - 1 : ends[-1] - 1] for buffer in self.work.h_all]
+            values = torch.cat(self._extremes(h, a, ends[-1])).tolist()
+            rows = [values[i * n : (i + 1) * n] for i in range(2 * P)]  # low_1, high_1, ...
+            by_block = [[x for row in rows for x in row[f - a : b - a]] for f, b in zip(firsts, ends)]
         else:
             values = torch.cat(stats).tolist()
             cuts = [0, *itertools.accumulate(len(stat) for stat in stats)]
             by_block = [values[i:j] for i, j in zip(cuts, cuts[1:])]
-        failed, carried = self._first_failure(by_block)
-        if failed is not None and self.keep:
-            return None
-        if failed is not None:
-            self._adaptive(failed, by_block[failed], carried)
-        if self.divisors:
-            starts = torch.tensor(list(self.divisors), device=v.device)
-            logs = torch.cat(list(self.divisors.values()), -1).T.log()
-            self.scale_steps.index_add_(0, starts, logs)
-        return self.ends, self.scale_steps.cumsum(0)[self.lengths - 1, self.rows]
+        failed = self._first_failure(by_block, self._divisors(ends) if self.keep else None)
+        if failed is None:
+            return True, ends[-1], start
+        for end in [e for e in self.shifts if e > firsts[failed]]:
+            del self.shifts[end]  # the failed blocks' (the next pass may end its blocks elsewhere)
+        return False, firsts[failed], starts[failed]
 
-    def _lazy(self, v: Tensor, a: int, slot: int, check: bool = True) -> tuple[Tensor, Tensor | None]:
-        """Positions a..b-1 of a block in probability space from v (B x K, max 1): (the next block's
-        start, divided by its max; with ``check``, the block's check values, not yet read: each
-        product's smallest and largest h at each position over the rows inside their length, and
-        the smallest divisor)."""
-        b = min(a + self.size, self.T)
+    def _lazy(self, v: Tensor, a: int, b: int, row: int, kept: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Positions a..b-1 of a block in probability space from v (B x K, max 1), their h at ``row``
+        on in ``_Workspace.h_all``: (the next block's start, max 1: from the exact log at b - 1, or
+        with ``keep`` p / its max; the block's check values, not yet read: each product's smallest
+        and largest h at each position over the rows inside their length). ``kept``: the h stay
+        until the pass's checks are read at once (no check values now)."""
         _, factors, top = self._factors(a, b)
         if self.cached is None:
             self._offsets(top, a, b)
-        ring, h = self.ring, self.h[slot]
+        ring, h = self.ring, [rows[row : row + b - a] for rows in self.work.h_rows]
         if self.bridge is None:
             P = self.mats[0].scaled
             for j, t in enumerate(range(a, b)):
@@ -274,33 +319,41 @@ class _Forward:
             for j, t in enumerate(range(a, b)):
                 v = torch.mm(v, P1, out=h[0][j]) * self.bridge_steps[t - 1]
                 v = torch.mul(torch.mm(v, P2, out=h[1][j]), factors[j], out=ring[t])
-        last_h = h[-1][b - a - 1]
-        self.tails[a] = (last_h if self.at_once else last_h.clone(), top)
-        self._lazy_ends(a, b, slot, top)
-        if b < self.T:
+        self._lazy_ends(a, b, row, top)
+        if b < self.T and self.keep:  # p / its max: what ``_Backward`` takes the next start to be
             divisor = v.amax(-1, keepdim=True).clamp_min_(self.tiny)
-            v, self.divisors[b] = v / divisor, divisor
-        if not check:
+            v, self.divisors[b], self.shifts[b] = v / divisor, divisor, divisor.log()
+        elif b < self.T:  # from log h + log F, not from p: what p lost to underflow, the start keeps
+            x = self._log_p(h[-1][-1], self._later(b - 1, b)[:, 0], top[:, -1])
+            shift = x.amax(-1, keepdim=True).clamp_min_(NEG)
+            self.end_logs[b - 1], self.shifts[b] = x, shift
+            v = (x - shift).exp_()
+        if kept:
             return v, None
-        n = b - a
-        stats = self._extremes([buf if n == len(buf) else buf[:n] for buf in self.h_blocks[slot]], a, b)
-        stats.append(self.divisors[b].amin(0) if b < self.T else v.new_ones(1))
-        return v, torch.cat(stats)
+        return v, torch.cat(self._extremes([buffer[row : row + b - a] for buffer in self.work.h_all], a, b))
 
-    def _checks_at_once(self) -> list[list[float]]:
-        """Every block's check values, as ``_lazy`` makes them, from the h of every block (kept in
-        their slots): one reduction a product and one host synchronization for all blocks."""
-        T, P = self.T, len(self.mats)
-        stats = self._extremes([buffer[: T - 1] for buffer in self.work.h_all], 1, T)
-        if self.divisors:
-            stats.append(torch.cat(list(self.divisors.values()), -1).amin(0))
-        values = torch.cat(stats).tolist()
-        rows = [values[i * (T - 1) : (i + 1) * (T - 1)] for i in range(2 * P)]  # low_1, high_1, ...
-        smallest = [*values[2 * P * (T - 1) :], 1.0]
-        return [
-            [x for row in rows for x in row[a - 1 : min(a + self.size, T) - 1]] + [smallest[i]]
-            for i, a in enumerate(self.starts)
-        ]
+    def _first_failure(self, by_block: list[list[float]], divisors: list[float] | None) -> int | None:
+        """The index of the first block whose check fails, else None. With ``divisors`` (``keep``: each
+        block starts from p divided by its max, as ``_Backward`` takes it), each next block is held to
+        the h_max that division scales the previous block's underflow by: max(1, its largest h) / the
+        smallest divisor."""
+        carried = 1.0
+        for i, block in enumerate(by_block):
+            if not self._check(block, carried):
+                return i
+            if divisors is not None and i < len(divisors):
+                carried = max(1.0, max(map(max, self._split_check(block)[1]))) / divisors[i]
+        return None
+
+    def _divisors(self, ends: list[int]) -> list[float]:
+        """The smallest divisor of each block start in ``ends`` over the rows inside their length (inf
+        where none is), read now."""
+        starts = [b for b in ends if b < self.T]
+        if not starts:
+            return []
+        divisors = torch.cat([self.divisors[b] for b in starts], -1)  # B x blocks
+        live = self.lengths.unsqueeze(-1) > torch.tensor(starts, device=self.lengths.device)
+        return torch.where(live, divisors, math.inf).amin(0).tolist()
 
     def _extremes(self, blocks: list[Tensor], a: int, b: int) -> list[Tensor]:
         """[min h_1, max h_1, (min h_2, max h_2)], each (b - a,): at each of positions a..b-1 (each
@@ -317,113 +370,62 @@ class _Forward:
             out += [low.amin((1, 2)), high.amax((1, 2))]  # aminmax(dim=) is 20x slower on a CPU
         return out
 
-    def _lazy_ends(self, a: int, b: int, slot: int, top: Tensor) -> None:
+    def _lazy_ends(self, a: int, b: int, row: int, top: Tensor) -> None:
         """The exact log p = log h + log F of the rows that end in the block (h passes the bound)."""
         if not any(a <= e < b for e in self.end_positions):
             return
+        h = self.work.h_all[-1]
         if self.first_end == self.T:  # every row ends at T - 1: slices, not gathers
-            h_end = self.h_blocks[slot][-1][b - a - 1]
-            self.ends = self._log_p(h_end, self._later(b - 1, b)[:, 0], top[:, -1])
+            self.ends = self._log_p(h[row + b - a - 1], self._later(b - 1, b)[:, 0], top[:, -1])
             return
         last, rows = self.lengths - 1, self.rows
         at = last.clamp(a, b - 1)
-        exact = self._log_p(self.h_blocks[slot][-1][at - a, rows], self._later_at(at), top[rows, at - a])
+        exact = self._log_p(h[row + at - a, rows], self._later_at(at), top[rows, at - a])
         self.ends = torch.where(((last >= a) & (last < b)).unsqueeze(-1), exact, self.ends)
 
-    def _check(self, values: list[float], carried: float) -> float | None:
+    def _check(self, values: list[float], carried: float = 1.0) -> bool:
         """The module docstring's bound at each position of a block ([min h_1, max h_1, ...] by
-        position, then the smallest divisor): every product's smallest entry against the largest
-        entry of its input (the previous product's output, F and W <= 1) or the h_max ``carried`` into
-        the block, whichever is larger. None where it fails, else the h_max the next block carries."""
+        position): every product's smallest entry against the largest entry of its input (the previous
+        product's output, F and W <= 1) or ``carried`` (1: the block's start has max 1), whichever is
+        larger."""
         if math.isnan(sum(values)):  # every value is >= 0: their sum is NaN only where one is
-            return None
-        lows, highs, smallest = self._split_check(values)
-        n = len(lows[0])
-        block_max = max(map(max, highs))
+            return False
+        lows, highs = self._split_check(values)
 
         def passes(low: float, m, peak: float, h_in: float) -> bool:
             return low >= self.unit_bound * m.rows * (2 + peak * h_in)
 
         # the whole block against its largest entry first (one comparison a product), position by
         # position only where that fails: p may grow by 2^100 inside a block
-        largest = max(carried, block_max)
-        if not all(passes(min(low), m, peak, largest) for low, m, peak in zip(lows, self.mats, self.peaks)):
-            h_in = carried
-            for j in range(n):
-                for low, m, peak, high in zip(lows, self.mats, self.peaks, highs):
-                    if not passes(low[j], m, peak, h_in):
-                        return None
-                    h_in = max(carried, high[j])
-        return max(1.0, block_max) / smallest
+        largest = max(carried, max(map(max, highs)))
+        if all(passes(min(low), m, peak, largest) for low, m, peak in zip(lows, self.mats, self.peaks)):
+            return True
+        h_in = carried
+        for j in range(len(lows[0])):
+            for low, m, peak, high in zip(lows, self.mats, self.peaks, highs):
+                if not passes(low[j], m, peak, h_in):
+                    return False
+                h_in = max(carried, high[j])
+        return True
 
-    def _first_failure(self, values: list[list[float]]) -> tuple[int | None, float]:
-        """The index of the first block whose check fails (None if none) and the h_max carried into it."""
-        carried = 1.0
-        for i, block in enumerate(values):
-            passed = self._check(block, carried)
-            if passed is None:
-                return i, carried
-            carried = passed
-        return None, carried
-
-    def _adaptive(self, first: int, values: list[float], carried: float) -> None:
-        """From block ``first`` (which failed with check ``values`` and ``carried`` h_max) on, block by
-        block. A failed block is retried once in probability space from the exact log of its start,
-        where its carried h_max was above 1 and none of its entries was 0: a small divisor at the
-        previous block's end (peaked emissions shrink the forward's maximum by -log P(i -> j) a step)
-        scales what that block lost to underflow by 1 / divisor, and a start from exact logs carries
-        none of it. Else, or where the retry fails, it is recomputed by the guarded steps from the
-        exact log of its start; after a failed attempt the next 1, then 2, 4, ... blocks go guarded
-        directly (a left-to-right topology fails every block, with zeros)."""
-        backoff, wait, start = 1, 0, None
-        for i in range(first, len(self.starts)):
-            a = self.starts[i]
-            b = min(a + self.size, self.T)
-            passed, attempted = None, i == first
-            if i > first and wait == 0:
-                v, stat = self._lazy(start, a, i % self.slots)
-                values, attempted = stat.tolist(), True
-                passed = self._check(values, carried)
-            scaled_up = passed is None and attempted and carried > 1.0
-            if scaled_up and min(map(min, self._split_check(values)[0])) > 0:  # and no zero entry
-                x, shift = scaled.normalized(self._start_log(a))
-                v, stat = self._lazy(x.exp(), a, i % self.slots)
-                self.scale_steps[a] += shift
-                passed = self._check(stat.tolist(), 1.0)
-            if passed is not None:
-                backoff, carried, start = 1, passed, v
-                continue
-            if i > first and wait == 0:
-                wait, backoff = backoff, 2 * backoff
-            elif i > first:
-                wait -= 1
-            start, carried = self._guarded(a, b).exp(), 1.0  # max 1: the next block starts from it
-            if b < self.T:
-                self.divisors[b] = start.new_ones(start.shape[0], 1)
-
-    def _split_check(self, values: list[float]) -> tuple[list[list[float]], list[list[float]], float]:
-        """A block's check values -> (each product's smallest entries by position, its largest, the
-        smallest divisor)."""
-        *row, smallest = values
-        n = len(row) // (2 * len(self.mats))
-        lows = [row[2 * p * n : (2 * p + 1) * n] for p in range(len(self.mats))]
-        highs = [row[(2 * p + 1) * n : (2 * p + 2) * n] for p in range(len(self.mats))]
-        return lows, highs, smallest
+    def _split_check(self, values: list[float]) -> tuple[list[list[float]], list[list[float]]]:
+        """A block's check values -> (each product's smallest entries by position, its largest)."""
+        n = len(values) // (2 * len(self.mats))
+        lows = [values[2 * p * n : (2 * p + 1) * n] for p in range(len(self.mats))]
+        highs = [values[(2 * p + 1) * n : (2 * p + 2) * n] for p in range(len(self.mats))]
+        return lows, highs
 
     def _start_log(self, a: int) -> Tensor:
-        """The exact log of the vector block a starts from: log p_{a-1} divided as the block's start was."""
+        """The exact log of the vector block a starts from: log p_{a-1} shifted as the block's start was."""
         x = self._exact_log(a - 1)
-        return x - self.divisors[a].log() if a in self.divisors else x
+        return x - self.shifts[a] if a in self.shifts else x
 
     def _exact_log(self, t: int) -> Tensor:
         """log p_t (B x K), exact: x0, the guarded steps' vector, or log h_t + log F_t at a block's
         last position (h passed the bound at every row inside a length, so its log is exact there)."""
         if t == 0:
             return self.x0
-        if t in self.guarded_logs:
-            return self.guarded_logs[t]
-        h, top = self.tails[self.starts[(t - 1) // self.size]]
-        return self._log_p(h, self._later(t, t + 1)[:, 0], top[:, -1])
+        return self.guarded_logs[t] if t in self.guarded_logs else self.end_logs[t]
 
     def _log_p(self, h: Tensor, later: Tensor, top: Tensor) -> Tensor:
         """log p = log h + log F = log h + later - top, exact where h passed the bound."""
@@ -472,8 +474,7 @@ class _Workspace:
             return torch.empty(shape, dtype=dtype, device=device)
 
         self.h_all = [new(slots * size, B, M) for M in widths]  # a product's h, slot after slot
-        self.h_blocks = [[buffer[s * size : (s + 1) * size] for buffer in self.h_all] for s in range(slots)]
-        self.h = [[block.unbind(0) for block in slot] for slot in self.h_blocks]
+        self.h_rows = [buffer.unbind(0) for buffer in self.h_all]
         self.ring = [new(B, K), new(B, K)]
         self.factors = None
         if factors:
