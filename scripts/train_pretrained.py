@@ -421,7 +421,7 @@ def add_trained_baseline(folder: Path, job: Job, work: Path, resume: bool) -> No
             "false", "--trainer.default_root_dir", str(run_dir), "--results", str(measured),
             threads=job.threads)  # fmt: skip
     metrics = json.loads(measured.read_text())["metrics"]
-    label = f"{name} (recipes/{recipe}.yaml, the same {budget:.0f}-minute budget, best validation checkpoint)"
+    label = f"{name} (recipes/{recipe}.yaml, {budget:.0f} minutes, best validation checkpoint)"
     update_results(folder, lambda results: results.update(baselines={label: metrics}))
 
 
