@@ -1,7 +1,7 @@
 """log Z of a scaled chain in probability space: products rescaled and verified once a block of
 positions, recomputed by the guarded log-space steps only where the verification fails; without
-gradients (``log_partition``), or with a probability-space backward where every block passes
-(``differentiable_log_partition``, one shared matrix of log-potentials).
+gradients (``log_partition``), or with a probability-space backward where every block passes, in
+shorter blocks where need be (``differentiable_log_partition``, one shared matrix of log-potentials).
 
 A ``scaled.ScaledChain`` with shared matrices steps as p_t = ((p_{t-1} @ P_1) * W_t) @ P_2 * F_t (one
 or two products; W_t and F_t the exp of that point's log-factors minus their max over states, made
@@ -21,11 +21,11 @@ One reduction per product gives each position's smallest and largest h over the 
 each block, or after the last one where every block's h is kept (small chains: fewer kernels). Each
 block starts from the exact log at the previous one's end, log h + log F, shifted to max 0: what p
 lost to underflow there (emissions far apart shrink p's max by tens of nats a block) is not carried
-on. (With gradients it starts from p divided by its max, as the backward takes it, and its check is
-widened by what that division scales the previous block's underflow by.) A block with an entry below
-its position's bound (a forbidden transition, a left-to-right topology, a forward that decays out of
-the float range within a block) is tried again in shorter segments, and where that fails too,
-recomputed by ``scaled.guarded_step``, the guarded forward's step, from the exact log of its start
+on. (With gradients, p and F at the block's end are remade from those logs, divided by exp(the
+shift), so that the backward takes what the forward used.) A block with an entry below its
+position's bound (a forbidden transition, a left-to-right topology, a forward that decays out of the
+float range within a block) is tried again in shorter segments, and where that fails too, recomputed
+by ``scaled.guarded_step``, the guarded forward's step, from the exact log of its start
 (``_Forward.run``). A block cannot overflow: it starts at max 1, each product grows the max by at
 most its matrix's largest column sum (W, F <= 1), and a block is at most ``GROWTH_BITS`` of growth
 long. Each log Z is read off exact logs: log h + log F at the sequence's last position (h passed the
@@ -96,13 +96,15 @@ def _log_z(chain: scaled.ScaledChain, lengths: Tensor, last: Tensor, scale: Tens
 class _Backward(torch.autograd.Function):
     """The backward of a kept block forward, in probability space: with g_t = d log Z / d p_t,
 
-        d log Z / d u_t = g_t o p_t (the marginals), g_{t-1} = ((g_t o F_t) @ P^T) / d_t,
-        d log Z / d log Psi = P o sum_t p'_{t-1}^T (g_t o F_t)   (one (T B) x K by (T B) x K product),
+        d log Z / d u_t = g_t o p_t (the marginals), g_{t-1} = (g_t o F_t) @ P^T,
+        d log Z / d log Psi = P o sum_t p_{t-1}^T (g_t o F_t)   (one (T B) x K by (T B) x K product),
 
-    d_t the divisor of a block starting at t (else 1), p' the divided vector; g starts at 1 / sum(p)
-    at each sequence's last position. Two kernels a step. Its accuracy rests on the forward's check:
-    every h >= the bound, so g <= K max(P) / bound (no overflow for max(P) = 1) and what underflows in
-    g o F moves a marginal by at most tiny max(p)."""
+    with p and F as the forward kept them: at a block's last position both remade from exact logs and
+    divided by exp(the next block's shift), so the next block starts from that p (the shift is a
+    constant of log Z's scale). g starts at 1 / sum(p) at each sequence's last position. Two kernels
+    a step. Its accuracy rests on the forward's check: every h >= the bound, so g o F = (the
+    marginal) / h <= 1 / bound (no overflow), and what underflows in g o F moves a marginal by at most
+    tiny max(p)."""
 
     @staticmethod
     def forward(ctx, u, left, log_z, forward):
@@ -116,7 +118,7 @@ class _Backward(torch.autograd.Function):
         fw = ctx.forward
         vectors, P, lengths = fw.vectors, fw.mats[0].scaled, fw.lengths
         T, B, K = vectors.shape
-        factors, divisors = fw.cached[1], fw.divisors
+        factors = fw.cached[1]
         last, rows = lengths - 1, torch.arange(B, device=lengths.device)
         start = grad / vectors[last, rows].sum(-1)  # d log Z / d p at each end, B (times ones)
         g_all = torch.zeros_like(vectors)  # g_t, T x B x K
@@ -130,16 +132,11 @@ class _Backward(torch.autograd.Function):
             if t == 0:
                 break
             gh = torch.mul(g, factors[t - 1], out=gh_views[t - 1])
-            g_prev = torch.mm(gh, PT, out=g_views[t - 1])
-            if t in divisors:
-                g_prev.div_(divisors[t])
+            torch.mm(gh, PT, out=g_views[t - 1])
         grad_u = (g_all * vectors).transpose(0, 1)
         grad_left = None
         if ctx.needs_input_grad[1]:
-            before = vectors[:-1].clone()  # p'_{t-1}: divided where a block starts at t
-            for t, divisor in divisors.items():
-                before[t - 1] /= divisor
-            grad_left = P * (before.reshape(-1, K).T @ gh_all.reshape(-1, K))
+            grad_left = P * (vectors[:-1].reshape(-1, K).T @ gh_all.reshape(-1, K))
         return grad_u, grad_left, None, None
 
 
@@ -150,7 +147,7 @@ class _Forward:
 
     def __init__(self, chain: scaled.ScaledChain, lengths: Tensor, x0: Tensor, n0: Tensor, keep=False):
         """``keep``: keep every p_t (``vectors``, T x B x K) and factor for a backward (``_Backward``);
-        ``run`` then returns None where a block fails instead of recomputing it."""
+        ``run`` then returns None where it would recompute a block by the guarded steps."""
         u = chain.u
         B, T, K = u.shape
         self.chain, self.lengths, self.x0, self.T = chain, lengths, x0, T
@@ -191,8 +188,8 @@ class _Forward:
             self.cached = factors, views, top
             self._offsets(top, 1, T)
         self.shifts: dict[int, Tensor] = {}  # block start -> log of what its start was divided by (B x 1)
-        self.divisors: dict[int, Tensor] = {}  # with ``keep``: block start -> that divisor (B x 1)
         self.end_logs: dict[int, Tensor] = {}  # a block's last position -> exact log p there (B x K)
+        self.replaced: dict[int, Tensor] = {}  # with ``keep``: a block's last position -> its own F
         self.guarded_logs: dict[int, Tensor] = {}  # exact log p_t where the guarded steps made it
         last = (lengths - 1).tolist()
         self.first_end = min(last) + 1  # from here on, rows past their length are left out
@@ -256,11 +253,11 @@ class _Forward:
                 if passed:
                     count, backoff, first = None if count is None else 2 * count, 1, False
                     continue
-                if self.keep:
-                    return None
                 if self.positive and length > 1:
                     length, count = max(1, length // SHORTER), None
                     continue
+                if self.keep:
+                    return None
                 if not first:  # the next ``wait`` blocks go guarded directly
                     wait, backoff = backoff, 2 * backoff
                 first = False
@@ -293,11 +290,13 @@ class _Forward:
             values = torch.cat(stats).tolist()
             cuts = [0, *itertools.accumulate(len(stat) for stat in stats)]
             by_block = [values[i:j] for i, j in zip(cuts, cuts[1:])]
-        failed = self._first_failure(by_block, self._divisors(ends) if self.keep else None)
+        failed = next((i for i, block in enumerate(by_block) if not self._check(block)), None)
         if failed is None:
             return True, ends[-1], start
         for end in [e for e in self.shifts if e > firsts[failed]]:
             del self.shifts[end]  # the failed blocks' (the next pass may end its blocks elsewhere)
+        for t in [t for t in self.replaced if t >= firsts[failed]]:
+            self.cached[1][t - 1].copy_(self.replaced.pop(t))
         return False, firsts[failed], starts[failed]
 
     def _lazy(self, v: Tensor, a: int, b: int, row: int, kept: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -320,40 +319,21 @@ class _Forward:
                 v = torch.mm(v, P1, out=h[0][j]) * self.bridge_steps[t - 1]
                 v = torch.mul(torch.mm(v, P2, out=h[1][j]), factors[j], out=ring[t])
         self._lazy_ends(a, b, row, top)
-        if b < self.T and self.keep:  # p / its max: what ``_Backward`` takes the next start to be
-            divisor = v.amax(-1, keepdim=True).clamp_min_(self.tiny)
-            v, self.divisors[b], self.shifts[b] = v / divisor, divisor, divisor.log()
-        elif b < self.T:  # from log h + log F, not from p: what p lost to underflow, the start keeps
-            x = self._log_p(h[-1][-1], self._later(b - 1, b)[:, 0], top[:, -1])
+        if b < self.T:  # the next start from exact logs: what p lost to underflow, it keeps
+            log_f = self._later(b - 1, b)[:, 0] - top[:, -1]  # log F_{b-1}, below tiny too
+            x = h[-1][-1].clamp_min(self.tiny).log() + log_f  # the exact log p_{b-1}
             shift = x.amax(-1, keepdim=True).clamp_min_(NEG)
             self.end_logs[b - 1], self.shifts[b] = x, shift
-            v = (x - shift).exp_()
+            remade = (log_f - shift).exp_()  # F_{b-1} / exp(shift): p_{b-1} / exp(shift) = h remade
+            if self.keep:  # what the backward takes as F_{b-1} and p_{b-1}
+                self.replaced.setdefault(b - 1, factors[-1].clone())  # F_{b-1}, for a shorter block
+                factors[-1].copy_(remade)
+                v = torch.mul(h[-1][-1], remade, out=ring[b - 1])
+            else:
+                v = h[-1][-1] * remade
         if kept:
             return v, None
         return v, torch.cat(self._extremes([buffer[row : row + b - a] for buffer in self.work.h_all], a, b))
-
-    def _first_failure(self, by_block: list[list[float]], divisors: list[float] | None) -> int | None:
-        """The index of the first block whose check fails, else None. With ``divisors`` (``keep``: each
-        block starts from p divided by its max, as ``_Backward`` takes it), each next block is held to
-        the h_max that division scales the previous block's underflow by: max(1, its largest h) / the
-        smallest divisor."""
-        carried = 1.0
-        for i, block in enumerate(by_block):
-            if not self._check(block, carried):
-                return i
-            if divisors is not None and i < len(divisors):
-                carried = max(1.0, max(map(max, self._split_check(block)[1]))) / divisors[i]
-        return None
-
-    def _divisors(self, ends: list[int]) -> list[float]:
-        """The smallest divisor of each block start in ``ends`` over the rows inside their length (inf
-        where none is), read now."""
-        starts = [b for b in ends if b < self.T]
-        if not starts:
-            return []
-        divisors = torch.cat([self.divisors[b] for b in starts], -1)  # B x blocks
-        live = self.lengths.unsqueeze(-1) > torch.tensor(starts, device=self.lengths.device)
-        return torch.where(live, divisors, math.inf).amin(0).tolist()
 
     def _extremes(self, blocks: list[Tensor], a: int, b: int) -> list[Tensor]:
         """[min h_1, max h_1, (min h_2, max h_2)], each (b - a,): at each of positions a..b-1 (each
@@ -383,11 +363,10 @@ class _Forward:
         exact = self._log_p(h[row + at - a, rows], self._later_at(at), top[rows, at - a])
         self.ends = torch.where(((last >= a) & (last < b)).unsqueeze(-1), exact, self.ends)
 
-    def _check(self, values: list[float], carried: float = 1.0) -> bool:
+    def _check(self, values: list[float]) -> bool:
         """The module docstring's bound at each position of a block ([min h_1, max h_1, ...] by
         position): every product's smallest entry against the largest entry of its input (the previous
-        product's output, F and W <= 1) or ``carried`` (1: the block's start has max 1), whichever is
-        larger."""
+        product's output, F and W <= 1) or 1 (the block's start has max 1), whichever is larger."""
         if math.isnan(sum(values)):  # every value is >= 0: their sum is NaN only where one is
             return False
         lows, highs = self._split_check(values)
@@ -397,15 +376,15 @@ class _Forward:
 
         # the whole block against its largest entry first (one comparison a product), position by
         # position only where that fails: p may grow by 2^100 inside a block
-        largest = max(carried, max(map(max, highs)))
+        largest = max(1.0, max(map(max, highs)))
         if all(passes(min(low), m, peak, largest) for low, m, peak in zip(lows, self.mats, self.peaks)):
             return True
-        h_in = carried
+        h_in = 1.0
         for j in range(len(lows[0])):
             for low, m, peak, high in zip(lows, self.mats, self.peaks, highs):
                 if not passes(low[j], m, peak, h_in):
                     return False
-                h_in = max(carried, high[j])
+                h_in = max(1.0, high[j])
         return True
 
     def _split_check(self, values: list[float]) -> tuple[list[list[float]], list[list[float]]]:
