@@ -99,6 +99,17 @@ def test_fast_path_where_nothing_underflows(count_blocks):
     torch.testing.assert_close(got.double(), _reference(chain64, lengths), rtol=1e-6, atol=1e-4)
 
 
+def _peaked_hmm(spread: float) -> tuple[torch.Tensor, ...]:
+    """An HMM (N 64, B 16, T 100, ragged) with Gaussian emissions of standard deviation ``spread``:
+    (unary, transition, init, lengths)."""
+    g = torch.Generator().manual_seed(0)
+    B, T, N = 16, 100, 64
+    trans = torch.randn(N, N, generator=g).log_softmax(-1)
+    init = torch.randn(N, generator=g).log_softmax(-1)
+    unary = torch.randn(B, T, N, generator=g) * spread
+    return unary, trans, init, torch.randint(1, T + 1, (B,), generator=g)
+
+
 @pytest.mark.parametrize("spread", [3.0, 5.0, 10.0, 30.0, 100.0])
 def test_peaked_emissions_stay_in_probability_space(count_blocks, spread):
     """Emissions far apart under a mixing transition shrink the forward's maximum by -log P(i -> j)
@@ -106,12 +117,7 @@ def test_peaked_emissions_stay_in_probability_space(count_blocks, spread):
     underflow is not scaled up by a tiny divisor), a forward that leaves the float range within a
     block goes on in shorter ones, none is sent to the guarded steps, and log Z stays
     float32-accurate."""
-    g = torch.Generator().manual_seed(0)
-    B, T, N = 16, 100, 64
-    trans = torch.randn(N, N, generator=g).log_softmax(-1)
-    init = torch.randn(N, generator=g).log_softmax(-1)
-    unary = torch.randn(B, T, N, generator=g) * spread
-    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    unary, trans, init, lengths = _peaked_hmm(spread)
     with torch.no_grad():
         got = LinearChain(DenseChain(unary, trans, init), lengths=lengths).log_partition
     assert count_blocks["guarded"] == 0
@@ -126,12 +132,7 @@ def test_peaked_emissions_keep_the_probability_space_backward(spread):
     them, so the backward takes what the forward used), a forward that decays within a block goes
     on in shorter ones, and the block backward runs; its marginals and the transition's gradient
     agree with float64."""
-    g = torch.Generator().manual_seed(0)
-    B, T, N = 16, 100, 64
-    trans = torch.randn(N, N, generator=g).log_softmax(-1)
-    init = torch.randn(N, generator=g).log_softmax(-1)
-    unary = torch.randn(B, T, N, generator=g) * spread
-    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    unary, trans, init, lengths = _peaked_hmm(spread)
     chain = scaled.ScaledChain(DenseChain(unary, trans, init).folded_unary(), trans, left_is_log=True)
     assert block_scaled.differentiable_log_partition(chain, lengths) is not None
     results = []
