@@ -301,9 +301,9 @@ class _Forward:
 
     def _lazy(self, v: Tensor, a: int, b: int, row: int, kept: bool = False) -> tuple[Tensor, Tensor | None]:
         """Positions a..b-1 of a block in probability space from v (B x K, max 1), their h at ``row``
-        on in ``_Workspace.h_all``: (the next block's start, max 1: from the exact log at b - 1, or
-        with ``keep`` p / its max; the block's check values, not yet read: each product's smallest
-        and largest h at each position over the rows inside their length). ``kept``: the h stay
+        on in ``_Workspace.h_all``: (the next block's start, max 1, made from the exact log at b - 1;
+        the block's check values, not yet read: each product's smallest and largest h at each
+        position over the rows inside their length). ``kept``: the h stay
         until the pass's checks are read at once (no check values now)."""
         _, factors, top = self._factors(a, b)
         if self.cached is None:
@@ -321,7 +321,7 @@ class _Forward:
         self._lazy_ends(a, b, row, top)
         if b < self.T:  # the next start from exact logs: what p lost to underflow, it keeps
             log_f = self._later(b - 1, b)[:, 0] - top[:, -1]  # log F_{b-1}, below tiny too
-            x = h[-1][-1].clamp_min(self.tiny).log() + log_f  # the exact log p_{b-1}
+            x = self._log_p(h[-1][-1], log_f)  # the exact log p_{b-1}
             shift = x.amax(-1, keepdim=True).clamp_min_(NEG)
             self.end_logs[b - 1], self.shifts[b] = x, shift
             remade = (log_f - shift).exp_()  # F_{b-1} / exp(shift): p_{b-1} / exp(shift) = h remade
@@ -356,11 +356,11 @@ class _Forward:
             return
         h = self.work.h_all[-1]
         if self.first_end == self.T:  # every row ends at T - 1: slices, not gathers
-            self.ends = self._log_p(h[row + b - a - 1], self._later(b - 1, b)[:, 0], top[:, -1])
+            self.ends = self._log_p(h[row + b - a - 1], self._later(b - 1, b)[:, 0] - top[:, -1])
             return
         last, rows = self.lengths - 1, self.rows
         at = last.clamp(a, b - 1)
-        exact = self._log_p(h[row + at - a, rows], self._later_at(at), top[rows, at - a])
+        exact = self._log_p(h[row + at - a, rows], self._later_at(at) - top[rows, at - a])
         self.ends = torch.where(((last >= a) & (last < b)).unsqueeze(-1), exact, self.ends)
 
     def _check(self, values: list[float]) -> bool:
@@ -406,9 +406,9 @@ class _Forward:
             return self.x0
         return self.guarded_logs[t] if t in self.guarded_logs else self.end_logs[t]
 
-    def _log_p(self, h: Tensor, later: Tensor, top: Tensor) -> Tensor:
-        """log p = log h + log F = log h + later - top, exact where h passed the bound."""
-        return h.clamp_min(self.tiny).log() + later - top
+    def _log_p(self, h: Tensor, log_f: Tensor) -> Tensor:
+        """log p = log h + log F (log F = later - top, below tiny too), exact where h passed the bound."""
+        return h.clamp_min(self.tiny).log() + log_f
 
     def _guarded(self, a: int, b: int) -> Tensor:
         """Positions a..b-1 by the guarded steps, from the exact log p_{a-1} divided as the block's
