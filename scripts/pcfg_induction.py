@@ -28,8 +28,10 @@ import torch
 from zoo.tasks.grammar_induction import (
     BACKEND_ARGS,
     CLIP,
+    EPOCHS,
     KIM_RECIPE,
     RESTARTS,
+    SEEDS,
     SIZES,
     SMALL_RECIPE,
     baselines,
@@ -100,8 +102,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--backends", nargs="+", default=list(BACKEND_ARGS))
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--seeds", type=int, default=SEEDS)
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--restarts", type=int, default=RESTARTS, help="runs a seed keeps the best of")
     parser.add_argument("--train", type=int, default=300)
     parser.add_argument("--test", type=int, default=100)
