@@ -5,7 +5,8 @@
 #   - the numerics suite in float32 with TF32 off, with TF32 allowed, and under bfloat16 autocast, one
 #     hypothesis example a test ($ZOO_NUMERICS_MAX_EXAMPLES: on the GPU each small DP step is a kernel
 #     launch, and the full suite takes ~10 minutes a mode).
-# Logs go to $OUT (or ./gpu-test-logs). Usage: scripts/gpu_tests.sh
+# Logs go to $OUT (or ./gpu-test-logs). Usage: scripts/gpu_tests.sh (on a machine that takes at most 64 MiB
+# of the checkout, first scripts/device_tree.sh hide: the bundled weights are over it)
 set -u
 out=${OUT:-gpu-test-logs}
 mkdir -p "$out"
