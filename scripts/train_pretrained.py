@@ -53,6 +53,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from zoo.hub.bundled import WEIGHTS, bundled_folders, quick_check, read_training_config  # noqa: E402
+from zoo.hub.cards import bundled_cards_index  # noqa: E402
 from zoo.hub.families import family as family_of  # noqa: E402  (each table's title and metrics)
 from zoo.hub.pretrained import LEARNING_CURVE_NAME  # noqa: E402
 from zoo.tasks.grammar_induction import EPOCHS, SEEDS  # noqa: E402  (the synthetic F1 protocol)
@@ -60,6 +61,7 @@ from zoo.tasks.grammar_induction import EPOCHS, SEEDS  # noqa: E402  (the synthe
 from report import write_section  # noqa: E402
 
 DOC = REPO / "docs" / "results.md"
+CARDS_INDEX = REPO / "cards" / "README.md"
 HALF_TOLERANCE = 1e-3  # relative change of the quick-check NLL that float16 may cause
 SYNTHETIC_NOTE = (
     "synthetic/sentence_f1: the same backend trained on the synthetic grammar's 300 sentences "
@@ -665,6 +667,7 @@ def main() -> None:
     for folder in bundled_folders().values():
         write_card(folder)  # the current template
     write_section(DOC, "pretrained", report(), title="# Results")
+    CARDS_INDEX.write_text(bundled_cards_index())  # its rows carry the metrics just written
 
 
 if __name__ == "__main__":
