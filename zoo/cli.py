@@ -60,6 +60,10 @@ def zoo_command(argv: list[str]) -> int:
         "--storage-dtype",
         help="store the weights in this dtype (e.g. float16: half the file); the model still runs in its own",
     )
+    export.add_argument(
+        "--max-shard-size",
+        help="write weights larger than this (e.g. 15MB) in shards of at most this size (default: one file)",
+    )
     card = sub.add_parser("card", help="re-render the model card (README.md) of a pretrained-model folder")
     card.add_argument("directory")
     card.add_argument("--results", help="metrics JSON to record in results.json and show in the card")
@@ -124,8 +128,9 @@ def _export(args) -> int:
     from zoo.hub.export import export_checkpoint
 
     folder = export_checkpoint(
-        args.checkpoint, args.out_dir, args.results, args.training_config, storage_dtype=args.storage_dtype
-    )
+        args.checkpoint, args.out_dir, args.results, args.training_config, storage_dtype=args.storage_dtype,
+        max_shard_size=args.max_shard_size,
+    )  # fmt: skip
     print(f"wrote {folder} ({', '.join(sorted(p.name for p in folder.iterdir()))})")
     return 0
 

@@ -209,3 +209,28 @@ def test_push_without_a_token_is_a_clear_cli_error(local_hub, tmp_path):  # noqa
     """
     out = run(local_hub, tmp_path / "cache", script, token=None, work=str(tmp_path / "m"))
     assert out["code"] == 2 and out["err"].startswith("zoo push: error: ") and "401" in out["err"]
+
+
+SHARDED = """
+from huggingface_hub import list_repo_files
+from pathlib import Path
+work, repo = Path(PARAMS["work"]), PARAMS["repo"]
+model = tiny(3)
+model.push_to_hub(repo)  # one file first
+folder = model.save_pretrained(work / "sharded", max_shard_size=4000)
+zoo.hub.pretrained.push_to_hub(folder, repo)  # the shards replace it
+sharded_files = sorted(list_repo_files(repo))
+loaded = zoo.from_pretrained(repo)
+model.push_to_hub(repo)  # one file again: the shards and their index are deleted
+files = sorted(list_repo_files(repo))
+emit(expected=logp(model), loaded=logp(loaded), sharded_files=sharded_files, files=files)
+"""
+
+
+def test_sharded_weights_push_download_and_give_way(local_hub, tmp_path):  # noqa: F811
+    seen = run(local_hub, tmp_path / "cache", SHARDED, repo="zoo-tests/sharded", work=str(tmp_path))
+    assert seen["loaded"] == seen["expected"]  # downloaded into an empty cache, every shard fetched
+    shards = [f for f in seen["sharded_files"] if f.startswith("model-")]
+    assert len(shards) > 1 and "model.safetensors.index.json" in seen["sharded_files"]
+    assert "model.safetensors" not in seen["sharded_files"]
+    assert seen["files"] == [".gitattributes", "README.md", "config.json", "model.safetensors"]

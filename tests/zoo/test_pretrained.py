@@ -136,7 +136,7 @@ def test_foreign_newer_and_unknown_configs(saved):
     with pytest.raises(CheckpointError, match="not valid JSON .*corrupt or truncated"):
         zoo.from_pretrained(folder)
     cases = [
-        ({"zoo_format_version": 4, "zoo_version": "9.0"}, "format 4 .*reads formats 1..3: upgrade"),
+        ({"zoo_format_version": 5, "zoo_version": "9.0"}, "format 5 .*reads formats 1..4: upgrade"),
         ({"zoo_format_version": "1"}, "must be an int >= 1"),
         ({"class_path": "os.system"}, "only zoo model classes"),
         ({"class_path": "zoo.models.NoSuchModel"}, "cannot build zoo.models.NoSuchModel"),

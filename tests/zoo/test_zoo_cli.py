@@ -72,6 +72,17 @@ def test_fit_test_export_load(trained, tmp_path, capsys):
         model.save_pretrained(folder, learning_curve=folder / "config.json")
 
 
+def test_export_in_shards(trained, tmp_path):
+    _, checkpoint, _ = trained
+    assert main(["export", str(checkpoint), str(tmp_path / "out"), "--max-shard-size", "1KB"]) == 0
+    folder = tmp_path / "out"
+    assert len(list(folder.glob("model-*-of-*.safetensors"))) > 1
+    assert not (folder / "model.safetensors").exists()
+    model, trained_model = zoo.from_pretrained(folder), LikelihoodTask.load_from_checkpoint(checkpoint).model
+    batch = example_batch(model)
+    assert torch.equal(scores(model, batch), scores(trained_model, batch))
+
+
 def test_fit_fine_tunes_from_an_exported_folder(trained, tmp_path, capsys):
     config, checkpoint, _ = trained
     main(["export", str(checkpoint), str(tmp_path / "out")])

@@ -47,6 +47,7 @@ def export_checkpoint(
     training_config: str | os.PathLike | None = None,
     storage_dtype: str | torch.dtype | None = None,
     learning_curve: str | os.PathLike | None = None,
+    max_shard_size: int | str | None = None,
 ) -> Path:
     """Write the model of a ``zoo fit`` checkpoint as a pretrained-model folder; returns its path.
 
@@ -56,6 +57,7 @@ def export_checkpoint(
         storage_dtype: the dtype to store the weights in (``save_pretrained``; default: the model's).
         learning_curve: a PNG of the run's curves (default: drawn from the run's ``metrics.csv``, if
             found beside the checkpoint: ``zoo.plot``).
+        max_shard_size: write weights larger than this in shards (``save_pretrained``; default: one file).
     """
     checkpoint = Path(checkpoint)
     if not checkpoint.is_file():
@@ -94,5 +96,5 @@ def export_checkpoint(
             learning_curve = plot_learning_curves(metrics, Path(scratch) / "curve.png")
         return save_pretrained(
             model, out_dir, results=results, training_config=text, storage_dtype=storage_dtype,
-            learning_curve=learning_curve,
+            learning_curve=learning_curve, max_shard_size=max_shard_size,
         )  # fmt: skip

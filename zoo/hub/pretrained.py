@@ -6,7 +6,10 @@ A pretrained model is a folder (locally, or one Hugging Face Hub repo per model)
   "architecture", "dtype", "weights_sha256", "vocab_sha256"}``: the model class and every constructor
   argument; ``dtype`` is the weights' dtype in the file. Format 2 adds ``compute_dtype``: weights
   stored narrower (e.g. float16) than the dtype the model runs in (e.g. float32), cast up on load;
-* ``model.safetensors``: the state dict (no pickle);
+* ``model.safetensors``: the state dict (no pickle); or, saved with ``max_shard_size`` and larger than
+  it (format 4), the Hugging Face sharded layout: ``model-00001-of-0000N.safetensors`` ... and
+  ``model.safetensors.index.json`` (which shard holds each tensor), with ``weights_sha256`` the
+  index's checksum and ``weight_shards`` each shard's;
 * ``README.md``: the model card (``zoo.hub.cards``), and optionally ``results.json`` (the measured
   metrics the card reports), ``training_config.yaml`` (the exact ``zoo fit`` configuration) and
   ``vocab.json`` (a text model's vocabulary, ``Vocabulary.to_dict()``; ``model.vocab`` once loaded).
@@ -20,6 +23,7 @@ model is returned. docs/zoo-api.md describes the format and its versions.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -39,11 +43,14 @@ if TYPE_CHECKING:
 
     from zoo.data.vocab import Vocabulary
 
-FORMAT_VERSION = 3  # bump when config.json or the weights' layout changes; older versions keep loading
+FORMAT_VERSION = 4  # bump when config.json or the weights' layout changes; older versions keep loading
 # a folder is written in the lowest format that describes it: 2 with a ``compute_dtype``, 3 when its keys
-# include names that a family gave its parameters in format 3 (the backend heads; ``legacy_keys``)
+# include names that a family gave its parameters in format 3 (the backend heads; ``legacy_keys``), 4
+# when its weights are sharded
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"  # a sharded folder's map of tensor -> shard (Hugging Face's)
+SHARD_PATTERN = "model-*-of-*.safetensors"  # the shards' names (``model{suffix}.safetensors``)
 CARD_NAME = "README.md"
 RESULTS_NAME = "results.json"
 TRAINING_CONFIG_NAME = "training_config.yaml"
@@ -78,9 +85,11 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _format_version(model: ZooModel, weights: dict[str, Tensor], compute_dtype: bool) -> int:
-    """The lowest format that describes a folder: 3 if a key has a name given in format 3 (a reader of
-    formats 1-2 would not know it), else 2 with a ``compute_dtype``, else 1."""
+def _format_version(model: ZooModel, weights: dict[str, Tensor], compute_dtype: bool, sharded: bool) -> int:
+    """The lowest format that describes a folder: 4 if its weights are sharded, 3 if a key has a name
+    given in format 3 (a reader of formats 1-2 would not know it), else 2 with a ``compute_dtype``, else 1."""
+    if sharded:
+        return 4
     if any(is_under(key, name) for key in weights for name in model.legacy_keys.values()):
         return 3
     return 2 if compute_dtype else 1
@@ -130,6 +139,7 @@ def save_pretrained(
     architecture: str | None = None,
     storage_dtype: str | torch.dtype | None = None,
     learning_curve: str | os.PathLike | None = None,
+    max_shard_size: int | str | None = None,
 ) -> Path:
     """Write ``model`` as a pretrained-model folder (module docstring) and return its path.
 
@@ -144,13 +154,14 @@ def save_pretrained(
             (format 2): ``from_pretrained`` casts the stored weights back up. Default: the model's.
         learning_curve: a PNG of the training run's curves (``zoo.plot.plot_learning_curves``), kept as
             ``learning_curve.png`` and shown on the card.
+        max_shard_size: weights larger than this (bytes, or a string such as ``"15MB"``) are written in
+            shards of at most this size, Hugging Face's sharded layout (format 4): for a transfer or
+            file-size limit. Default: one ``model.safetensors``.
     The model's vocabulary (``model.vocab``, a text model's) is written as ``vocab.json``. Files of an
     earlier save in the same folder are replaced; its ``results.json``, ``training_config.yaml``,
     ``vocab.json`` and ``learning_curve.png`` are removed unless given again, so the folder describes
     this model only.
     """
-    from safetensors.torch import save_file
-
     from zoo.hub.cards import read_results
     from zoo.hub.registry import architecture as registered
     from zoo.hub.registry import match_architecture
@@ -171,19 +182,19 @@ def save_pretrained(
         name: (t.to(parse_dtype(stored)) if t.is_floating_point() else t).detach().cpu().contiguous()
         for name, t in model.state_dict().items()
     }
-    weights_path = directory / WEIGHTS_NAME
-    _write_atomic(weights_path, lambda p: save_file(weights, p, metadata={"format": "pt"}))
+    weights_sha256, shards = _write_weights(directory, weights, max_shard_size)
     vocab_sha256 = _write_vocab(directory, model.vocab)
     class_path = public_class_path(model)
     config = {
-        "zoo_format_version": _format_version(model, weights, stored != compute_dtype),
+        "zoo_format_version": _format_version(model, weights, stored != compute_dtype, bool(shards)),
         "zoo_version": zoo.__version__,
         "class_path": class_path,
         "init_args": dict(model.config),
         "architecture": architecture or match_architecture(class_path, model.config),
         "dtype": stored,
         **({} if stored == compute_dtype else {"compute_dtype": compute_dtype}),
-        "weights_sha256": _sha256(weights_path),
+        "weights_sha256": weights_sha256,
+        **({"weight_shards": shards} if shards else {}),
         "vocab_sha256": vocab_sha256,
     }
     _write_json(directory / CONFIG_NAME, config)
@@ -201,6 +212,44 @@ def save_pretrained(
             _write_atomic(path, lambda p, text=content: Path(p).write_text(text))
     write_card(directory)
     return directory
+
+
+def _write_weights(
+    directory: Path, weights: dict[str, Tensor], max_shard_size: int | str | None
+) -> tuple[str, dict[str, str]]:
+    """Write the state dict as ``model.safetensors``, or in shards of at most ``max_shard_size`` with
+    their index where it is larger (``huggingface_hub.split_torch_state_dict_into_shards``), and remove
+    the files of the other layout an earlier save left. Returns the checksum ``config.json`` records
+    (of the file, or of the index) and each shard's (empty unless sharded)."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
+
+    def write(path: Path, tensors: dict[str, Tensor]) -> None:
+        _write_atomic(path, lambda p: save_file(tensors, p, metadata={"format": "pt"}))
+
+    earlier = {directory / WEIGHTS_NAME, directory / INDEX_NAME, *directory.glob(SHARD_PATTERN)}
+    split = None
+    if max_shard_size is not None:
+        split = split_torch_state_dict_into_shards(
+            weights, filename_pattern="model{suffix}.safetensors", max_shard_size=max_shard_size
+        )
+    shards = {}
+    if split is None or not split.is_sharded:
+        written = directory / WEIGHTS_NAME
+        write(written, weights)
+        checksum, kept = _sha256(written), {written}
+    else:
+        for name, keys in split.filename_to_tensors.items():
+            write(directory / name, {key: weights[key] for key in keys})
+            shards[name] = _sha256(directory / name)
+        _write_json(
+            directory / INDEX_NAME, {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+        )
+        checksum = _sha256(directory / INDEX_NAME)
+        kept = {directory / INDEX_NAME, *(directory / name for name in shards)}
+    for path in earlier - kept:
+        path.unlink(missing_ok=True)
+    return checksum, shards
 
 
 def _read_png(path: str | os.PathLike) -> bytes:
@@ -318,6 +367,23 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
                 parse_dtype(config[key], repr(key))
             except ValueError as error:
                 raise CheckpointError(f"{path}: {error}") from None
+    shards = config.get("weight_shards")
+    if shards is not None and not (
+        isinstance(shards, dict)
+        and shards
+        and all(
+            fnmatch.fnmatchcase(n, SHARD_PATTERN) and "/" not in n and isinstance(d, str)
+            for n, d in shards.items()
+        )
+    ):
+        raise CheckpointError(
+            f"{path}: 'weight_shards' must map shard file names ({SHARD_PATTERN}) to checksums, "
+            f"got {shards!r}"
+        )
+    if shards is not None and version < 4:
+        raise CheckpointError(
+            f"{path}: 'weight_shards' needs zoo_format_version 4 or later, the file says {version}"
+        )
     if "compute_dtype" in config and version < 2:
         raise CheckpointError(
             f"{path}: 'compute_dtype' needs zoo_format_version 2 or later, the file says {version}"
@@ -351,14 +417,44 @@ def _check_sha256(path: Path, expected: str) -> None:
 
 
 def read_weights(directory: str | os.PathLike, config: dict[str, Any]) -> dict[str, Tensor]:
-    """The state dict in ``model.safetensors``, verified against the checksum in ``config.json``."""
+    """The state dict in ``model.safetensors``, or in the shards ``config.json`` lists (``weight_shards``),
+    every file verified against its checksum there, the shards against their index."""
+    directory = Path(directory)
+    shards = config.get("weight_shards")
+    if shards is None:
+        path = directory / WEIGHTS_NAME
+        if not path.is_file():
+            raise CheckpointError(f"{directory} has {CONFIG_NAME} but no {WEIGHTS_NAME}")
+        _check_sha256(path, config["weights_sha256"])
+        return _load_safetensors(path)
+    index_path = directory / INDEX_NAME
+    if not index_path.is_file():
+        raise CheckpointError(
+            f"{directory}: {CONFIG_NAME} lists {len(shards)} weight shards, but there is no {INDEX_NAME}"
+        )
+    _check_sha256(index_path, config["weights_sha256"])
+    weights = {}
+    for name, checksum in shards.items():
+        path = directory / name
+        if not path.is_file():
+            raise CheckpointError(
+                f"{directory} has no {name}, one of the {len(shards)} weight shards {CONFIG_NAME} lists"
+            )
+        _check_sha256(path, checksum)
+        weights.update(_load_safetensors(path))
+    mapped = json.loads(index_path.read_text()).get("weight_map", {})
+    if set(mapped) != set(weights):
+        raise CheckpointError(
+            f"{index_path} maps {len(mapped)} tensors, but its shards hold {len(weights)}: the index and "
+            "the shards are of different saves"
+        )
+    return weights
+
+
+def _load_safetensors(path: Path) -> dict[str, Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    path = Path(directory) / WEIGHTS_NAME
-    if not path.is_file():
-        raise CheckpointError(f"{directory} has {CONFIG_NAME} but no {WEIGHTS_NAME}")
-    _check_sha256(path, config["weights_sha256"])
     try:
         return load_file(path)
     except (SafetensorError, OSError, ValueError) as error:
@@ -518,7 +614,7 @@ def resolve(
             cache_dir=cache_dir,
             local_files_only=offline,
             token=token,
-            allow_patterns=list(CHECKPOINT_FILES),
+            allow_patterns=[*CHECKPOINT_FILES, INDEX_NAME, SHARD_PATTERN],
             library_name="structured-zoo",
             library_version=zoo.__version__,
         )
@@ -596,6 +692,11 @@ def from_pretrained(
 
 
 # --- pushing -----------------------------------------------------------------------------------
+def _is_checkpoint_file(name: str) -> bool:
+    """A file of a pretrained-model folder (what a push uploads, and deletes where a folder lacks it)."""
+    return name in CHECKPOINT_FILES or name == INDEX_NAME or fnmatch.fnmatchcase(name, SHARD_PATTERN)
+
+
 def push_to_hub(
     source: ZooModel | str | os.PathLike,
     repo_id: str,
@@ -621,7 +722,7 @@ def push_to_hub(
         config = read_config(folder)
         card = str(render_folder_card(folder, repo_id)).encode()
         operations = [CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=card)]
-        present = [name for name in CHECKPOINT_FILES if (folder / name).is_file()]
+        present = sorted(p.name for p in folder.iterdir() if p.is_file() and _is_checkpoint_file(p.name))
         operations += [
             CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(folder / name))
             for name in present
@@ -631,7 +732,9 @@ def push_to_hub(
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        stale = set(api.list_repo_files(repo_id, revision=revision)) & set(CHECKPOINT_FILES) - set(present)
+        stale = {f for f in api.list_repo_files(repo_id, revision=revision) if _is_checkpoint_file(f)} - set(
+            present
+        )
         operations += [CommitOperationDelete(path_in_repo=name) for name in sorted(stale)]  # e.g. old results
         return api.create_commit(
             repo_id,
