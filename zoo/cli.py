@@ -87,6 +87,7 @@ def zoo_command(argv: list[str]) -> int:
     plot = sub.add_parser("plot", help="draw a zoo fit run's learning curves (metrics.csv) to a PNG")
     plot.add_argument("run_dir", help="the run's folder (or its lightning_logs, a version, a metrics.csv)")
     plot.add_argument("--out", help="the image to write (default: learning_curves.png beside metrics.csv)")
+    plot.add_argument("--title", help="the figure's title (default: the run's version folder)")
     for name in LIGHTNING_COMMANDS:
         sub.add_parser(name, help=f"Lightning's {name} (see zoo {name} --help)")
     args = parser.parse_args(argv)
@@ -168,7 +169,7 @@ def _state_usage(args) -> int:
 def _plot(args) -> int:
     from zoo.plot import plot_learning_curves
 
-    print(f"wrote {plot_learning_curves(args.run_dir, args.out)}")
+    print(f"wrote {plot_learning_curves(args.run_dir, args.out, args.title)}")
     return 0
 
 

@@ -67,8 +67,11 @@ def read_curves(path: Path) -> dict[str, list[tuple[float, float, float, float]]
     return curves
 
 
-def plot_learning_curves(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
-    """Draw the run's curves to ``out`` (default: ``learning_curves.png`` beside its metrics.csv)."""
+def plot_learning_curves(
+    run_dir: str | os.PathLike, out: str | os.PathLike | None = None, title: str | None = None
+) -> Path:
+    """Draw the run's curves to ``out`` (default: ``learning_curves.png`` beside its metrics.csv), under
+    ``title`` (default: the run's version folder, e.g. ``lightning_logs/version_0``)."""
     plt = pyplot("drawing learning curves")
     path = find_metrics(run_dir)
     curves = read_curves(path)
@@ -83,7 +86,7 @@ def plot_learning_curves(run_dir: str | os.PathLike, out: str | os.PathLike | No
             ax.set_xlabel(label)
             ax.set_ylabel(name)
             ax.grid(alpha=0.3)
-    fig.suptitle("/".join(path.parent.parts[-2:]))  # the run's version folder, not a machine path
+    fig.suptitle(title or "/".join(path.parent.parts[-2:]))  # not a machine path
     fig.tight_layout()
     out = Path(out) if out is not None else path.parent / "learning_curves.png"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,19 @@ def test_a_run_plots_its_learning_curves(tmp_path, capsys):
     assert progress["events"] == tokens[-1] and progress["seconds"] > 0  # a resumed run goes on from here
 
 
+def test_the_title_defaults_to_the_version_folder_and_can_be_given(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    titles = []
+    monkeypatch.setattr(Figure, "suptitle", lambda self, text, **kw: titles.append(text))
+    version = tmp_path / "run" / "lightning_logs" / "version_3"
+    version.mkdir(parents=True)
+    (version / "metrics.csv").write_text("epoch,step,train/loss,train/tokens,train/seconds\n0,1,5.0,100,1\n")
+    assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "a.png")]) == 0
+    assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "b.png"), "--title", "hmm.ptb"]) == 0
+    assert titles == ["lightning_logs/version_3", "hmm.ptb"]
+
+
 def test_a_folder_without_logs_is_a_clear_error(tmp_path, capsys):
     assert main(["plot", str(tmp_path)]) == 2
     assert "no metrics.csv under" in capsys.readouterr().err

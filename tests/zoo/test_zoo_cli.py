@@ -37,7 +37,11 @@ def trained(tmp_path_factory) -> tuple[Path, Path, Path]:
     return config, checkpoint, results
 
 
-def test_fit_test_export_load(trained, tmp_path, capsys):
+def test_fit_test_export_load(trained, tmp_path, capsys, monkeypatch):
+    from matplotlib.figure import Figure
+
+    titles, suptitle = [], Figure.suptitle
+    monkeypatch.setattr(Figure, "suptitle", lambda fig, text: titles.append(text) or suptitle(fig, text))
     config, checkpoint, results = trained
     measured = json.loads(results.read_text())
     assert measured["dataset"].startswith("text in zoo-cli")  # the tiny files are not PTB: no card claims so
@@ -48,6 +52,7 @@ def test_fit_test_export_load(trained, tmp_path, capsys):
     names = ["README.md", "config.json", "model.safetensors", "results.json", "training_config.yaml"]
     assert sorted(p.name for p in folder.iterdir()) == sorted([*names, "vocab.json", "learning_curve.png"])
     assert (folder / "learning_curve.png").read_bytes().startswith(b"\x89PNG")  # from the run's metrics.csv
+    assert titles == ["out"]  # the curve is titled with the folder's name, the tag it is released under
     task = LikelihoodTask.load_from_checkpoint(checkpoint)
     model = zoo.from_pretrained(folder)
     assert model.config == task.model.config

@@ -56,7 +56,7 @@ def export_checkpoint(
         training_config: the YAML file that trained it (default: the run's ``config.yaml``, if found).
         storage_dtype: the dtype to store the weights in (``save_pretrained``; default: the model's).
         learning_curve: a PNG of the run's curves (default: drawn from the run's ``metrics.csv``, if
-            found beside the checkpoint: ``zoo.plot``).
+            found beside the checkpoint, titled with ``out_dir``'s name: ``zoo.plot``).
         max_shard_size: write weights larger than this in shards (``save_pretrained``; default: one file).
     """
     checkpoint = Path(checkpoint)
@@ -93,7 +93,8 @@ def export_checkpoint(
     text = portable(Path(training_config).read_text()) if training_config is not None else None
     with tempfile.TemporaryDirectory() as scratch:
         if learning_curve is None and (metrics := run_file(checkpoint, "metrics.csv")) is not None:
-            learning_curve = plot_learning_curves(metrics, Path(scratch) / "curve.png")
+            curve = Path(scratch) / "curve.png"  # titled with the folder's name, the tag it is released as
+            learning_curve = plot_learning_curves(metrics, curve, title=Path(out_dir).resolve().name)
         return save_pretrained(
             model, out_dir, results=results, training_config=text, storage_dtype=storage_dtype,
             learning_curve=learning_curve, max_shard_size=max_shard_size,
