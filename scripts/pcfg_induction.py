@@ -30,6 +30,7 @@ from zoo.tasks.grammar_induction import (
     CLIP,
     EPOCHS,
     KIM_RECIPE,
+    LENGTHS,
     RESTARTS,
     SEEDS,
     SIZES,
@@ -107,8 +108,8 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=RESTARTS, help="runs a seed keeps the best of")
     parser.add_argument("--train", type=int, default=300)
     parser.add_argument("--test", type=int, default=100)
-    parser.add_argument("--min-length", type=int, default=4)
-    parser.add_argument("--max-length", type=int, default=11)
+    parser.add_argument("--min-length", type=int, default=LENGTHS[0])
+    parser.add_argument("--max-length", type=int, default=LENGTHS[1])
     parser.add_argument("--data-seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="2 epochs, 1 seed, 1 restart, print only")
     args = parser.parse_args()

@@ -56,7 +56,7 @@ from zoo.hub.bundled import WEIGHTS, bundled_folders, quick_check, read_training
 from zoo.hub.cards import bundled_cards_index  # noqa: E402
 from zoo.hub.families import family as family_of  # noqa: E402  (each table's title and metrics)
 from zoo.hub.pretrained import LEARNING_CURVE_NAME  # noqa: E402
-from zoo.tasks.grammar_induction import EPOCHS, SEEDS  # noqa: E402  (the synthetic F1 protocol)
+from zoo.tasks.grammar_induction import EPOCHS, LENGTHS, SEEDS  # noqa: E402  (the synthetic F1 protocol)
 
 from report import write_section  # noqa: E402
 
@@ -341,7 +341,7 @@ def synthetic_f1(backend: str, work: Path, seeds: int = SEEDS) -> dict[str, floa
 
     torch.set_num_threads(1)  # one thread: the same sums in the same order, so a rerun is the same run
     work.mkdir(parents=True, exist_ok=True)
-    files = write_corpus(work, SIZES, 4, 11, seed=0)
+    files = write_corpus(work, SIZES, *LENGTHS, seed=0)
     scores = [100 * induce(files, backend, seed, EPOCHS)["sentence_f1"] for seed in range(seeds)]
     return {
         "synthetic/sentence_f1": statistics.mean(scores),

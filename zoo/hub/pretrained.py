@@ -59,6 +59,7 @@ LEARNING_CURVE_NAME = "learning_curve.png"
 CHECKPOINT_FILES = (
     CONFIG_NAME, WEIGHTS_NAME, CARD_NAME, RESULTS_NAME, TRAINING_CONFIG_NAME, VOCAB_NAME, LEARNING_CURVE_NAME
 )  # fmt: skip
+CHECKPOINT_PATTERNS = (*CHECKPOINT_FILES, INDEX_NAME, SHARD_PATTERN)  # every file a folder may hold
 
 
 class CheckpointError(ValueError):
@@ -614,7 +615,7 @@ def resolve(
             cache_dir=cache_dir,
             local_files_only=offline,
             token=token,
-            allow_patterns=[*CHECKPOINT_FILES, INDEX_NAME, SHARD_PATTERN],
+            allow_patterns=list(CHECKPOINT_PATTERNS),
             library_name="structured-zoo",
             library_version=zoo.__version__,
         )
@@ -694,7 +695,7 @@ def from_pretrained(
 # --- pushing -----------------------------------------------------------------------------------
 def _is_checkpoint_file(name: str) -> bool:
     """A file of a pretrained-model folder (what a push uploads, and deletes where a folder lacks it)."""
-    return name in CHECKPOINT_FILES or name == INDEX_NAME or fnmatch.fnmatchcase(name, SHARD_PATTERN)
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in CHECKPOINT_PATTERNS)
 
 
 def push_to_hub(

@@ -38,6 +38,7 @@ SIZES = {"train": 300, "valid": 100, "test": 100}  # sentences a split (valid: t
 #: Epochs and seeds of the reported runs: docs/results.md's induction table (scripts/pcfg_induction.py)
 #: and the bundled PCFGs' ``synthetic/sentence_f1`` (scripts/train_pretrained.py) are one protocol.
 EPOCHS, SEEDS = 30, 3
+LENGTHS = (4, 11)  # the sentences' fewest and most words (the grammar makes 5, 8 and 11)
 
 BACKEND_ARGS = {
     "exact": {},
