@@ -23,6 +23,7 @@ from zoo.inference import (
     LinearChain,
     LowRankChain,
     RankSpaceChain,
+    RankSpaceGrammar,
     RDPOptions,
     SemiMarkovChain,
     TreeDistribution,
@@ -547,6 +548,50 @@ def test_float16_semimarkov_is_computed_or_clearly_refused():
         return {"log_partition": d.log_partition, "marginals": d.marginals}
 
     _float16_outcome("semi-Markov chain", lambda: run(torch.float16), lambda: run(F64))
+
+
+def rank_space_through_a_tiny_rank(tiny: float, dtype):
+    """NT 1 (A), PT 2, rank 2; the root uses rank 1 only, which generates P0 with probability
+    ``tiny``; rank 0 generates P0 but no parent uses it. Sentence 0 is "P0 P0" (log Z = 2 log tiny,
+    from entries float32 cannot hold relative to rank 0's), sentence 1 "P1 P1" (log Z = 0)."""
+    U = torch.tensor([[0.0, 1.0]], dtype=dtype)
+    V = torch.tensor([[0.0, 0.0], [1.0, tiny], [0.0, 1.0]], dtype=dtype)  # rows A, P0, P1
+    terms = torch.tensor([[[0.0, -200.0]] * 2, [[-200.0, 0.0]] * 2], dtype=dtype)
+    leaves = [x.clone().requires_grad_() for x in (V, terms)]
+    return RankSpaceGrammar(torch.zeros(1, dtype=dtype), U, leaves[0], leaves[0].clone()), leaves
+
+
+@pytest.mark.parametrize("tiny", [1e-21, 1e-30])
+@pytest.mark.parametrize("options", [None, "state-space"])
+def test_rank_space_tree_mass_below_float32_range_float32(tiny, options):
+    """Found training a rank-space PCFG (Kim et al.'s recipe, synthetic corpus): a span's value came
+    from rank entries more than 2^-126 below their vector's maximum, and float32 gave log Z 0.1 nats
+    off and NaN gradients. Here 1e-21 squared is a float32 subnormal (a wrong log Z), 1e-30 squared
+    underflows to 0 (a false "no parse" error). The guard computes sentence 0 in float64."""
+    results = {}
+    for dtype in (F32, F64):
+        grammar, leaves = rank_space_through_a_tiny_rank(tiny, dtype)
+        log_z = TreeDistribution(grammar, leaves[1], options=options, backend="rank-space").log_partition
+        log_z.sum().backward()
+        results[dtype] = (log_z, *(x.grad for x in leaves))
+    assert_close(results[F64][0], [2 * math.log(tiny), 0.0], 1e-9, "float64 log Z")
+    for name, low, high in zip(("log Z", "d/dV", "d/dterms"), results[F32], results[F64]):
+        assert_close(low, high, 1e-5 * max(1.0, float(high.detach().abs().max())), f"float32 {name}")
+
+
+def test_rank_space_tree_sampler_draws_from_float64_charts_when_guarded(monkeypatch):
+    """Where the guard marks a sentence, the sampler draws every tree from the float64 charts: with
+    every sentence marked (RISK = 1), float32 draws are float64's draws with the same generator."""
+    from numerics.strategies import tree_case, tree_grammar
+    from zoo.inference.tree.rank_space import UnderflowGuard
+
+    case = tree_case(3, kind="rankspace", B=3, T=12, NT=3, PT=4, R=5)
+    monkeypatch.setattr(UnderflowGuard, "RISK", 1.0)
+    trees = {}
+    for dtype in (F32, F64):
+        dist = TreeDistribution(tree_grammar(case, dtype), case.args["terms"].to(dtype), case.lengths)
+        trees[dtype] = dist.sample(4, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(trees[F32], trees[F64])
 
 
 def test_tree_without_any_parse_raises():

@@ -14,6 +14,14 @@ its gamma (``lift``):
 Width-1 spans are preterminals: l = V_PT^T exp(terms), r = W_PT^T exp(terms) (J and K in the paper),
 and Z = sum_A exp(root_A) beta_0n(A) = (U^T exp(root)) . gamma_0n (L in the paper). Every vector is
 scaled (``chart.to_scaled``): values with maximum 1 and a log-scale per span.
+
+Float32 guard (``UnderflowGuard``): a scaled vector holds its entries relative to its maximum, and
+float32 loses those below 2^-126 of it. Where U, V, W span more than that (a trained model's softmax
+can underflow to exact zeros), a step's result can come from such entries alone: its maximum is then
+far below what its inputs' maxima and the largest weight allow. Such a sequence's log Z is wrong (by
+0.1 nats on a PCFG met in training) and its gradient NaN, so the sequences where a step's maximum falls
+below 2^-60 of that bound are computed again in float64 and returned in float32; the others keep the
+float32 scaled inside.
 """
 
 from __future__ import annotations
@@ -38,24 +46,67 @@ Scaled = tuple[Tensor, Tensor]  # (log-scale ..., non-negative values ... x K)
 Lift = Callable[[Scaled, int], tuple[Scaled, Scaled, Tensor]]
 
 
-def rescale(scale: Tensor, values: Tensor) -> Scaled:
-    """Move the maximum of ``values`` into the log-scale (keeps float32 vectors away from 0)."""
-    m = values.detach().amax(-1)
+def rescale(scale: Tensor, values: Tensor, m: Tensor | None = None) -> Scaled:
+    """Move the maximum of ``values`` (``m``, when known) into the log-scale (keeps float32 vectors
+    away from 0)."""
+    m = values.detach().amax(-1) if m is None else m
     ok = m > 0
     m = torch.where(ok, m, torch.ones_like(m))
     return scale + torch.where(ok, m.log(), torch.zeros_like(m)), values / m.unsqueeze(-1)
 
 
-def project(x: Scaled, weights: Tensor) -> Scaled:
-    """Scaled vectors B x n x K times grammar weights G x K x M -> scaled B x n x M."""
+class UnderflowGuard:
+    """Which sequences (B,) a float32 scaled inside may have got wrong; see the module docstring.
+
+    A step whose maxima m (B x n, before rescaling) fall below ``floor`` (``RISK`` times the largest
+    value its inputs and weights allow) marks the sequence. Root sums are kept in ``roots`` (one B
+    vector per width, the span [0, width)) and checked at the sentence's length. Inactive in float64.
+    """
+
+    RISK = 2.0**-60
+
+    def __init__(self, lengths: Tensor, dtype: torch.dtype):
+        self.lengths = lengths
+        self.active = dtype != torch.float64
+        self.unsafe = torch.zeros_like(lengths, dtype=torch.bool)
+        self.roots: list[tuple[Tensor, Tensor]] = []  # (root sums B, their floor G) per width 2, 3, ...
+
+    def floor(self, weights: Tensor) -> Tensor | None:
+        """``RISK`` times the largest entry of G x K x M weights, G x 1 (None when inactive)."""
+        return self.RISK * weights.detach().flatten(1).amax(1, keepdim=True) if self.active else None
+
+    def check(self, m: Tensor, floor: Tensor | float | None) -> None:
+        if floor is not None:
+            self.unsafe |= (m < floor).any(-1)
+
+    def check_roots(self) -> None:
+        """The root sums of each sentence's whole span against their floors."""
+        if self.active and self.roots:
+            totals = torch.stack([t for t, _ in self.roots], 1)  # B x (T-1)
+            floors = torch.stack([f.view(-1).expand_as(t) for t, f in self.roots], 1)
+            pick = (self.lengths - 2).unsqueeze(-1)
+            self.unsafe |= (totals.gather(1, pick) < floors.gather(1, pick)).squeeze(1)
+
+
+def project(
+    x: Scaled, weights: Tensor, guard: UnderflowGuard | None = None, floor: Tensor | None = None
+) -> Scaled:
+    """Scaled vectors B x n x K times grammar weights G x K x M -> scaled B x n x M; ``guard`` checks
+    the maxima against ``floor`` (``guard.floor(weights)``)."""
     scale, values = x
-    return rescale(scale, grammar_matmul(values, weights))
+    product = grammar_matmul(values, weights)
+    m = product.detach().amax(-1)
+    if guard is not None:
+        guard.check(m, floor)
+    return rescale(scale, product, m)
 
 
-def root_value(x: Scaled, root_weights: Tensor) -> Tensor:
+def root_value(x: Scaled, root_weights: Tensor, guard: UnderflowGuard | None = None) -> Tensor:
     """log sum_k root_weights[k] x[k]: x scaled B x n x K, root_weights (log-scale G, G x K)."""
     (scale, values), (r_scale, r_values) = x, root_weights
     total = (values * r_values.unsqueeze(1)).sum(-1)
+    if guard is not None and guard.active:
+        guard.roots.append((total.detach()[:, 0], guard.floor(r_values.unsqueeze(-1))))
     return scale + r_scale.unsqueeze(-1) + safe_log(total)
 
 
@@ -65,11 +116,16 @@ def scaled_root(grammar: RankSpaceGrammar) -> tuple[Tensor, Tensor]:
     return m, (grammar.root - m.unsqueeze(-1)).exp()
 
 
-def leaf_projections(grammar: RankSpaceGrammar, terms: Tensor) -> tuple[Scaled, Scaled]:
+def leaf_projections(
+    grammar: RankSpaceGrammar, terms: Tensor, guard: UnderflowGuard | None = None
+) -> tuple[Scaled, Scaled]:
     """The width-1 spans as children: V_PT^T exp(terms) and W_PT^T exp(terms), scaled B x T x r."""
     NT = grammar.num_nonterminals
     leaves = to_scaled(terms)
-    return project(leaves, grammar.V[:, NT:]), project(leaves, grammar.W[:, NT:])
+    V, W = grammar.V[:, NT:], grammar.W[:, NT:]
+    if guard is None:
+        return project(leaves, V), project(leaves, W)
+    return project(leaves, V, guard, guard.floor(V)), project(leaves, W, guard, guard.floor(W))
 
 
 def projected_inside(
@@ -77,6 +133,7 @@ def projected_inside(
     leaves: tuple[Scaled, Scaled],
     lengths: Tensor,
     span_scores: Tensor | None = None,
+    guard: UnderflowGuard | None = None,
 ) -> Tensor:
     """log Z (B,) by the projected inside; see the module docstring.
 
@@ -85,6 +142,7 @@ def projected_inside(
         leaves: the left and right projections of the width-1 spans, scaled B x T x r.
         lengths: (B,).
         span_scores: optional B x T x (T+1) log-scores added to the spans [i, k) of width >= 2.
+        guard: checks each span's sum over splits (the lift checks its own steps).
     """
     T = leaves[0][1].shape[1]
     left: list[Scaled | None] = [None, leaves[0]]
@@ -99,17 +157,22 @@ def projected_inside(
         pair = l_scale + r_scale
         m = finite_max(pair, -1)
         gamma = torch.einsum("bns,bnsr,bnsr->bnr", (pair - m.unsqueeze(-1)).exp(), l_val, r_val)
+        g_max = gamma.detach().amax(-1)
+        if guard is not None and guard.active:  # each split's terms are at most 1
+            guard.check(g_max, guard.RISK)
         if span_scores is not None:
             m = m + span_diagonal(span_scores, w)
-        l_new, r_new, top = lift(rescale(m, gamma), w)
+        l_new, r_new, top = lift(rescale(m, gamma, g_max), w)
         left.append(l_new)
         right.append(r_new)
         tops.append(top[:, 0])
     tops = torch.stack(tops, 1)  # B x (T-1): the root value of [0, w)
+    if guard is not None:
+        guard.check_roots()
     return tops.gather(1, (lengths - 2).unsqueeze(-1)).squeeze(-1)
 
 
-def rank_space_lift(grammar: RankSpaceGrammar) -> Lift:
+def rank_space_lift(grammar: RankSpaceGrammar, guard: UnderflowGuard | None = None) -> Lift:
     """Yang et al. 2022: l = H gamma, r = I gamma, root . gamma with L = U^T exp(root)."""
     NT = grammar.num_nonterminals
     U = grammar.U
@@ -117,18 +180,22 @@ def rank_space_lift(grammar: RankSpaceGrammar) -> Lift:
     I = grammar.W[:, :NT].transpose(1, 2) @ U
     r_scale, r_values = scaled_root(grammar)
     L = (r_values.unsqueeze(1) @ U).squeeze(1)  # G x r
+    Ht, It = H.transpose(1, 2), I.transpose(1, 2)
+    floors = (guard.floor(Ht), guard.floor(It)) if guard is not None else (None, None)
 
     def lift(gamma: Scaled, width: int) -> tuple[Scaled, Scaled, Tensor]:
         return (
-            project(gamma, H.transpose(1, 2)),
-            project(gamma, I.transpose(1, 2)),
-            root_value(gamma, (r_scale, L)),
+            project(gamma, Ht, guard, floors[0]),
+            project(gamma, It, guard, floors[1]),
+            root_value(gamma, (r_scale, L), guard),
         )
 
     return lift
 
 
-def state_space_lift(grammar: RankSpaceGrammar, label_scores: Tensor | None = None) -> Lift:
+def state_space_lift(
+    grammar: RankSpaceGrammar, label_scores: Tensor | None = None, guard: UnderflowGuard | None = None
+) -> Lift:
     """Cohen et al. 2013 / Yang et al. 2021b: beta = U gamma, then l = V_NT^T beta, r = W_NT^T beta.
 
     ``label_scores`` (B x T x (T+1) x NT, optional) are added to log beta: the probe that gives
@@ -138,28 +205,65 @@ def state_space_lift(grammar: RankSpaceGrammar, label_scores: Tensor | None = No
     Ut = grammar.U.transpose(1, 2)  # G x r x NT
     V, W = grammar.V[:, :NT], grammar.W[:, :NT]
     root = scaled_root(grammar)
+    floors = [guard.floor(x) if guard is not None else None for x in (Ut, V, W)]
 
     def lift(gamma: Scaled, width: int) -> tuple[Scaled, Scaled, Tensor]:
-        beta = project(gamma, Ut)
+        beta = project(gamma, Ut, guard, floors[0])
         if label_scores is not None:
             scale, values = beta
             log_beta = scale.unsqueeze(-1) + safe_log(values) + span_diagonal(label_scores, width)
             beta = to_scaled(log_beta)
-        return project(beta, V), project(beta, W), root_value(beta, root)
+        left, right = project(beta, V, guard, floors[1]), project(beta, W, guard, floors[2])
+        return left, right, root_value(beta, root, guard)
 
     return lift
 
 
 def rank_space_log_partition(grammar, terms, lengths, span_scores=None):
     """log Z by the rank-space inside (Yang et al. 2022, Sec. 4.2): (B,)."""
-    leaves = leaf_projections(grammar, terms)
-    return projected_inside(rank_space_lift(grammar), leaves, lengths, span_scores)
+
+    def inside(grammar, terms, lengths, span_scores, guard):
+        leaves = leaf_projections(grammar, terms, guard)
+        return projected_inside(rank_space_lift(grammar, guard), leaves, lengths, span_scores, guard)
+
+    return guarded(inside, grammar, terms, lengths, span_scores)
 
 
 def state_space_log_partition(grammar, terms, lengths, span_scores=None, label_scores=None):
     """log Z by the state-space CPD inside (Yang et al. 2021b): (B,)."""
-    lift = state_space_lift(grammar, label_scores)
-    return projected_inside(lift, leaf_projections(grammar, terms), lengths, span_scores)
+
+    def inside(grammar, terms, lengths, span_scores, guard, label_scores):
+        lift = state_space_lift(grammar, label_scores, guard)
+        return projected_inside(lift, leaf_projections(grammar, terms, guard), lengths, span_scores, guard)
+
+    return guarded(inside, grammar, terms, lengths, span_scores, label_scores)
+
+
+def rows_of(grammar: RankSpaceGrammar, rows: Tensor, dtype: torch.dtype) -> RankSpaceGrammar:
+    """The grammar of the batch rows ``rows`` (a shared grammar as it is), in ``dtype``."""
+    pick = (lambda t: t[rows]) if grammar.grammar_batch > 1 else (lambda t: t)
+    return RankSpaceGrammar(*(pick(t).to(dtype) for t in (grammar.root, grammar.U, grammar.V, grammar.W)))
+
+
+def guarded(inside, grammar: RankSpaceGrammar, terms, lengths, span_scores=None, *per_sentence):
+    """``inside(grammar, terms, lengths, span_scores, guard, *per_sentence)`` -> log Z (B,), with the
+    sequences its ``UnderflowGuard`` marks computed again in float64 (returned in the terms' dtype).
+    Then the others are computed again too, in their dtype, so that no gradient passes through the
+    marked rows' float32 graph (its NaNs would reach the shared grammar)."""
+    guard = UnderflowGuard(lengths, terms.dtype)
+    log_z = inside(grammar, terms, lengths, span_scores, guard, *per_sentence)
+    if not guard.unsafe.any():
+        return log_z
+    parts = []
+    for marked, dtype in ((guard.unsafe, torch.float64), (~guard.unsafe, terms.dtype)):
+        rows = marked.nonzero()[:, 0]
+        if len(rows):
+            scores, *extra = (None if x is None else x[rows].to(dtype) for x in (span_scores, *per_sentence))
+            sub = rows_of(grammar, rows, dtype)
+            part = inside(sub, terms[rows].to(dtype), lengths[rows], scores, None, *extra)
+            parts.append((rows, part.to(terms.dtype)))
+    order = torch.cat([rows for rows, _ in parts])
+    return torch.cat([part for _, part in parts])[torch.argsort(order)]
 
 
 def _log_values(x: Scaled) -> Tensor:
@@ -179,8 +283,9 @@ def sample_rank_space(grammar: RankSpaceGrammar, terms, lengths, n: int, generat
     NT = grammar.num_nonterminals
     grammar_of = (lambda b: b) if grammar.grammar_batch > 1 else torch.zeros_like
     with torch.no_grad():
-        leaves = leaf_projections(grammar, terms)
-        lift = rank_space_lift(grammar)
+        guard = UnderflowGuard(lengths, terms.dtype)
+        leaves = leaf_projections(grammar, terms, guard)
+        lift = rank_space_lift(grammar, guard)
         charts: dict[int, tuple] = {1: (None, *leaves)}
 
         def capture(gamma: Scaled, width: int):
@@ -188,7 +293,10 @@ def sample_rank_space(grammar: RankSpaceGrammar, terms, lengths, n: int, generat
             charts[width] = (gamma, left, right)
             return left, right, top
 
-        projected_inside(capture, leaves, lengths, None)
+        projected_inside(capture, leaves, lengths, None, guard)
+        if guard.unsafe.any():  # float32 lost mass that decides the draws: draw from float64 charts
+            in_float64 = rows_of(grammar, torch.arange(B, device=terms.device), torch.float64)
+            return sample_rank_space(in_float64, terms.double(), lengths, n, generator)
         r = grammar.rank
         # log projections and inside, B x start x width x r (width 0 unused)
         left = terms.new_full((B, T, T + 1, r), float("-inf"))
