@@ -5,22 +5,29 @@ scripts/pcfg_induction.py is the full run)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from zoo.data import PCFGDataModule
 from zoo.data.synthetic_grammar import (
+    PRETERMINALS,
+    RULES,
     possible_lengths,
     random_tree,
     right_branching,
     sample_corpus,
     toy_grammar,
 )
+from zoo.inference import DenseGrammar, TreeDistribution, terminal_scores
 from zoo.tasks.grammar_induction import (
     BACKEND_ARGS,
     baselines,
     bracket,
+    gold_of,
     induce,
+    score,
     true_perplexity,
     word_id,
     write_corpus,
@@ -56,6 +63,44 @@ def test_induced_grammar_beats_random_trees(tmp_path, backend, epochs, seeds):
     result = induce(files, backend, seed=0, epochs=epochs, restarts=seeds)
     assert result["sentence_f1"] > random_f1 + 0.15, (result, base)
     assert 1 < true_perplexity(files) < result["ppl"] < 40
+
+
+def subject_verb_grammar() -> DenseGrammar:
+    """The synthetic grammar rewritten with a subject-verb constituent X instead of the VP, as many
+    nonterminals: S -> S PP 0.25 | X NPk 0.25 each, X -> NPk V 1/3 each (PP and NPk unchanged)."""
+    nonterminals = ("S", "X", "PP", "NP1", "NP2", "NP3")
+    rules = {
+        "S": [("S", "PP", 0.25)] + [("X", f"NP{k}", 0.25) for k in (1, 2, 3)],
+        "X": [(f"NP{k}", "V", 1 / 3) for k in (1, 2, 3)],
+        **{name: RULES[name] for name in ("PP", "NP1", "NP2", "NP3")},
+    }
+    symbols = {name: i for i, name in enumerate(nonterminals + PRETERMINALS)}
+    log_rules = torch.full((len(nonterminals), len(symbols), len(symbols)), -math.inf, dtype=torch.float64)
+    for parent, productions in rules.items():
+        for left, right, p in productions:
+            log_rules[symbols[parent], symbols[left], symbols[right]] = math.log(p)
+    root = torch.full((len(nonterminals),), -math.inf, dtype=torch.float64)
+    root[0] = 0.0
+    return DenseGrammar(root, log_rules)
+
+
+def test_likelihood_cannot_tell_the_vp_from_a_subject_verb_constituent(tmp_path):
+    """Why an induced grammar's F1 on this corpus has several values at one likelihood (docs/pcfg.md):
+    the grammar that brackets (NP V) NP gives every sentence the same probability as the true one,
+    with as many nonterminals, yet its trees are far from the gold ones."""
+    files = write_corpus(tmp_path, {"train": 5, "valid": 5, "test": 100}, 4, 11, seed=0)
+    words, gold = gold_of(files, "test")
+    T = max(len(w) for w in words)
+    ids = torch.tensor([[word_id(x) for x in w] + [0] * (T - len(w)) for w in words])
+    lengths = torch.tensor([len(w) for w in words])
+    true_grammar, emission = toy_grammar()
+    terms = terminal_scores(emission, ids)
+    true_trees = TreeDistribution(true_grammar, terms, lengths)
+    other = TreeDistribution(subject_verb_grammar(), terms, lengths)
+    torch.testing.assert_close(other.log_partition, true_trees.log_partition, rtol=0, atol=1e-9)
+    true_f1 = score(true_trees.mbr(), gold, lengths.tolist())[0]
+    other_f1 = score(other.mbr(), gold, lengths.tolist())[0]
+    assert other_f1 < true_f1 - 0.2, (other_f1, true_f1)
 
 
 def write_true_grammar(model, vocab) -> None:
