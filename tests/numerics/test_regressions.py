@@ -22,6 +22,7 @@ from zoo.inference import (
     DenseSemiMarkov,
     LinearChain,
     LowRankChain,
+    LowRankGrammar,
     RankSpaceChain,
     RankSpaceGrammar,
     RDPOptions,
@@ -561,31 +562,55 @@ def rank_space_through_a_tiny_rank(tiny: float, dtype):
     return RankSpaceGrammar(torch.zeros(1, dtype=dtype), U, leaves[0], leaves[0].clone()), leaves
 
 
+def as_backend(grammar, backend: str):
+    """(the grammar as ``backend`` takes it, its TreeDistribution backend and options)."""
+    if backend == "low-rank":  # the same psi, materialized into an LPCFG's dense rules
+        dense = grammar.dense()
+        ones = torch.ones(1, 1, 1, dtype=dense.rules.dtype)
+        return LowRankGrammar(dense.root, dense.rules, ones[0], ones), "low-rank", None
+    if backend == "state-space":
+        return grammar, "rank-space", "state-space"
+    if backend.startswith("randomized"):  # K1 = NT keeps every label: the estimate is exact
+        grammar = grammar.dense() if backend.endswith("dense") else grammar
+        return grammar, "randomized", RDPOptions(k1=1, k2=0)
+    return grammar, backend, None
+
+
+BELOW_FLOAT32 = ["rank-space", "state-space", "exact", "low-rank", "randomized", "randomized-dense"]
+
+
 @pytest.mark.parametrize("tiny", [1e-21, 1e-30])
-@pytest.mark.parametrize("options", [None, "state-space"])
-def test_rank_space_tree_mass_below_float32_range_float32(tiny, options):
+@pytest.mark.parametrize("backend", BELOW_FLOAT32)
+def test_tree_mass_below_float32_range_float32(tiny, backend):
     """Found training a rank-space PCFG (Kim et al.'s recipe, synthetic corpus): a span's value came
     from rank entries more than 2^-126 below their vector's maximum, and float32 gave log Z 0.1 nats
     off and NaN gradients. Here 1e-21 squared is a float32 subnormal (a wrong log Z), 1e-30 squared
-    underflows to 0 (a false "no parse" error). The guard computes sentence 0 in float64."""
+    underflows to 0 (a false "no parse" error). The guard computes sentence 0 in float64. The dense
+    and low-rank insides meet the same rule (psi(A, P0, P0) = tiny^2, 97 to 138 nats below A's best)."""
     results = {}
     for dtype in (F32, F64):
         grammar, leaves = rank_space_through_a_tiny_rank(tiny, dtype)
-        log_z = TreeDistribution(grammar, leaves[1], options=options, backend="rank-space").log_partition
+        grammar, name, options = as_backend(grammar, backend)
+        dist = TreeDistribution(grammar, leaves[1], backend=name, options=options)
+        log_z = dist.log_partition
         log_z.sum().backward()
-        results[dtype] = (log_z, *(x.grad for x in leaves))
+        only_trees = dist.sample(1, generator=torch.Generator().manual_seed(0))[0]  # one tree each
+        results[dtype] = (log_z, *(x.grad for x in leaves), dist.log_prob(only_trees))
     assert_close(results[F64][0], [2 * math.log(tiny), 0.0], 1e-9, "float64 log Z")
-    for name, low, high in zip(("log Z", "d/dV", "d/dterms"), results[F32], results[F64]):
+    what = ("log Z", "d/dV", "d/dterms", "log_prob of the only tree")
+    for name, low, high in zip(what, results[F32], results[F64]):
         assert_close(low, high, 1e-5 * max(1.0, float(high.detach().abs().max())), f"float32 {name}")
+    assert_close(results[F32][-1], [0.0, 0.0], 1e-5, "float32 log_prob of the only tree")
 
 
-def test_rank_space_tree_sampler_draws_from_float64_charts_when_guarded(monkeypatch):
+@pytest.mark.parametrize("kind", ["rankspace", "dense"])
+def test_tree_sampler_draws_from_float64_charts_when_guarded(monkeypatch, kind):
     """Where the guard marks a sentence, the sampler draws every tree from the float64 charts: with
     every sentence marked (RISK = 1), float32 draws are float64's draws with the same generator."""
     from numerics.strategies import tree_case, tree_grammar
-    from zoo.inference.tree.rank_space import UnderflowGuard
+    from zoo.inference.tree.guard import UnderflowGuard
 
-    case = tree_case(3, kind="rankspace", B=3, T=12, NT=3, PT=4, R=5)
+    case = tree_case(3, kind=kind, B=3, T=12, NT=3, PT=4, R=5)
     monkeypatch.setattr(UnderflowGuard, "RISK", 1.0)
     trees = {}
     for dtype in (F32, F64):

@@ -137,6 +137,6 @@ class ExactEngine(TreeEngine):
         return super().prepare(grammar).dense()
 
     def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None):
-        op = exact.dense_rule_op(grammar)
-        return exact.inside(grammar, op, terms, lengths, span_scores, label_scores)[0]
+        log_partition = exact.guarded_log_partition(exact.dense_rule_op)
+        return log_partition(grammar, terms, lengths, span_scores, label_scores)
 

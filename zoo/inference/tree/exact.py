@@ -23,6 +23,7 @@ from zoo.inference.semiring import Log
 from zoo.inference.tree.chart import combine, finite_max, outer_sum, to_scaled
 from zoo.inference.tree.cky import cky, leaf_block
 from zoo.inference.tree.factors import GrammarFactors
+from zoo.inference.tree.guard import UnderflowGuard, guarded
 
 #: rule_op(left_nt, right_nt, X) -> (log-scale broadcastable to B x n, Y B x n x NT):
 #: Y[b, i, A] = sum_{b', c'} psi(A, b', c') X[b, i, b', c'] over the children of the
@@ -62,14 +63,17 @@ def leaf_rules(grammar: GrammarFactors, terms: Tensor) -> dict:
     """The rules with their preterminal child summed out at every position, scaled.
 
     Returns {(False, True): left leaf, (True, False): right leaf}, each (log-scale B x T,
-    B x T x NT x NT): [b, t, A, C] = sum_P psi(A, P, C) exp(terms[b, t, P]) for a leaf at t on the
-    left (C the right nonterminal), and likewise with the leaf on the right.
+    B x T x NT x NT, bound G x 1): [b, t, A, C] = sum_P psi(A, P, C) exp(terms[b, t, P]) for a leaf at
+    t on the left (C the right nonterminal), and likewise with the leaf on the right; the bound is
+    the largest value a scaled leaf could give (sum_P over the scaled rules), for the guard.
     """
     t_scale, t_values = to_scaled(terms)  # B x T, B x T x PT
     out = {}
-    for block, pattern in (((False, True), "apc,btp->btac"), ((True, False), "acp,btp->btac")):
+    for block, p_dim in (((False, True), 2), ((True, False), 3)):
+        pattern = "apc,btp->btac" if p_dim == 2 else "acp,btp->btac"
         r_scale, probs = scaled_rules(grammar.rules_block(*block))  # G, G x NT x (PT x NT | NT x PT)
-        out[block] = t_scale + r_scale.view(-1, 1), rule_sum(pattern, probs, t_values)
+        bound = probs.detach().sum(p_dim).flatten(1).amax(1, keepdim=True)
+        out[block] = t_scale + r_scale.view(-1, 1), rule_sum(pattern, probs, t_values), bound
     return out
 
 
@@ -86,22 +90,38 @@ class InsideRules:
 
     semiring = Log
 
-    def __init__(self, grammar: GrammarFactors, rule_op: RuleOp, terms: Tensor):
+    def __init__(
+        self, grammar: GrammarFactors, rule_op: RuleOp, terms: Tensor, guard: UnderflowGuard | None = None
+    ):
         self.rule_op, self.leaves = rule_op, terms
         self.leaf_rules = leaf_rules(grammar, terms) if terms.shape[1] >= 3 else {}
+        self.guard = guard if guard is not None and guard.active else None
+        self.grammar_batch = grammar.grammar_batch
+        self.bounds: dict = {}  # block -> the largest value its rules give scaled children (G x 1)
 
     def part(self, block, splits, left, right) -> tuple[Tensor, Tensor]:
         leaf = leaf_block(block, splits, left, right)
         if leaf is not None:
             at, other = leaf
-            q_scale, Q = self.leaf_rules[block]
+            q_scale, Q, bound = self.leaf_rules[block]
             n = other.shape[1]
             c_scale, c_values = to_scaled(other)
             Y = torch.einsum("bnac,bnc->bna", Q[:, at : at + n], c_values)
+            if self.guard is not None:
+                self.guard.check(Y.detach().amax(-1), self.guard.RISK * bound)
             return q_scale[:, at : at + n] + c_scale, Y
         x_scale, X = outer_sum(left, right)
         r_scale, Y = self.rule_op(*block, X)
+        if self.guard is not None:
+            self.guard.check(Y.detach().amax(-1), self.guard.RISK * self.bound(block, X))
         return x_scale + r_scale, Y
+
+    def bound(self, block: tuple[bool, bool], X: Tensor) -> Tensor:
+        """The largest value the block's rules give children of at most 1 (all-ones children): G x 1."""
+        if block not in self.bounds:
+            ones = X.new_ones(self.grammar_batch, 1, *X.shape[-2:])
+            self.bounds[block] = self.rule_op(*block, ones)[1].detach().flatten(1).amax(1, keepdim=True)
+        return self.bounds[block]
 
     def combine(self, parts: list) -> Tensor:
         return combine(parts)
@@ -114,6 +134,7 @@ def inside(
     lengths: Tensor,
     span_scores: Tensor | None = None,
     label_scores: Tensor | None = None,
+    guard: UnderflowGuard | None = None,
 ) -> tuple[Tensor, list]:
     """log Z and the per-width log inside chart.
 
@@ -124,9 +145,24 @@ def inside(
         lengths: (B,) sentence lengths, each >= 2.
         span_scores: optional B x T x (T+1) log-scores added to every label of span [i, k) (width >= 2).
         label_scores: optional B x T x (T+1) x NT log-scores added per span and label.
+        guard: checks every rule application (``guard.UnderflowGuard``).
     Returns:
         log Z (B,) and chart: ``chart[w]`` is B x (T-w+1) x NT for w >= 2, the terms at 1.
     """
-    rules = InsideRules(grammar, rule_op, terms)
+    rules = InsideRules(grammar, rule_op, terms, guard)
     top, chart = cky(rules, grammar.root, lengths, span_scores, label_scores)
     return logsumexp(top, -1), chart
+
+
+def guarded_log_partition(rule_op_of: Callable[[GrammarFactors], RuleOp]):
+    """log Z (B,) = f(grammar, terms, lengths, span_scores=None, label_scores=None) by ``inside`` with
+    the rules applied by ``rule_op_of(grammar)``, the sentences its guard marks in float64
+    (``guard.guarded``)."""
+
+    def run(grammar, terms, lengths, span_scores, guard, label_scores=None):
+        return inside(grammar, rule_op_of(grammar), terms, lengths, span_scores, label_scores, guard)[0]
+
+    def log_partition(grammar, terms, lengths, span_scores=None, label_scores=None):
+        return guarded(run, grammar, terms, lengths, span_scores, label_scores)
+
+    return log_partition

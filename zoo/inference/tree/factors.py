@@ -66,6 +66,12 @@ class GrammarFactors:
         """G: the batch size of the grammar tensors (1 when one grammar serves every sentence)."""
         return self.root.shape[0]
 
+    def rows(self, rows: Tensor, dtype: torch.dtype) -> GrammarFactors:
+        """The grammar of the batch rows ``rows`` (a shared grammar as it is), in ``dtype``: each
+        subclass sets its tensors in the order of its constructor's arguments."""
+        pick = (lambda t: t[rows]) if self.grammar_batch > 1 else (lambda t: t)
+        return type(self)(*(pick(t).to(dtype) for t in vars(self).values() if isinstance(t, Tensor)))
+
     def _check_root(self, root: Tensor) -> Tensor:
         root = _grammar_tensor("root", root, (None,), "NT")
         if root.shape[-1] == 0:
@@ -198,12 +204,12 @@ class LowRankGrammar(GrammarFactors):
         NT = self.num_nonterminals
         both = (left < NT) & (right < NT)
         lo, ro = left.clamp_max(NT - 1), right.clamp_max(NT - 1)
-        low_rank = safe_log((self.head[g, parent] * self.children[g, lo, ro]).sum(-1))
+        low_rank = log_of_sum("...r,...r->...", self.head[g, parent], self.children[g, lo, ro])
         return torch.where(both, low_rank, self.rules[g, parent, left, right])
 
     def dense_rules(self) -> Tensor:
         NT = self.num_nonterminals
-        low_rank = safe_log(torch.einsum("gar,gbcr->gabc", self.head, self.children))
+        low_rank = log_of_sum("gar,gbcr->gabc", self.head, self.children)
         rules = self.rules.clone()
         rules[:, :, :NT, :NT] = low_rank.expand(rules.shape[0], -1, -1, -1)
         return rules
@@ -249,10 +255,18 @@ class RankSpaceGrammar(GrammarFactors):
         return self.U.shape[-1]
 
     def rule_entries(self, g, parent, left, right):
-        return safe_log((self.U[g, parent] * self.V[g, left] * self.W[g, right]).sum(-1))
+        return log_of_sum("...r,...r,...r->...", self.U[g, parent], self.V[g, left], self.W[g, right])
 
     def dense_rules(self) -> Tensor:
-        return safe_log(torch.einsum("gar,gbr,gcr->gabc", self.U, self.V, self.W))
+        return log_of_sum("gar,gbr,gcr->gabc", self.U, self.V, self.W)
+
+
+def log_of_sum(equation: str, *factors: Tensor) -> Tensor:
+    """log of ``einsum(equation, *factors)`` (non-negative factors), the sum formed in float64 and the
+    log returned in the factors' dtype: a product of entries each far below 1 (a softmax's tail)
+    underflows float32 (1e-21 squared; log -96.7) where its log does not."""
+    dtype = factors[0].dtype
+    return safe_log(torch.einsum(equation, *(f.to(torch.float64) for f in factors))).to(dtype)
 
 
 def terminal_scores(emission: Tensor, words: Tensor, lengths: Tensor | None = None) -> Tensor:

@@ -48,5 +48,5 @@ class LowRankEngine(TreeEngine):
     }
 
     def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None):
-        op = low_rank_rule_op(grammar)
-        return exact.inside(grammar, op, terms, lengths, span_scores, label_scores)[0]
+        log_partition = exact.guarded_log_partition(low_rank_rule_op)
+        return log_partition(grammar, terms, lengths, span_scores, label_scores)

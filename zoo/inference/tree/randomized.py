@@ -35,6 +35,7 @@ from zoo.inference.tree.chart import combine, finite_max, outer_sum, span_diagon
 from zoo.inference.tree.cky import BLOCKS, block_splits
 from zoo.inference.tree.engine import ExactEngine, TreeEngine
 from zoo.inference.tree.factors import GrammarFactors, LowRankGrammar, RankSpaceGrammar
+from zoo.inference.tree.guard import UnderflowGuard
 from zoo.inference.tree.low_rank import LowRankEngine
 from zoo.inference.tree.rank_space import RankSpaceEngine, Scaled, projected_inside, rescale
 
@@ -125,8 +126,10 @@ def _kept_width(grammar, g, parent, *tensors):
     return torch.stack(scales, -1), torch.stack(values, -2)
 
 
-def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None, label_scores=None):
-    """Randomized log Z_hat (B,) for dense or LPCFG rules, psi gathered per kept triple."""
+def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None, label_scores=None,
+                    guard: UnderflowGuard | None = None):
+    """Randomized log Z_hat (B,) for dense or LPCFG rules, psi gathered per kept triple; ``guard``
+    checks each block's sum (its terms are at most 1)."""
     B, T, _ = terms.shape
     NT = grammar.num_nonterminals
     g = (torch.arange(B) if grammar.grammar_batch > 1 else torch.zeros(B, dtype=torch.long))
@@ -154,6 +157,8 @@ def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None,
                 r_sym, right = (torch.stack(x, 2) for x in zip(*(child(w - s, s, n) for s in splits)))
                 blocks += [l_sym, left, r_sym, right]
         scales, values = checkpoint(_kept_width, grammar, g, parent, *blocks, use_reentrant=False)
+        if guard is not None and guard.active:
+            guard.check(values.detach().amax(-1).flatten(1), guard.RISK)  # every block of every span
         beta = combine(list(zip(scales.unbind(-1), values.unbind(-2))))
         if span_scores is not None:
             beta = beta + span_diagonal(span_scores, w).unsqueeze(-1)
@@ -177,8 +182,9 @@ def _root(grammar, kept: KeptLabels, lengths: Tensor, top_values) -> Tensor:
 
 
 def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptLabels,
-                          span_scores=None, label_scores=None):
-    """Randomized log Z_hat (B,) for CPD rules: the projected inside over the kept rows."""
+                          span_scores=None, label_scores=None, guard: UnderflowGuard | None = None):
+    """Randomized log Z_hat (B,) for CPD rules: the projected inside over the kept rows; ``guard``
+    checks every product against its inputs' and weights' maxima."""
     B, T, _ = terms.shape
     NT = grammar.num_nonterminals
     g = (torch.arange(B) if grammar.grammar_batch > 1 else torch.zeros(B, dtype=torch.long))
@@ -194,7 +200,11 @@ def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptL
         v = v * log_weights.exp()
         out = []
         for matrix in (grammar.V, grammar.W):
-            out.append(rescale(scale, torch.einsum("...k,...kr->...r", v, rows(matrix, index))))
+            product = torch.einsum("...k,...kr->...r", v, rows(matrix, index))
+            m = product.detach().amax(-1)
+            if guard is not None and guard.active:
+                guard.check(m, guard.RISK * v.detach().amax(-1) * matrix.detach().amax())
+            out.append(rescale(scale, product, m))
         return out[0], out[1]
 
     leaf_values = terms.gather(-1, kept.leaves.index)
@@ -209,16 +219,23 @@ def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptL
     def lift(gamma: Scaled, width: int):
         index = span_diagonal(kept.spans.index, width)  # B x n x K
         weights = span_diagonal(kept.spans.log_weights, width)
-        scale, alpha = rescale(gamma[0], torch.einsum("bnr,bnkr->bnk", gamma[1], rows(grammar.U, index)))
+        alpha = torch.einsum("bnr,bnkr->bnk", gamma[1], rows(grammar.U, index))
+        m = alpha.detach().amax(-1)
+        if guard is not None and guard.active:
+            guard.check(m, guard.RISK * grammar.U.detach().amax())
+        scale, alpha = rescale(gamma[0], alpha, m)
         if label_scores is not None:
             labels = span_diagonal(label_scores, width).gather(-1, index)
             scale, alpha = to_scaled(scale.unsqueeze(-1) + safe_log(alpha) + labels)
         left, right = children((scale, alpha), index, weights)
         top_root = root.gather(-1, index.flatten(1)).view(index.shape) + weights
         top = scale + logsumexp(safe_log(alpha) + top_root, -1)
+        if guard is not None and guard.active:  # in logs: the root sum against its largest weight
+            floor = math.log(guard.RISK) + top_root.detach().amax(-1)
+            guard.roots.append(((top - scale).detach()[:, 0], floor[:, 0]))
         return left, right, top
 
-    return projected_inside(lift, leaves, lengths, span_scores)
+    return projected_inside(lift, leaves, lengths, span_scores, guard)
 
 
 def exact_engine(grammar: GrammarFactors) -> TreeEngine:
@@ -254,7 +271,15 @@ class RandomizedEngine(RandomizedLifecycle, TreeEngine):
     def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None):
         kept = self.kept_states(grammar, terms)
         inside = projected_kept_inside if isinstance(grammar, RankSpaceGrammar) else gathered_inside
-        return inside(grammar, terms, lengths, kept, span_scores, label_scores)
+        guard = UnderflowGuard(lengths, terms.dtype)
+        log_z = inside(grammar, terms, lengths, kept, span_scores, label_scores, guard)
+        if not guard.unsafe.any():
+            return log_z
+        # float32 lost mass (guard.py): the whole batch again in float64, with the same kept labels
+        wide = [None if x is None else x.double() for x in (span_scores, label_scores)]
+        kept = KeptLabels(*(KeptStates(k.index, k.log_weights.double()) for k in (kept.spans, kept.leaves)))
+        grammar = grammar.rows(torch.arange(len(lengths), device=terms.device), torch.float64)
+        return inside(grammar, terms.double(), lengths, kept, *wide).to(terms.dtype)
 
     def log_prob(self, grammar, terms, lengths, trees, nodes=None):
         return exact_engine(grammar).log_prob(grammar, terms, lengths, trees, nodes)

@@ -15,13 +15,9 @@ Width-1 spans are preterminals: l = V_PT^T exp(terms), r = W_PT^T exp(terms) (J 
 and Z = sum_A exp(root_A) beta_0n(A) = (U^T exp(root)) . gamma_0n (L in the paper). Every vector is
 scaled (``chart.to_scaled``): values with maximum 1 and a log-scale per span.
 
-Float32 guard (``UnderflowGuard``): a scaled vector holds its entries relative to its maximum, and
-float32 loses those below 2^-126 of it. Where U, V, W span more than that (a trained model's softmax
-can underflow to exact zeros), a step's result can come from such entries alone: its maximum is then
-far below what its inputs' maxima and the largest weight allow. Such a sequence's log Z is wrong (by
-0.1 nats on a PCFG met in training) and its gradient NaN, so the sequences where a step's maximum falls
-below 2^-60 of that bound are computed again in float64 and returned in float32; the others keep the
-float32 scaled inside.
+Float32: every product is checked by a ``guard.UnderflowGuard`` (the span's sum over splits, the
+projections through U, V, W, H and I, the root sums); the sentences it marks are computed again
+in float64 (``guard.guarded``).
 """
 
 from __future__ import annotations
@@ -38,6 +34,7 @@ from zoo.inference.tree.chart import finite_max, span_diagonal, to_scaled
 from zoo.inference.tree.engine import TreeEngine
 from zoo.inference.tree.exact import grammar_matmul
 from zoo.inference.tree.factors import RankSpaceGrammar
+from zoo.inference.tree.guard import UnderflowGuard, guarded
 from zoo.inference.tree.sampling import gumbel_argmax, top_down
 
 Scaled = tuple[Tensor, Tensor]  # (log-scale ..., non-negative values ... x K)
@@ -53,39 +50,6 @@ def rescale(scale: Tensor, values: Tensor, m: Tensor | None = None) -> Scaled:
     ok = m > 0
     m = torch.where(ok, m, torch.ones_like(m))
     return scale + torch.where(ok, m.log(), torch.zeros_like(m)), values / m.unsqueeze(-1)
-
-
-class UnderflowGuard:
-    """Which sequences (B,) a float32 scaled inside may have got wrong; see the module docstring.
-
-    A step whose maxima m (B x n, before rescaling) fall below ``floor`` (``RISK`` times the largest
-    value its inputs and weights allow) marks the sequence. Root sums are kept in ``roots`` (one B
-    vector per width, the span [0, width)) and checked at the sentence's length. Inactive in float64.
-    """
-
-    RISK = 2.0**-60
-
-    def __init__(self, lengths: Tensor, dtype: torch.dtype):
-        self.lengths = lengths
-        self.active = dtype != torch.float64
-        self.unsafe = torch.zeros_like(lengths, dtype=torch.bool)
-        self.roots: list[tuple[Tensor, Tensor]] = []  # (root sums B, their floor G) per width 2, 3, ...
-
-    def floor(self, weights: Tensor) -> Tensor | None:
-        """``RISK`` times the largest entry of G x K x M weights, G x 1 (None when inactive)."""
-        return self.RISK * weights.detach().flatten(1).amax(1, keepdim=True) if self.active else None
-
-    def check(self, m: Tensor, floor: Tensor | float | None) -> None:
-        if floor is not None:
-            self.unsafe |= (m < floor).any(-1)
-
-    def check_roots(self) -> None:
-        """The root sums of each sentence's whole span against their floors."""
-        if self.active and self.roots:
-            totals = torch.stack([t for t, _ in self.roots], 1)  # B x (T-1)
-            floors = torch.stack([f.view(-1).expand_as(t) for t, f in self.roots], 1)
-            pick = (self.lengths - 2).unsqueeze(-1)
-            self.unsafe |= (totals.gather(1, pick) < floors.gather(1, pick)).squeeze(1)
 
 
 def project(
@@ -239,33 +203,6 @@ def state_space_log_partition(grammar, terms, lengths, span_scores=None, label_s
     return guarded(inside, grammar, terms, lengths, span_scores, label_scores)
 
 
-def rows_of(grammar: RankSpaceGrammar, rows: Tensor, dtype: torch.dtype) -> RankSpaceGrammar:
-    """The grammar of the batch rows ``rows`` (a shared grammar as it is), in ``dtype``."""
-    pick = (lambda t: t[rows]) if grammar.grammar_batch > 1 else (lambda t: t)
-    return RankSpaceGrammar(*(pick(t).to(dtype) for t in (grammar.root, grammar.U, grammar.V, grammar.W)))
-
-
-def guarded(inside, grammar: RankSpaceGrammar, terms, lengths, span_scores=None, *per_sentence):
-    """``inside(grammar, terms, lengths, span_scores, guard, *per_sentence)`` -> log Z (B,), with the
-    sequences its ``UnderflowGuard`` marks computed again in float64 (returned in the terms' dtype).
-    Then the others are computed again too, in their dtype, so that no gradient passes through the
-    marked rows' float32 graph (its NaNs would reach the shared grammar)."""
-    guard = UnderflowGuard(lengths, terms.dtype)
-    log_z = inside(grammar, terms, lengths, span_scores, guard, *per_sentence)
-    if not guard.unsafe.any():
-        return log_z
-    parts = []
-    for marked, dtype in ((guard.unsafe, torch.float64), (~guard.unsafe, terms.dtype)):
-        rows = marked.nonzero()[:, 0]
-        if len(rows):
-            scores, *extra = (None if x is None else x[rows].to(dtype) for x in (span_scores, *per_sentence))
-            sub = rows_of(grammar, rows, dtype)
-            part = inside(sub, terms[rows].to(dtype), lengths[rows], scores, None, *extra)
-            parts.append((rows, part.to(terms.dtype)))
-    order = torch.cat([rows for rows, _ in parts])
-    return torch.cat([part for _, part in parts])[torch.argsort(order)]
-
-
 def _log_values(x: Scaled) -> Tensor:
     return x[0].unsqueeze(-1) + safe_log(x[1])
 
@@ -295,7 +232,7 @@ def sample_rank_space(grammar: RankSpaceGrammar, terms, lengths, n: int, generat
 
         projected_inside(capture, leaves, lengths, None, guard)
         if guard.unsafe.any():  # float32 lost mass that decides the draws: draw from float64 charts
-            in_float64 = rows_of(grammar, torch.arange(B, device=terms.device), torch.float64)
+            in_float64 = grammar.rows(torch.arange(B, device=terms.device), torch.float64)
             return sample_rank_space(in_float64, terms.double(), lengths, n, generator)
         r = grammar.rank
         # log projections and inside, B x start x width x r (width 0 unused)

@@ -17,6 +17,7 @@ from zoo.inference.numerics import gumbel_noise
 from zoo.inference.tree import exact
 from zoo.inference.tree.chart import finite_max, mask_terms
 from zoo.inference.tree.factors import DenseGrammar
+from zoo.inference.tree.guard import UnderflowGuard
 
 
 def full_chart(chart: list, terms: Tensor) -> Tensor:
@@ -90,7 +91,12 @@ def sample_trees(
     s = torch.arange(1, T, device=terms.device)  # candidate splits (left widths)
     with torch.no_grad():
         terms = mask_terms(terms, lengths)
-        _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes)
+        guard = UnderflowGuard(lengths, terms.dtype)
+        _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes, guard)
+        if guard.unsafe.any():  # float32 lost mass that decides the draws: draw from float64 charts
+            grammar = grammar.rows(torch.arange(B, device=terms.device), torch.float64)
+            terms, nodes = terms.double(), None if nodes is None else nodes.double()
+            _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes)
         full = full_chart(chart, terms)
 
         def root(b, length):

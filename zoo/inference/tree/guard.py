@@ -1,0 +1,76 @@
+"""A guard for the scaled inside passes in float32, and the float64 recompute of what it marks.
+
+Every inside pass keeps a span's vector scaled: probability-space values with maximum 1 and one
+log-scale. float32 keeps such a vector's entries only down to 2^-126 of its maximum, and rules,
+factors or terms far below their maxima (a trained model's softmax can put entries hundreds of
+nats down, or underflow them to exact zeros) can make a span's value come from those lost entries
+alone. Its maximum is then far below what its inputs' maxima and the largest weight allow. The
+sentence's log Z is wrong (0.1 nats on a rank-space PCFG met in training, 9 nats or a false "no
+tree" error on built examples) and its gradient NaN. ``UnderflowGuard`` marks the sentences where
+a product's maximum falls below 2^-60 of that bound; ``guarded`` computes them again in float64.
+
+Users: the exact and low-rank insides (``exact.InsideRules``: every rule application), the rank-space
+and state-space insides (``rank_space``: split sums, projections, root sums), the randomized ones
+(the whole batch again in float64 with the same kept labels) and the samplers (float64 charts).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.tree.factors import GrammarFactors
+
+
+class UnderflowGuard:
+    """Which sequences (B,) a float32 scaled inside may have got wrong; see the module docstring.
+
+    A step whose maxima m (B x n, before rescaling) fall below ``floor`` (``RISK`` times the largest
+    value its inputs and weights allow) marks the sequence. Root sums are kept in ``roots`` (one B
+    vector per width, the span [0, width)) and checked at the sentence's length. Inactive in float64.
+    """
+
+    RISK = 2.0**-60
+
+    def __init__(self, lengths: Tensor, dtype: torch.dtype):
+        self.lengths = lengths
+        self.active = dtype != torch.float64
+        self.unsafe = torch.zeros_like(lengths, dtype=torch.bool)
+        self.roots: list[tuple[Tensor, Tensor]] = []  # (root sums B, their floor G) per width 2, 3, ...
+
+    def floor(self, weights: Tensor) -> Tensor | None:
+        """``RISK`` times the largest entry of G x K x M weights, G x 1 (None when inactive)."""
+        return self.RISK * weights.detach().flatten(1).amax(1, keepdim=True) if self.active else None
+
+    def check(self, m: Tensor, floor: Tensor | float | None) -> None:
+        if floor is not None:
+            self.unsafe |= (m < floor).any(-1)
+
+    def check_roots(self) -> None:
+        """The root sums of each sentence's whole span against their floors."""
+        if self.active and self.roots:
+            totals = torch.stack([t for t, _ in self.roots], 1)  # B x (T-1)
+            floors = torch.stack([f.view(-1).expand_as(t) for t, f in self.roots], 1)
+            pick = (self.lengths - 2).unsqueeze(-1)
+            self.unsafe |= (totals.gather(1, pick) < floors.gather(1, pick)).squeeze(1)
+
+
+def guarded(inside, grammar: GrammarFactors, terms, lengths, span_scores=None, *per_sentence):
+    """``inside(grammar, terms, lengths, span_scores, guard, *per_sentence)`` -> log Z (B,), with the
+    sequences its ``UnderflowGuard`` marks computed again in float64 (returned in the terms' dtype).
+    Then the others are computed again too, in their dtype, so that no gradient passes through the
+    marked rows' float32 graph (its NaNs would reach the shared grammar)."""
+    guard = UnderflowGuard(lengths, terms.dtype)
+    log_z = inside(grammar, terms, lengths, span_scores, guard, *per_sentence)
+    if not guard.unsafe.any():
+        return log_z
+    parts = []
+    for marked, dtype in ((guard.unsafe, torch.float64), (~guard.unsafe, terms.dtype)):
+        rows = marked.nonzero()[:, 0]
+        if len(rows):
+            scores, *extra = (None if x is None else x[rows].to(dtype) for x in (span_scores, *per_sentence))
+            sub = grammar.rows(rows, dtype)
+            part = inside(sub, terms[rows].to(dtype), lengths[rows], scores, None, *extra)
+            parts.append((rows, part.to(terms.dtype)))
+    order = torch.cat([rows for rows, _ in parts])
+    return torch.cat([part for _, part in parts])[torch.argsort(order)]
