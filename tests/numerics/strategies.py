@@ -477,10 +477,17 @@ def sm_cases(
 # --------------------------------------------------------------------------- trees
 @functools.lru_cache(maxsize=32)
 def tree_case(
-    seed, kind="dense", B=2, T=40, NT=3, PT=5, V=500, R=None, ragged=True, precision=torch.float32
+    seed, kind="dense", B=2, T=40, NT=3, PT=5, V=500, R=None, ragged=True, precision=torch.float32,
+    buried=0.0,
 ) -> Case:
     """A PCFG over a batch of sentences: peaked rules with forbidden entries, words from a
-    vocabulary of V with log-probabilities down to a few hundred below 0 (terms)."""
+    vocabulary of V with log-probabilities down to a few hundred below 0 (terms).
+
+    ``buried`` > 0: every word is emitted by preterminal 0 alone (the others' terms 300 nats lower),
+    and each child that is preterminal 0 lowers a rule by ``buried`` nats against its parent's other
+    rules (rank-space: its V and W rows reach half the ranks, times exp(-buried), which the parents
+    favour by 3 x buried nats over the others): every tree then uses rules that far below their
+    parent's best, as a trained model's tail can be."""  # fmt: skip
     call = dict(locals())  # the exact call: a case's repr rebuilds it (and keys the reference cache)
     g = gen(seed)
     S = NT + PT
@@ -495,10 +502,14 @@ def tree_case(
     drop[:, 0] = False
     drop[:, NT * S] = False
     drop[:, NT * S + NT] = False
+    child_p0 = (torch.arange(S) == NT).to(F64)
+    logits = logits - buried * (child_p0[:, None] + child_p0[None, :]).flatten()
     rules = logits.masked_fill(drop, NEG_INF).log_softmax(-1).view(NT, S, S)
     emission = (torch.randn(PT, V, generator=g, dtype=F64) * 8.0).log_softmax(-1)
     words = torch.randint(V, (B, T), generator=g)
     terms = emission[:, words].permute(1, 2, 0)  # B x T x PT
+    if buried:
+        terms = torch.cat([terms[..., :1], terms[..., 1:] - 300.0], -1)
     if kind == "dense":
         args = dict(root=root, rules=rules)
     elif kind == "lowrank":
@@ -519,6 +530,12 @@ def tree_case(
             V=torch.softmax(torch.randn(S, R, generator=g, dtype=F64) * 3, 0),
             W=torch.softmax(torch.randn(S, R, generator=g, dtype=F64) * 3, 0),
         )
+        if buried:  # preterminal 0 through the first half of the ranks only, buried nats down; the
+            # parents use the other half 3 x buried nats less: the buried half decides every value
+            half = R // 2
+            for name in ("V", "W"):
+                args[name][NT, :half] *= math.exp(-buried)
+            args["U"][:, half:] *= math.exp(-3 * buried)
     else:
         raise ValueError(kind)
     args["terms"] = terms

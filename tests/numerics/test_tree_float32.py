@@ -51,3 +51,23 @@ T40 = [
 def test_tree_t40_float32(kind, backend, op, seed):
     """T = 40 (two sentences, one shorter), 3 nonterminals, 4 preterminals."""
     check_tree(tree_case(seed, kind=kind, B=2, T=40, NT=3, PT=4), backend, op)
+
+
+BURIED = [
+    ("dense", "native"),
+    ("lowrank", "native"),
+    ("rankspace", "native"),
+    ("rankspace", "state-space"),
+    ("dense", "randomized-k1=NT"),
+]
+
+
+@pytest.mark.parametrize("op", ["log_partition", "span_marginals", "marginals", "sample"])
+@pytest.mark.parametrize("kind,backend", BURIED, ids=[f"{k}-{b}" for k, b in BURIED])
+@numerics_settings(2)
+@given(seed=st.integers(0, 2**31 - 1), T=st.integers(3, 14))
+def test_tree_rules_buried_below_float32_range(kind, backend, op, seed, T):
+    """Every tree needs rules 60 to 120 nats below their parent's best (``tree_case(buried=60)``):
+    float32 keeps a scaled vector's entries only down to 2^-126 of its maximum, and the guard computes
+    the sentences whose value came from below it again in float64 (docs/tree-api.md, Numerics)."""
+    check_tree(tree_case(seed, kind=kind, B=3, T=T, NT=3, PT=4, R=4, buried=60.0), backend, op)
