@@ -107,6 +107,20 @@ def test_rank_space_factors_start_away_from_uniform():
     assert entropy < 0.9 * math.log(32)
 
 
+def test_rank_space_grammar_is_built_from_its_log_factors():
+    """U, V and W come from their log-softmaxes through RankSpaceGrammar.from_logs, so that the float32
+    guard's float64 pass exponentiates them in float64 (tests/numerics/test_regressions.py: a factor
+    below float32's range keeps its value, and its gradient stays finite)."""
+    torch.manual_seed(0)
+    model = PCFG(20, 3, 4, "rank-space", rank=5, embedding_dim=8, hidden_dim=8)
+    g = model.grammar()
+    assert g.logs is not None
+    for factor, log_factor in zip((g.U, g.V, g.W), g.logs):
+        torch.testing.assert_close(factor, log_factor.exp())
+    torch.testing.assert_close(g.U.sum(-1), torch.ones_like(g.U[..., 0]))
+    torch.testing.assert_close(g.V.sum(-2), torch.ones_like(g.V[..., 0, :]))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gradients_reach_every_parameter(backend):
     model = tiny(backend).train()

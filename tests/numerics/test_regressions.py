@@ -603,6 +603,27 @@ def test_tree_mass_below_float32_range_float32(tiny, backend):
     assert_close(results[F32][-1], [0.0, 0.0], 1e-5, "float32 log_prob of the only tree")
 
 
+def test_rank_space_from_logs_keeps_factors_below_float32_range_float32():
+    """rank_space_through_a_tiny_rank with tiny = e^-100, given as logs (how zoo.models.PCFG builds
+    its rank-space grammar): exp(-100) is a float32 subnormal with two digits, and the gradient with
+    respect to it, 1 / tiny, overflows float32. From the logs the guard's float64 pass exponentiates
+    in float64: log Z = -200 exactly, and d log Z / d log V is the rule's count in the tree (2)."""
+    tiny = math.exp(-100.0)
+    results = {}
+    for dtype in (F32, F64):
+        grammar, (V, terms) = rank_space_through_a_tiny_rank(tiny, F64)
+        log_V = V.detach().log().to(dtype).requires_grad_()
+        U, root = grammar.U[0].log().to(dtype), grammar.root[0].to(dtype)
+        log_z = TreeDistribution(
+            RankSpaceGrammar.from_logs(root, U, log_V, log_V), terms.detach().to(dtype), backend="rank-space"
+        ).log_partition
+        log_z.sum().backward()
+        results[dtype] = (log_z, log_V.grad)
+    assert_close(results[F32][0], [-200.0, 0.0], 1e-4, "float32 log Z")
+    assert_close(results[F32][1], results[F64][1], 1e-5, "float32 d log Z / d log V")
+    assert float(results[F32][1][1, 1]) == pytest.approx(2.0, abs=1e-5), results[F32][1].tolist()
+
+
 @pytest.mark.parametrize("kind", ["rankspace", "dense"])
 def test_tree_sampler_draws_from_float64_charts_when_guarded(monkeypatch, kind):
     """Where the guard marks a sentence, the sampler draws every tree from the float64 charts: with

@@ -245,6 +245,25 @@ class RankSpaceGrammar(GrammarFactors):
         for name in ("U", "V", "W"):
             check_nonnegative(name, getattr(self, name))
         self._common_batch(root=self.root, U=self.U, V=self.V, W=self.W)
+        self.logs: tuple[Tensor, Tensor, Tensor] | None = None  # log U, V, W when built from them
+
+    @classmethod
+    def from_logs(cls, root: Tensor, log_U: Tensor, log_V: Tensor, log_W: Tensor) -> RankSpaceGrammar:
+        """The grammar of U = exp(log_U), V = exp(log_V), W = exp(log_W) (shapes as U, V, W), which
+        keeps the logs. Where the float32 guard computes a sentence again in float64
+        (``guard.guarded``), the factors are exponentiated in float64: an entry below float32's range
+        (a softmax's tail) keeps its value there, and the gradient with respect to its log (its expected
+        count in the tree) stays finite where the gradient with respect to the entry overflows."""
+        grammar = cls(root, *(underflow_safe_exp(x) for x in (log_U, log_V, log_W)))
+        G = grammar.grammar_batch
+        grammar.logs = tuple(x.expand(G, *x.shape[-2:]) for x in (log_U, log_V, log_W))
+        return grammar
+
+    def rows(self, rows: Tensor, dtype: torch.dtype) -> RankSpaceGrammar:
+        if self.logs is None:
+            return super().rows(rows, dtype)
+        pick = (lambda t: t[rows]) if self.grammar_batch > 1 else (lambda t: t)
+        return type(self).from_logs(pick(self.root).to(dtype), *(pick(x).to(dtype) for x in self.logs))
 
     @property
     def num_preterminals(self) -> int:
@@ -259,6 +278,25 @@ class RankSpaceGrammar(GrammarFactors):
 
     def dense_rules(self) -> Tensor:
         return log_of_sum("gar,gbr,gcr->gabc", self.U, self.V, self.W)
+
+
+class _UnderflowSafeExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        out = x.exp()
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (out,) = ctx.saved_tensors
+        return torch.where(out > 0, out * grad, torch.zeros_like(grad))
+
+
+def underflow_safe_exp(x: Tensor) -> Tensor:
+    """exp(x) whose backward is 0, not NaN, where exp(x) underflowed to 0: there the gradient with
+    respect to exp(x) can overflow float32 to inf, and exp's backward multiplies it by that 0."""
+    return _UnderflowSafeExp.apply(x)
 
 
 def log_of_sum(equation: str, *factors: Tensor) -> Tensor:

@@ -40,7 +40,7 @@ class UnderflowGuard:
 
     def floor(self, weights: Tensor) -> Tensor | None:
         """``RISK`` times the largest entry of G x K x M weights, G x 1 (None when inactive)."""
-        return self.RISK * weights.detach().flatten(1).amax(1, keepdim=True) if self.active else None
+        return self.RISK * weights.detach().amax(dim=(-2, -1)).unsqueeze(-1) if self.active else None
 
     def check(self, m: Tensor, floor: Tensor | float | None) -> None:
         if floor is not None:

@@ -130,10 +130,11 @@ class RankSpaceRules(RuleHead):
     def grammar(self, root):
         ranks = self.rank_emb.T  # D x r
         nt, _ = self.symbols()
-        U = torch.softmax(self.u_mlp(nt) @ ranks, -1)  # NT x r, rows sum to 1
-        V = torch.softmax(self.v_mlp(self.symbol_emb) @ ranks, 0)  # S x r, columns sum to 1
-        W = torch.softmax(self.w_mlp(self.symbol_emb) @ ranks, 0)
-        return RankSpaceGrammar(root, U, V, W)
+        log_U = torch.log_softmax(self.u_mlp(nt) @ ranks, -1)  # NT x r, rows of U sum to 1
+        log_V = torch.log_softmax(self.v_mlp(self.symbol_emb) @ ranks, 0)  # S x r, columns sum to 1
+        log_W = torch.log_softmax(self.w_mlp(self.symbol_emb) @ ranks, 0)
+        # from the logs: where float32 underflows U, V or W, the engine's float64 fallback does not
+        return RankSpaceGrammar.from_logs(root, log_U, log_V, log_W)
 
     def chart_width(self):
         return self.rank / 2
