@@ -194,16 +194,19 @@ def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptL
         """matrix[g, index]: the kept rows, ... x K x r."""
         return matrix[g.view(B, *([1] * (index.dim() - 1))), index]
 
+    checked = guard is not None and guard.active
+    largest = {name: getattr(grammar, name).detach().amax() for name in ("U", "V", "W")} if checked else {}
+
     def children(values: Scaled, index: Tensor, log_weights: Tensor) -> tuple[Scaled, Scaled]:
         """Left and right projections of kept, weighted values: sum_a V[a] w_a exp(values_a)."""
         scale, v = values
         v = v * log_weights.exp()
         out = []
-        for matrix in (grammar.V, grammar.W):
-            product = torch.einsum("...k,...kr->...r", v, rows(matrix, index))
+        for name in ("V", "W"):
+            product = torch.einsum("...k,...kr->...r", v, rows(getattr(grammar, name), index))
             m = product.detach().amax(-1)
-            if guard is not None and guard.active:
-                guard.check(m, guard.RISK * v.detach().amax(-1) * matrix.detach().amax())
+            if checked:
+                guard.check(m, guard.RISK * v.detach().amax(-1) * largest[name])
             out.append(rescale(scale, product, m))
         return out[0], out[1]
 
@@ -221,8 +224,8 @@ def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptL
         weights = span_diagonal(kept.spans.log_weights, width)
         alpha = torch.einsum("bnr,bnkr->bnk", gamma[1], rows(grammar.U, index))
         m = alpha.detach().amax(-1)
-        if guard is not None and guard.active:
-            guard.check(m, guard.RISK * grammar.U.detach().amax())
+        if checked:
+            guard.check(m, guard.RISK * largest["U"])
         scale, alpha = rescale(gamma[0], alpha, m)
         if label_scores is not None:
             labels = span_diagonal(label_scores, width).gather(-1, index)
@@ -230,7 +233,7 @@ def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptL
         left, right = children((scale, alpha), index, weights)
         top_root = root.gather(-1, index.flatten(1)).view(index.shape) + weights
         top = scale + logsumexp(safe_log(alpha) + top_root, -1)
-        if guard is not None and guard.active:  # in logs: the root sum against its largest weight
+        if checked:  # in logs: the root sum against its largest weight
             floor = math.log(guard.RISK) + top_root.detach().amax(-1)
             guard.roots.append(((top - scale).detach()[:, 0], floor[:, 0]))
         return left, right, top
