@@ -32,6 +32,25 @@ def safe_log(x: Tensor) -> Tensor:
     return torch.where(x > 0, x.clamp_min(tiny).log(), torch.full_like(x, float("-inf")))
 
 
+class _UnderflowSafeExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        out = x.exp()
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (out,) = ctx.saved_tensors
+        return torch.where(out > 0, out * grad, torch.zeros_like(grad))
+
+
+def underflow_safe_exp(x: Tensor) -> Tensor:
+    """exp(x) whose backward is 0, not NaN, where exp(x) underflowed to 0: there the gradient with
+    respect to exp(x) can overflow float32 to inf, and exp's backward multiplies it by that 0."""
+    return _UnderflowSafeExp.apply(x)
+
+
 def finite_or_zero(x: Tensor) -> Tensor:
     """x with non-finite entries replaced by 0 (a forbidden entry adds nothing to an expectation; an
     all -inf column keeps a shift of 0)."""

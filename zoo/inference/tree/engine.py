@@ -36,10 +36,6 @@ def probe_gradient(log_partition, probe_shape, like: Tensor, differentiable: boo
     return grad
 
 
-def grammar_tensors(grammar: GrammarFactors) -> list[Tensor]:
-    return [v for v in vars(grammar).values() if isinstance(v, Tensor)]
-
-
 class TreeEngine(Engine):
     """Base class of the tree backends; see the module docstring."""
 
@@ -48,7 +44,7 @@ class TreeEngine(Engine):
 
     # --- marginals by autograd --------------------------------------------------------------
     def _differentiable(self, grammar, terms) -> bool:
-        return needs_grad(terms, *grammar_tensors(grammar))
+        return needs_grad(terms, *grammar.tensors())
 
     def span_marginals(self, grammar, terms, lengths, nodes=None) -> Tensor:
         """p(span [i, k) is a constituent): B x T x (T+1); width-1 spans are 1 within the length."""

@@ -95,7 +95,7 @@ class InsideRules:
     ):
         self.rule_op, self.leaves = rule_op, terms
         self.leaf_rules = leaf_rules(grammar, terms) if terms.shape[1] >= 3 else {}
-        self.guard = guard if guard is not None and guard.active else None
+        self.guard = guard
         self.grammar_batch = grammar.grammar_batch
         self.bounds: dict = {}  # block -> the largest value its rules give scaled children (G x 1)
 

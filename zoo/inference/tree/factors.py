@@ -22,7 +22,7 @@ from torch import Tensor
 
 from zoo.inference.backend import Backend
 from zoo.inference.checks import as_tensor, check_finite, check_nonnegative, check_shape
-from zoo.inference.numerics import safe_log
+from zoo.inference.numerics import safe_log, underflow_safe_exp
 
 #: the most entries a dense NT x S x S rule tensor may have when materialized for an exact fallback
 MAX_DENSE_RULES = 1 << 27
@@ -66,11 +66,18 @@ class GrammarFactors:
         """G: the batch size of the grammar tensors (1 when one grammar serves every sentence)."""
         return self.root.shape[0]
 
-    def rows(self, rows: Tensor, dtype: torch.dtype) -> GrammarFactors:
-        """The grammar of the batch rows ``rows`` (a shared grammar as it is), in ``dtype``: each
-        subclass sets its tensors in the order of its constructor's arguments."""
-        pick = (lambda t: t[rows]) if self.grammar_batch > 1 else (lambda t: t)
-        return type(self)(*(pick(t).to(dtype) for t in vars(self).values() if isinstance(t, Tensor)))
+    def tensors(self) -> list[Tensor]:
+        """The grammar's tensors in the order of its constructor's arguments (each subclass sets them
+        in that order)."""
+        return [t for t in vars(self).values() if isinstance(t, Tensor)]
+
+    def rows(self, rows: Tensor | None, dtype: torch.dtype) -> GrammarFactors:
+        """The grammar of the batch rows ``rows`` (None: every row; a shared grammar as it is), in
+        ``dtype``."""
+        return type(self)(*(self._pick(t, rows).to(dtype) for t in self.tensors()))
+
+    def _pick(self, t: Tensor, rows: Tensor | None) -> Tensor:
+        return t if rows is None or self.grammar_batch == 1 else t[rows]
 
     def _check_root(self, root: Tensor) -> Tensor:
         root = _grammar_tensor("root", root, (None,), "NT")
@@ -259,11 +266,10 @@ class RankSpaceGrammar(GrammarFactors):
         grammar.logs = tuple(x.expand(G, *x.shape[-2:]) for x in (log_U, log_V, log_W))
         return grammar
 
-    def rows(self, rows: Tensor, dtype: torch.dtype) -> RankSpaceGrammar:
+    def rows(self, rows: Tensor | None, dtype: torch.dtype) -> RankSpaceGrammar:
         if self.logs is None:
             return super().rows(rows, dtype)
-        pick = (lambda t: t[rows]) if self.grammar_batch > 1 else (lambda t: t)
-        return type(self).from_logs(pick(self.root).to(dtype), *(pick(x).to(dtype) for x in self.logs))
+        return type(self).from_logs(*(self._pick(t, rows).to(dtype) for t in (self.root, *self.logs)))
 
     @property
     def num_preterminals(self) -> int:
@@ -278,25 +284,6 @@ class RankSpaceGrammar(GrammarFactors):
 
     def dense_rules(self) -> Tensor:
         return log_of_sum("gar,gbr,gcr->gabc", self.U, self.V, self.W)
-
-
-class _UnderflowSafeExp(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:
-        out = x.exp()
-        ctx.save_for_backward(out)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
-        (out,) = ctx.saved_tensors
-        return torch.where(out > 0, out * grad, torch.zeros_like(grad))
-
-
-def underflow_safe_exp(x: Tensor) -> Tensor:
-    """exp(x) whose backward is 0, not NaN, where exp(x) underflowed to 0: there the gradient with
-    respect to exp(x) can overflow float32 to inf, and exp's backward multiplies it by that 0."""
-    return _UnderflowSafeExp.apply(x)
 
 
 def log_of_sum(equation: str, *factors: Tensor) -> Tensor:

@@ -27,32 +27,41 @@ class UnderflowGuard:
 
     A step whose maxima m (B x n, before rescaling) fall below ``floor`` (``RISK`` times the largest
     value its inputs and weights allow) marks the sequence. Root sums are kept in ``roots`` (one B
-    vector per width, the span [0, width)) and checked at the sentence's length. Inactive in float64.
+    vector per width, the span [0, width)) and checked at the sentence's length. ``guard_for`` gives
+    none in float64.
     """
 
     RISK = 2.0**-60
 
-    def __init__(self, lengths: Tensor, dtype: torch.dtype):
+    def __init__(self, lengths: Tensor):
         self.lengths = lengths
-        self.active = dtype != torch.float64
         self.unsafe = torch.zeros_like(lengths, dtype=torch.bool)
         self.roots: list[tuple[Tensor, Tensor]] = []  # (root sums B, their floor G) per width 2, 3, ...
 
-    def floor(self, weights: Tensor) -> Tensor | None:
-        """``RISK`` times the largest entry of G x K x M weights, G x 1 (None when inactive)."""
-        return self.RISK * weights.detach().amax(dim=(-2, -1)).unsqueeze(-1) if self.active else None
+    def floor(self, weights: Tensor) -> Tensor:
+        """``RISK`` times the largest entry of G x K x M weights, G x 1."""
+        return self.RISK * weights.detach().amax(dim=(-2, -1)).unsqueeze(-1)
 
-    def check(self, m: Tensor, floor: Tensor | float | None) -> None:
-        if floor is not None:
-            self.unsafe |= (m < floor).any(-1)
+    def check(self, m: Tensor, floor: Tensor | float) -> None:
+        self.unsafe |= (m < floor).any(-1)
 
     def check_roots(self) -> None:
         """The root sums of each sentence's whole span against their floors."""
-        if self.active and self.roots:
+        if self.roots:
             totals = torch.stack([t for t, _ in self.roots], 1)  # B x (T-1)
             floors = torch.stack([f.view(-1).expand_as(t) for t, f in self.roots], 1)
             pick = (self.lengths - 2).unsqueeze(-1)
             self.unsafe |= (totals.gather(1, pick) < floors.gather(1, pick)).squeeze(1)
+
+
+def guard_for(lengths: Tensor, dtype: torch.dtype) -> UnderflowGuard | None:
+    """A guard for a pass in ``dtype``; None in float64, whose range the guard does not need."""
+    return None if dtype == torch.float64 else UnderflowGuard(lengths)
+
+
+def any_marked(guard: UnderflowGuard | None) -> bool:
+    """Whether ``guard`` (None: a float64 pass) marked a sequence."""
+    return guard is not None and bool(guard.unsafe.any())
 
 
 def guarded(inside, grammar: GrammarFactors, terms, lengths, span_scores=None, *per_sentence):
@@ -60,9 +69,9 @@ def guarded(inside, grammar: GrammarFactors, terms, lengths, span_scores=None, *
     sequences its ``UnderflowGuard`` marks computed again in float64 (returned in the terms' dtype).
     Then the others are computed again too, in their dtype, so that no gradient passes through the
     marked rows' float32 graph (its NaNs would reach the shared grammar)."""
-    guard = UnderflowGuard(lengths, terms.dtype)
+    guard = guard_for(lengths, terms.dtype)
     log_z = inside(grammar, terms, lengths, span_scores, guard, *per_sentence)
-    if not guard.unsafe.any():
+    if not any_marked(guard):
         return log_z
     parts = []
     for marked, dtype in ((guard.unsafe, torch.float64), (~guard.unsafe, terms.dtype)):

@@ -35,7 +35,7 @@ from zoo.inference.tree.chart import combine, finite_max, outer_sum, span_diagon
 from zoo.inference.tree.cky import BLOCKS, block_splits
 from zoo.inference.tree.engine import ExactEngine, TreeEngine
 from zoo.inference.tree.factors import GrammarFactors, LowRankGrammar, RankSpaceGrammar
-from zoo.inference.tree.guard import UnderflowGuard
+from zoo.inference.tree.guard import UnderflowGuard, any_marked, guard_for
 from zoo.inference.tree.low_rank import LowRankEngine
 from zoo.inference.tree.rank_space import RankSpaceEngine, Scaled, projected_inside, rescale
 
@@ -157,7 +157,7 @@ def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None,
                 r_sym, right = (torch.stack(x, 2) for x in zip(*(child(w - s, s, n) for s in splits)))
                 blocks += [l_sym, left, r_sym, right]
         scales, values = checkpoint(_kept_width, grammar, g, parent, *blocks, use_reentrant=False)
-        if guard is not None and guard.active:
+        if guard is not None:
             guard.check(values.detach().amax(-1).flatten(1), guard.RISK)  # every block of every span
         beta = combine(list(zip(scales.unbind(-1), values.unbind(-2))))
         if span_scores is not None:
@@ -194,7 +194,7 @@ def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptL
         """matrix[g, index]: the kept rows, ... x K x r."""
         return matrix[g.view(B, *([1] * (index.dim() - 1))), index]
 
-    checked = guard is not None and guard.active
+    checked = guard is not None
     largest = {name: getattr(grammar, name).detach().amax() for name in ("U", "V", "W")} if checked else {}
 
     def children(values: Scaled, index: Tensor, log_weights: Tensor) -> tuple[Scaled, Scaled]:
@@ -274,14 +274,14 @@ class RandomizedEngine(RandomizedLifecycle, TreeEngine):
     def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None):
         kept = self.kept_states(grammar, terms)
         inside = projected_kept_inside if isinstance(grammar, RankSpaceGrammar) else gathered_inside
-        guard = UnderflowGuard(lengths, terms.dtype)
+        guard = guard_for(lengths, terms.dtype)
         log_z = inside(grammar, terms, lengths, kept, span_scores, label_scores, guard)
-        if not guard.unsafe.any():
+        if not any_marked(guard):
             return log_z
         # float32 lost mass (guard.py): the whole batch again in float64, with the same kept labels
         wide = [None if x is None else x.double() for x in (span_scores, label_scores)]
         kept = KeptLabels(*(KeptStates(k.index, k.log_weights.double()) for k in (kept.spans, kept.leaves)))
-        grammar = grammar.rows(torch.arange(len(lengths), device=terms.device), torch.float64)
+        grammar = grammar.rows(None, torch.float64)
         return inside(grammar, terms.double(), lengths, kept, *wide).to(terms.dtype)
 
     def log_prob(self, grammar, terms, lengths, trees, nodes=None):

@@ -34,7 +34,7 @@ from zoo.inference.tree.chart import finite_max, span_diagonal, to_scaled
 from zoo.inference.tree.engine import TreeEngine
 from zoo.inference.tree.exact import grammar_matmul
 from zoo.inference.tree.factors import RankSpaceGrammar
-from zoo.inference.tree.guard import UnderflowGuard, guarded
+from zoo.inference.tree.guard import UnderflowGuard, any_marked, guard_for, guarded
 from zoo.inference.tree.sampling import gumbel_argmax, top_down
 
 Scaled = tuple[Tensor, Tensor]  # (log-scale ..., non-negative values ... x K)
@@ -69,7 +69,7 @@ def root_value(x: Scaled, root_weights: Tensor, guard: UnderflowGuard | None = N
     """log sum_k root_weights[k] x[k]: x scaled B x n x K, root_weights (log-scale G, G x K)."""
     (scale, values), (r_scale, r_values) = x, root_weights
     total = (values * r_values.unsqueeze(1)).sum(-1)
-    if guard is not None and guard.active:
+    if guard is not None:
         guard.roots.append((total.detach()[:, 0], guard.floor(r_values.unsqueeze(-1))))
     return scale + r_scale.unsqueeze(-1) + safe_log(total)
 
@@ -122,7 +122,7 @@ def projected_inside(
         m = finite_max(pair, -1)
         gamma = torch.einsum("bns,bnsr,bnsr->bnr", (pair - m.unsqueeze(-1)).exp(), l_val, r_val)
         g_max = gamma.detach().amax(-1)
-        if guard is not None and guard.active:  # each split's terms are at most 1
+        if guard is not None:  # each split's terms are at most 1
             guard.check(g_max, guard.RISK)
         if span_scores is not None:
             m = m + span_diagonal(span_scores, w)
@@ -220,7 +220,7 @@ def sample_rank_space(grammar: RankSpaceGrammar, terms, lengths, n: int, generat
     NT = grammar.num_nonterminals
     grammar_of = (lambda b: b) if grammar.grammar_batch > 1 else torch.zeros_like
     with torch.no_grad():
-        guard = UnderflowGuard(lengths, terms.dtype)
+        guard = guard_for(lengths, terms.dtype)
         leaves = leaf_projections(grammar, terms, guard)
         lift = rank_space_lift(grammar, guard)
         charts: dict[int, tuple] = {1: (None, *leaves)}
@@ -231,8 +231,8 @@ def sample_rank_space(grammar: RankSpaceGrammar, terms, lengths, n: int, generat
             return left, right, top
 
         projected_inside(capture, leaves, lengths, None, guard)
-        if guard.unsafe.any():  # float32 lost mass that decides the draws: draw from float64 charts
-            in_float64 = grammar.rows(torch.arange(B, device=terms.device), torch.float64)
+        if any_marked(guard):  # float32 lost mass that decides the draws: draw from float64 charts
+            in_float64 = grammar.rows(None, torch.float64)
             return sample_rank_space(in_float64, terms.double(), lengths, n, generator)
         r = grammar.rank
         # log projections and inside, B x start x width x r (width 0 unused)

@@ -17,7 +17,7 @@ from zoo.inference.numerics import gumbel_noise
 from zoo.inference.tree import exact
 from zoo.inference.tree.chart import finite_max, mask_terms
 from zoo.inference.tree.factors import DenseGrammar
-from zoo.inference.tree.guard import UnderflowGuard
+from zoo.inference.tree.guard import any_marked, guard_for
 
 
 def full_chart(chart: list, terms: Tensor) -> Tensor:
@@ -91,10 +91,10 @@ def sample_trees(
     s = torch.arange(1, T, device=terms.device)  # candidate splits (left widths)
     with torch.no_grad():
         terms = mask_terms(terms, lengths)
-        guard = UnderflowGuard(lengths, terms.dtype)
+        guard = guard_for(lengths, terms.dtype)
         _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes, guard)
-        if guard.unsafe.any():  # float32 lost mass that decides the draws: draw from float64 charts
-            grammar = grammar.rows(torch.arange(B, device=terms.device), torch.float64)
+        if any_marked(guard):  # float32 lost mass that decides the draws: draw from float64 charts
+            grammar = grammar.rows(None, torch.float64)
             terms, nodes = terms.double(), None if nodes is None else nodes.double()
             _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes)
         full = full_chart(chart, terms)
