@@ -107,6 +107,29 @@ def test_rank_space_factors_start_away_from_uniform():
     assert entropy < 0.9 * math.log(32)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_emission_init_scale_spreads_the_first_emissions(backend):
+    """emission_init_scale multiplies the word output layer's initial weights (after Kim et al.'s
+    initialization where it applies), and nothing else: the preterminals start further from uniform."""
+
+    def build(scale: float) -> PCFG:
+        torch.manual_seed(0)
+        kw = BACKENDS[backend]
+        return PCFG(200, 4, 6, backend, embedding_dim=32, hidden_dim=16, emission_init_scale=scale, **kw)
+
+    plain, spread = build(1.0), build(10.0)
+    for (name, p), (_, q) in zip(plain.named_parameters(), spread.named_parameters()):
+        torch.testing.assert_close(q, 10 * p if name == "term_out.weight" else p, msg=name)
+
+    def entropy(model: PCFG) -> float:
+        log_p = model.emission().detach()
+        return float(-(log_p.exp() * log_p).sum(-1).mean())
+
+    assert entropy(plain) > 0.98 * math.log(200)  # nearly uniform
+    assert entropy(spread) < 0.9 * math.log(200)
+    assert spread.config["emission_init_scale"] == 10.0
+
+
 def test_rank_space_grammar_is_built_from_its_log_factors():
     """U, V and W come from their log-softmaxes through RankSpaceGrammar.from_logs, so that the float32
     guard's float64 pass exponentiates them in float64 (tests/numerics/test_regressions.py: a factor
@@ -161,6 +184,8 @@ def test_config_round_trip():
         ({"backend": "cubic"}, "unknown backend"),
         ({"num_nonterminals": 0}, "num_nonterminals must be an int >= 1"),
         ({"dropout": 1.0}, "dropout must be a float"),
+        ({"emission_init_scale": 0.0}, "emission_init_scale must be a positive float"),
+        ({"emission_init_scale": math.inf}, "emission_init_scale must be a positive float"),
     ],
 )
 def test_constructor_errors(kwargs, message):

@@ -4,6 +4,8 @@ that says what was expected and what was given."""
 
 from __future__ import annotations
 
+import math
+
 from zoo.inference import Backend
 
 RANK_BACKENDS = (Backend.LOW_RANK, Backend.RANK_SPACE)
@@ -22,8 +24,8 @@ def check_probability(name: str, value) -> None:
 
 
 def check_positive(name: str, value) -> None:
-    """``value`` is a number > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    """``value`` is a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise ValueError(f"{name} must be a positive float, got {value!r}")
 
 
