@@ -27,9 +27,12 @@ from zoo.tasks.grammar_induction import (
     bracket,
     gold_of,
     induce,
+    is_word,
     score,
+    separated_classes,
     true_perplexity,
     word_id,
+    word_name,
     write_corpus,
 )
 
@@ -47,6 +50,24 @@ def test_corpus_round_trips_through_bracketed_files(tmp_path):
     assert right_branching(4) == [(0, 4), (1, 4), (2, 4)]
     tree = random_tree(6, torch.Generator().manual_seed(0))
     assert len(tree) == 5 and tree[0] == (0, 6)
+
+
+def test_separated_classes_counts_the_word_classes_a_grammar_tells_apart():
+    """The true grammar separates all 8 classes; merging the three determiner classes (the NP's
+    agreement lost) or mixing V and P into one preterminal loses exactly those classes."""
+    _, emission = toy_grammar()  # PT x 32, word id = column
+    tokens = ["<eos>", "<unk>"] + [word_name(i) for i in range(emission.shape[1])]
+    full = torch.cat([torch.full((len(PRETERMINALS), 2), -math.inf, dtype=emission.dtype), emission], 1)
+    assert separated_classes(full, tokens) == 8
+    assert not is_word("<eos>") and not is_word("<unk>") and is_word(word_name(31))
+    det = [PRETERMINALS.index(f"Det{k}") for k in (1, 2, 3)]
+    merged = full.clone()
+    merged[det] = torch.logsumexp(full[det], 0) - math.log(3)  # each Det row uniform over 12 words
+    assert separated_classes(merged, tokens) == 5
+    v, p = PRETERMINALS.index("V"), PRETERMINALS.index("P")
+    mixed = merged.clone()
+    mixed[[v, p]] = torch.logaddexp(full[v], full[p] + math.log(0.15 / 0.85)) + math.log(0.85)  # 85 / 15
+    assert separated_classes(mixed, tokens) == 3
 
 
 @pytest.mark.parametrize("backend, epochs, seeds", [("low-rank", 25, 3), ("exact", 8, 1)])
@@ -124,7 +145,7 @@ def write_true_grammar(model, vocab) -> None:
         terms = torch.full((PT, model.vocab_size), floor, dtype=torch.float64)
         for i in range(model.vocab_size):
             word = vocab.decode([i])[0]
-            if len(word) == 3 and word.startswith("w"):
+            if is_word(word):
                 terms[:, i] = emission[:, word_id(word)].clamp_min(floor)
         model.term_out.weight[:, :PT] = terms.T
 
@@ -154,3 +175,4 @@ def test_true_grammar_in_the_n_pcfg_parameters_parses_as_the_grammar(tmp_path, b
     with torch.no_grad():
         ppl = torch.exp(-model.log_likelihood(batch).sum() / batch["lengths"].sum())
     assert float(ppl) == pytest.approx(true_perplexity(files), rel=1e-4)
+    assert separated_classes(model.emission(), data.vocab.tokens) == len(PRETERMINALS)

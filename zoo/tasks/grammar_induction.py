@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from zoo.data.synthetic_grammar import random_tree, right_branching, sample_corpus, toy_grammar
+from zoo.data.synthetic_grammar import PRETERMINALS, random_tree, right_branching, sample_corpus, toy_grammar
 from zoo.metrics import CorpusF1, SentenceF1
 
 #: Training recipe of each backend: embedding size, AdamW learning rate, batch size (sentences).
@@ -39,6 +39,8 @@ SIZES = {"train": 300, "valid": 100, "test": 100}  # sentences a split (valid: t
 #: and the bundled PCFGs' ``synthetic/sentence_f1`` (scripts/train_pretrained.py) are one protocol.
 EPOCHS, SEEDS = 30, 3
 LENGTHS = (4, 11)  # the sentences' fewest and most words (the grammar makes 5, 8 and 11)
+WORDS_PER_CLASS = 4  # ``sample_corpus``'s default: word id // 4 is its preterminal
+SEPARATED = 0.9  # a word class is separated when some preterminal puts this much of its mass on it
 
 BACKEND_ARGS = {
     "exact": {},
@@ -55,6 +57,22 @@ def word_name(i: int) -> str:
 
 def word_id(name: str) -> int:
     return (ord(name[1]) - 97) * 26 + ord(name[2]) - 97
+
+
+def separated_classes(emission: torch.Tensor, tokens: list[str]) -> int:
+    """How many of the synthetic grammar's word classes (``PRETERMINALS``) an induced grammar tells
+    apart: those on which some preterminal puts at least ``SEPARATED`` of its emission mass.
+    emission: PT x V log p(word | preterminal) over the data's vocabulary ``tokens`` (V). Classes a
+    grammar merges (Det1 with Det2: the NP's agreement not learned) count 0."""
+    classes = torch.tensor([word_id(t) // WORDS_PER_CLASS if is_word(t) else -1 for t in tokens])
+    probs = emission.detach().double().exp()
+    mass = torch.stack([probs[:, classes == c].sum(-1) for c in range(len(PRETERMINALS))], -1)  # PT x 8
+    return int((mass.amax(0) >= SEPARATED).sum())
+
+
+def is_word(token: str) -> bool:
+    """Whether a vocabulary token is a ``word_name`` (not ``<eos>`` or ``<unk>``)."""
+    return len(token) == 3 and token[0] == "w" and token[1:].isalpha() and token[1:].islower()
 
 
 def bracket(words: list[int], spans: list[tuple[int, int]]) -> str:
@@ -147,9 +165,10 @@ def induce(
 ) -> dict[str, float]:
     """Train a PCFG on the training sentences ``restarts`` times (initializations and data orders
     ``seed * restarts + r``), keep the one with the best validation likelihood (the trees are never
-    seen), and MBR-parse the test split with it. Returns sentence / corpus F1, test perplexity
-    (REFERENCE §2), seconds and sentences per second of training (all restarts). ``dim``, ``lr`` and
-    ``batch_size`` default to the backend's ``RECIPES`` entry."""
+    seen), and MBR-parse the test split with it. Returns the kept run's validation NLL and word
+    classes separated (``separated_classes``), sentence / corpus F1, test perplexity (REFERENCE §2),
+    seconds and sentences per second of training (all restarts). ``dim``, ``lr`` and ``batch_size``
+    default to the backend's ``RECIPES`` entry."""
     import lightning.pytorch as pl
 
     from zoo.data import PCFGDataModule
@@ -189,6 +208,8 @@ def induce(
         warnings.simplefilter("ignore")
         (result,) = trainer.test(task, datamodule=data, verbose=False)
     return {
+        "valid_nll": best[0],
+        "classes_separated": separated_classes(task.model.emission(), data.vocab.tokens),
         "sentence_f1": result["test/sentence_f1"],
         "corpus_f1": result["test/corpus_f1"],
         "ppl": result["test/ppl"],
