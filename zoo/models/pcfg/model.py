@@ -71,11 +71,11 @@ class PCFG(RandomizedEvaluation, ZooModel):
         proposal: randomized only: "local" (leaves by their terms; the default) or "uniform".
         exact_max_nonterminals: randomized only: in eval mode the exact inside runs when
             NT <= this bound, else the randomized estimate.
-        emission_init_scale: the word output layer's initial weights are multiplied by this, so
-            that the preterminals' first emissions lie this much further from uniform and from each
-            other. At 1 they start nearly alike, and on the synthetic grammar no backend splits
-            the word classes that only agreement tells apart; at 10, with more preterminals than
-            classes, they split most of them (docs/pcfg.md).
+        emission_init_scale: the word output layer's initial weights are multiplied by this (the
+            first emission logits with them), so that the preterminals start further from uniform
+            and from each other. At 1 they start nearly alike, and on the synthetic grammar no
+            backend splits the word classes that only agreement tells apart; at 10, with more
+            preterminals than classes, they split most of them (docs/pcfg.md).
     """
 
     card_task_type = "text-generation"
