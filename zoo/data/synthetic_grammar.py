@@ -42,6 +42,7 @@ __all__ = [
     "NONTERMINALS",
     "PRETERMINALS",
     "RULES",
+    "WORDS_PER_CLASS",
     "possible_lengths",
     "random_tree",
     "right_branching",
@@ -50,7 +51,10 @@ __all__ = [
 ]
 
 
-def toy_grammar(words_per_class: int = 4) -> tuple[DenseGrammar, Tensor]:
+WORDS_PER_CLASS = 4  # the default size of every word class
+
+
+def toy_grammar(words_per_class: int = WORDS_PER_CLASS) -> tuple[DenseGrammar, Tensor]:
     """The grammar above: a ``DenseGrammar`` (root always S) and the PT x V emission log-probabilities
     (V = 8 * words_per_class words, class c owning ids c * words_per_class ...)."""
     symbols = {name: i for i, name in enumerate(NONTERMINALS + PRETERMINALS)}
@@ -73,7 +77,7 @@ def sample_corpus(
     min_length: int,
     max_length: int,
     seed: int = 0,
-    words_per_class: int = 4,
+    words_per_class: int = WORDS_PER_CLASS,
     offset: int = 2,
 ) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
     """``num_sentences`` sentences (word ids + ``offset``), lengths uniform over the lengths in

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import torch
 
-from zoo.data.synthetic_grammar import PRETERMINALS, random_tree, right_branching, sample_corpus, toy_grammar
+from zoo.data.synthetic_grammar import (
+    PRETERMINALS,
+    WORDS_PER_CLASS,
+    random_tree,
+    right_branching,
+    sample_corpus,
+    toy_grammar,
+)
 from zoo.metrics import CorpusF1, SentenceF1
 
 #: Training recipe of each backend: embedding size, AdamW learning rate, batch size (sentences).
@@ -39,7 +46,6 @@ SIZES = {"train": 300, "valid": 100, "test": 100}  # sentences a split (valid: t
 #: and the bundled PCFGs' ``synthetic/sentence_f1`` (scripts/train_pretrained.py) are one protocol.
 EPOCHS, SEEDS = 30, 3
 LENGTHS = (4, 11)  # the sentences' fewest and most words (the grammar makes 5, 8 and 11)
-WORDS_PER_CLASS = 4  # ``sample_corpus``'s default: word id // 4 is its preterminal
 SEPARATED = 0.9  # a word class is separated when some preterminal puts this much of its mass on it
 
 BACKEND_ARGS = {
@@ -63,7 +69,8 @@ def separated_classes(emission: torch.Tensor, tokens: list[str]) -> int:
     """How many of the synthetic grammar's word classes (``PRETERMINALS``) an induced grammar tells
     apart: those on which some preterminal puts at least ``SEPARATED`` of its emission mass.
     emission: PT x V log p(word | preterminal) over the data's vocabulary ``tokens`` (V). Classes a
-    grammar merges (Det1 with Det2: the NP's agreement not learned) count 0."""
+    grammar merges (Det1 with Det2: the NP's agreement not learned) count 0. The corpus is
+    ``write_corpus``'s: ``WORDS_PER_CLASS`` words a class, so word id // that is its class."""
     classes = torch.tensor([word_id(t) // WORDS_PER_CLASS if is_word(t) else -1 for t in tokens])
     probs = emission.detach().double().exp()
     mass = torch.stack([probs[:, classes == c].sum(-1) for c in range(len(PRETERMINALS))], -1)  # PT x 8
