@@ -69,8 +69,7 @@ def leaf_rules(grammar: GrammarFactors, terms: Tensor) -> dict:
     """
     t_scale, t_values = to_scaled(terms)  # B x T, B x T x PT
     out = {}
-    for block, p_dim in (((False, True), 2), ((True, False), 3)):
-        pattern = "apc,btp->btac" if p_dim == 2 else "acp,btp->btac"
+    for block, pattern, p_dim in (((False, True), "apc,btp->btac", 2), ((True, False), "acp,btp->btac", 3)):
         r_scale, probs = scaled_rules(grammar.rules_block(*block))  # G, G x NT x (PT x NT | NT x PT)
         bound = probs.detach().sum(p_dim).flatten(1).amax(1, keepdim=True)
         out[block] = t_scale + r_scale.view(-1, 1), rule_sum(pattern, probs, t_values), bound

@@ -87,9 +87,8 @@ def leaf_projections(
     NT = grammar.num_nonterminals
     leaves = to_scaled(terms)
     V, W = grammar.V[:, NT:], grammar.W[:, NT:]
-    if guard is None:
-        return project(leaves, V), project(leaves, W)
-    return project(leaves, V, guard, guard.floor(V)), project(leaves, W, guard, guard.floor(W))
+    floors = (None, None) if guard is None else (guard.floor(V), guard.floor(W))
+    return project(leaves, V, guard, floors[0]), project(leaves, W, guard, floors[1])
 
 
 def projected_inside(
