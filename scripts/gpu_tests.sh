@@ -14,8 +14,9 @@ suite() {  # name, seconds, workers, pytest arguments...
     local name=$1 seconds=$2 workers=$3
     shift 3
     local start=$SECONDS
-    # -v: each test's outcome is in the log as it ends, also when the time limit stops the run
-    timeout "$seconds" python3 -m pytest -v -p no:cacheprovider -n "$workers" --device cuda -rfE "$@" \
+    # -v: each test's outcome is in the log as it ends, also when the time limit stops the run (-o addopts=:
+    # the project's -q would cancel it)
+    timeout "$seconds" python3 -m pytest -o addopts= -v -p no:cacheprovider -n "$workers" --device cuda -rfE "$@" \
         >"$out/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - start)) s: $(grep -c " PASSED " "$out/$name.log") passed," \
         "$(grep -c " FAILED " "$out/$name.log") failed; $(tail -n 1 "$out/$name.log")"

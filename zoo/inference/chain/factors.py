@@ -32,6 +32,7 @@ from zoo.inference.checks import (
 )
 from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.numerics import logsumexp, safe_log
+from zoo.inference.precision import full_precision, in_full_precision
 
 
 def _per_sequence(name: str, value: Tensor, batch: int, states: int) -> Tensor:
@@ -311,7 +312,8 @@ class LowRankChain(ChainFactors):
         self.log_rank_weights = log_rank_weights
         self.normalize = normalize
         if normalize:
-            mass = left @ right.sum(0)
+            with full_precision():  # built under the caller's autocast too: a bfloat16 mass is 0.4% off a row
+                mass = left @ right.sum(0)
             if (mass <= 0).any():
                 raise ValueError(
                     "normalize=True needs every row of left @ right.T to have positive mass; "
@@ -422,6 +424,7 @@ class RankSpaceChain(ChainFactors):
         return self.emission.new_zeros(self.batch, self.max_length, self.num_states)
 
     @property
+    @in_full_precision
     def init(self) -> Tensor:
         """B x N: log sum_{z0, r} s(z0) U[z0, r] W[x_1, r] V[z1, r] (recomputed on each use, so a
         use under no_grad never leaves a detached copy behind)."""
