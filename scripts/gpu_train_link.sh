@@ -39,6 +39,7 @@ echo "evaluating $checkpoint"
 for split in validate test; do
     python3 -m zoo.cli "$split" --config "$recipe" --config "$trainer" "$@" \
         --ckpt_path "$checkpoint" --data.init_args.batch_tokens 2048 --trainer.logger false \
+        --trainer.default_root_dir "$run/$split" \
         --results "$run/report/$split.json" >"$run/report/$split.log" 2>&1
     echo "$split: exit $?: $(tr -d '\n ' <"$run/report/$split.json" 2>/dev/null)"
 done
