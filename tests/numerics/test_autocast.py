@@ -6,7 +6,17 @@ off, each matrix product would run in bfloat16 and log Z drift by ~1e-4 nats a p
 import pytest
 import torch
 
-from numerics.checks import check_chain, check_sm, check_tree
+from numerics.checks import (
+    CHAIN_BACKENDS,
+    SM_BACKENDS,
+    TREE_BACKENDS,
+    chain_dist,
+    check_chain,
+    check_sm,
+    check_tree,
+    sm_dist,
+    tree_dist,
+)
 from numerics.strategies import chain_case, chain_factors, sm_case, sm_factors, tree_case, tree_grammar
 
 OPS = ("log_partition", "marginals", "entropy")
@@ -54,6 +64,11 @@ def _tensors(container, prefix: str = "") -> dict[str, torch.Tensor]:
 
 
 BUILDERS = [
+    ("chain lowrank, normalized", lambda: chain_factors(
+        chain_case(2, kind="lowrank", B=2, T=20, N=16, R=4), torch.float32, normalize=True,
+        log_rank_weights=None)),
+    ("semi-Markov lowrank, normalized", lambda: sm_factors(
+        sm_case(2, kind="lowrank", B=2, T=30, N=4, D=8), torch.float32, normalize=True)),
     *[(f"chain {k}", lambda k=k: chain_factors(chain_case(2, kind=k, B=2, T=20, N=16, R=4), torch.float32))
       for k in ("embedding", "lowrank", "rankspace")],
     ("chain dense", lambda: chain_factors(chain_case(2, kind="dense", B=2, T=20, N=16), torch.float32)),
@@ -80,3 +95,72 @@ def test_containers_are_built_in_float32_under_autocast(name, build):
         assert torch.equal(under_autocast[key], tensor), (name, key)
     if isinstance(init, torch.Tensor):  # a computed property (RankSpaceChain's first-state scores)
         assert torch.equal(init, build().init), name
+
+
+def _results(dist, leaf=None) -> tuple[dict, torch.Tensor | None]:
+    """Every operation of a distribution that takes no input but a seeded generator (an operation the
+    backend refuses gives its error's type), and the summed log Z to differentiate (None without a
+    ``leaf``)."""
+    out = {}
+    for op in ("log_partition", "marginals", "pairwise_marginals", "segment_marginals", "span_marginals",
+               "entropy", "argmax", "mbr", "sample", "rsample", "log_prob"):  # fmt: skip
+        if not hasattr(type(dist), op):
+            continue
+        try:
+            if op in ("sample", "rsample"):
+                value = getattr(dist, op)(generator=torch.Generator().manual_seed(7))
+            elif op == "log_prob":
+                value = dist.log_prob(dist.argmax)
+            elif op == "mbr":
+                value = dist.mbr()
+            else:
+                value = getattr(dist, op)
+        except (ValueError, TypeError, NotImplementedError) as error:
+            value = type(error)
+        out[op] = value.detach() if isinstance(value, torch.Tensor) else value
+    return out, None if leaf is None else dist.log_partition.sum()
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, type(a)) and len(a) == len(b) and all(map(_same, a, b))
+    return a == b
+
+
+SMALL_CHAIN = dict(B=2, T=30, N=8)
+CASES = [
+    *[(f"chain {kind} [{backend}]", lambda k=kind, b=backend: chain_dist(
+        chain_case(5, kind=k, **SMALL_CHAIN, R=4 if k != "dense" else None), CHAIN_BACKENDS[b], torch.float32,
+        grad=True))
+      for kind in ("dense", "lowrank", "rankspace") for backend in CHAIN_BACKENDS],
+    *[(f"semi-Markov {kind} [{backend}]", lambda k=kind, b=backend: sm_dist(
+        sm_case(6, kind=k, B=2, T=24, N=3, D=4), SM_BACKENDS[b], torch.float32, grad=True))
+      for kind in ("dense", "lowrank", "rankspace", "edge") for backend in SM_BACKENDS],
+    *[(f"tree {kind} [{backend}]", lambda k=kind, b=backend: (tree_dist(
+        tree_case(7, kind=k, B=2, T=8, NT=3, PT=4), TREE_BACKENDS[b], torch.float32), None))
+      for kind in ("dense", "lowrank", "rankspace") for backend in TREE_BACKENDS],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,build", CASES, ids=[name for name, _ in CASES])
+def test_autocast_changes_no_result_of_the_engine(name, build):
+    """Every operation, with the container built and the operation run under bfloat16 autocast, as in a
+    bf16-mixed training step, gives bit for bit what it gives without autocast, and so does the
+    gradient of log Z taken after it, outside autocast (where Lightning and torch's AMP recipe take
+    it): a seed-independent check that no product anywhere runs in bfloat16."""
+    try:
+        made = build()
+    except TypeError as error:  # a backend that takes other containers (the capability table)
+        pytest.skip(str(error))
+    with torch.autocast(torch.get_default_device().type, dtype=torch.bfloat16):
+        built = build()
+        under_autocast, log_z_under_autocast = _results(*built)
+    plain, log_z = _results(*made)
+    if log_z is not None:
+        (plain["grad"],) = torch.autograd.grad(log_z, made[1])
+        (under_autocast["grad"],) = torch.autograd.grad(log_z_under_autocast, built[1])
+    assert plain.keys() == under_autocast.keys()
+    different = [op for op in plain if not _same(plain[op], under_autocast[op])]
+    assert not different, (name, different)

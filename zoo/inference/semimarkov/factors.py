@@ -25,6 +25,7 @@ from zoo.inference.backend import Backend
 from zoo.inference.checks import as_dp_tensor, check_finite, check_nonnegative, check_shape
 from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.numerics import logsumexp, safe_log
+from zoo.inference.precision import full_precision
 
 
 def _per_sequence(name: str, value: Tensor | None, batch: int, states: int, like: Tensor) -> Tensor:
@@ -268,7 +269,8 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
         self.left, self.right = left, right
         self.normalize, self.self_transitions = bool(normalize), bool(self_transitions)
         if normalize:
-            mass = left @ right.sum(0) - (0 if self_transitions else self.diagonal())
+            with full_precision():  # built under the caller's autocast too (LowRankChain's normalizer)
+                mass = left @ right.sum(0) - (0 if self_transitions else self.diagonal())
             if (mass <= 0).any():
                 raise ValueError(
                     "normalize=True needs every state to have positive outgoing mass left[i] . right[j] "
