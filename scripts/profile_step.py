@@ -22,32 +22,24 @@ import time
 from pathlib import Path
 
 import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zoo.cli import zoo_cli_class  # noqa: E402
+from zoo.cli import zoo_cli  # noqa: E402
 
 SYNC = "aten::_local_scalar_dense"  # under aten::item, .tolist(), bool(tensor): the host waits
 
 
 def build(recipe: str, overrides: list[str]):
     """The recipe's task (a LightningModule) and its data module, as ``zoo fit`` builds them."""
-    import lightning.pytorch as pl
-
     args = ["--config", recipe, "--trainer.logger", "false"]
     for override in overrides:
         key, _, value = override.partition("=")
         args += [f"--{key}", value]
-    cli = zoo_cli_class()(
-        pl.LightningModule, pl.LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-        args=args, run=False, auto_configure_optimizers=False,
-    )  # fmt: skip
+    cli = zoo_cli(args, run=False)
     return cli.model, cli.datamodule
-
-
-def to_device(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 def main() -> None:
@@ -65,7 +57,7 @@ def main() -> None:
     model = task.model.to(device).train()
     data.setup("fit")
     loader = iter(data.train_dataloader())
-    batches = [to_device(next(loader), device) for _ in range(args.steps + 1)]  # loaded before profiling
+    batches = [move_data_to_device(next(loader), device) for _ in range(args.steps + 1)]  # before profiling
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def step(batch: dict) -> None:

@@ -408,25 +408,27 @@ def quiet_lightning():
         lightning_log.removeFilter(noise)
 
 
+def zoo_cli(argv: list[str] | None, **kwargs):
+    """The zoo's LightningCLI on ``argv`` (None: sys.argv): any task and data module of a config, the
+    task's own optimizers; ``kwargs`` go to LightningCLI (``run=False``: build the objects only)."""
+    pl = imported("lightning.pytorch", "train", "zoo fit / validate / test / predict")
+
+    return zoo_cli_class()(
+        pl.LightningModule, pl.LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+        args=argv, auto_configure_optimizers=False, **kwargs,
+    )  # fmt: skip
+
+
 def lightning_command(argv: list[str] | None) -> int:
     """``fit``, ``validate``, ``test`` or ``predict`` through LightningCLI (None: from sys.argv)."""
-    pl = imported("lightning.pytorch", "train", "zoo fit / validate / test / predict")
-    from zoo.tasks.distributed import close_process_group
-
     try:
         with quiet_lightning():
-            zoo_cli_class()(
-                pl.LightningModule,
-                pl.LightningDataModule,
-                subclass_mode_model=True,
-                subclass_mode_data=True,
-                args=argv,
-                save_config_kwargs={"overwrite": True},
-                auto_configure_optimizers=False,
-            )
+            zoo_cli(argv, save_config_kwargs={"overwrite": True})  # first: it names a missing extra
     except InitFromError as error:
         print(f"zoo: error: {error}", file=sys.stderr)
         return 2
+    from zoo.tasks.distributed import close_process_group
+
     close_process_group()
     return 0
 
