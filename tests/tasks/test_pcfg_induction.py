@@ -5,7 +5,10 @@ scripts/pcfg_induction.py is the full run)."""
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,6 +27,8 @@ from zoo.data.synthetic_grammar import (
 from zoo.inference import DenseGrammar, TreeDistribution, terminal_scores
 from zoo.tasks.grammar_induction import (
     BACKEND_ARGS,
+    LENGTHS,
+    SIZES,
     baselines,
     bracket,
     gold_of,
@@ -33,6 +38,7 @@ from zoo.tasks.grammar_induction import (
     separated_classes,
     true_perplexity,
     word_id,
+    word_ids,
     word_name,
     write_corpus,
 )
@@ -120,9 +126,7 @@ def test_the_verbs_selection_makes_the_vp_identifiable_at_six_nonterminals(tmp_p
     sentence is exactly 3 times less likely (the object's type is left to chance)."""
     files = write_corpus(tmp_path, {"train": 5, "valid": 5, "test": 100}, 4, 11, seed=0)
     words, gold = gold_of(files, "test")
-    T = max(len(w) for w in words)
-    ids = torch.tensor([[word_id(x) for x in w] + [0] * (T - len(w)) for w in words])
-    lengths = torch.tensor([len(w) for w in words])
+    ids, lengths = word_ids(words)
     true_grammar, emission = toy_grammar()
     terms = terminal_scores(emission, ids)
     true_trees = TreeDistribution(true_grammar, terms, lengths)
@@ -196,12 +200,6 @@ def test_true_grammar_in_the_n_pcfg_parameters_parses_as_the_grammar(tmp_path, b
 def test_flagship_synthetic_target_is_right_branching_plus_ten(tmp_path):
     """The PTB PCFG flagship's synthetic F1 target (scripts/train_pretrained.py) is right branching + 10
     on the protocol's own corpus (``SIZES``, ``LENGTHS``, data seed 0)."""
-    import importlib
-    import sys
-    from pathlib import Path
-
-    from zoo.tasks.grammar_induction import LENGTHS, SIZES
-
     scripts = str(Path(__file__).resolve().parents[2] / "scripts")
     sys.path.insert(0, scripts)
     try:

@@ -85,6 +85,13 @@ def separated_classes(emission: torch.Tensor, tokens: list[str]) -> int:
     return int((mass.amax(0) >= SEPARATED).sum())
 
 
+def word_ids(words: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sentences of ``word_name`` words -> B x T word ids (0 past each length) and the B lengths."""
+    T = max(len(w) for w in words)
+    ids = torch.tensor([[word_id(x) for x in w] + [0] * (T - len(w)) for w in words])
+    return ids, torch.tensor([len(w) for w in words])
+
+
 def is_word(token: str) -> bool:
     """Whether a vocabulary token is a ``word_name`` (not ``<eos>`` or ``<unk>``)."""
     return len(token) == 3 and token[0] == "w" and token[1:].isalpha() and token[1:].islower()
@@ -138,9 +145,7 @@ def baselines(tree_files: dict, seed: int = 0) -> dict[str, tuple[float, float]]
     ):
         out[name] = score(trees, gold, [len(w) for w in words])
     grammar, emission = toy_grammar()
-    T = max(len(w) for w in words)
-    ids = torch.tensor([[word_id(x) for x in w] + [0] * (T - len(w)) for w in words])
-    lengths = torch.tensor([len(w) for w in words])
+    ids, lengths = word_ids(words)
     mbr = TreeDistribution(grammar, terminal_scores(emission, ids), lengths).mbr()
     out["true grammar (MBR)"] = score(mbr, gold, lengths.tolist())
     return out
@@ -152,9 +157,7 @@ def true_perplexity(tree_files: dict) -> float:
 
     words, _ = gold_of(tree_files, "test")
     grammar, emission = toy_grammar()
-    T = max(len(w) for w in words)
-    ids = torch.tensor([[word_id(x) for x in w] + [0] * (T - len(w)) for w in words])
-    lengths = torch.tensor([len(w) for w in words])
+    ids, lengths = word_ids(words)
     log_z = TreeDistribution(grammar, terminal_scores(emission, ids), lengths).log_partition
     return float(torch.exp(-log_z.sum() / (lengths.sum() + len(words))))
 
