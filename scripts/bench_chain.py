@@ -39,6 +39,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -122,7 +123,8 @@ class Plan:
     peer_repeats: int  # tables 4 to 6: rounds in which every method runs once, within peer_budget_s
     peer_budget_s: float
     spreads: tuple[float, ...]  # table 6: emission standard deviations (N, B: the first of table 5's)
-    rank_shapes: tuple[Shape, ...]  # table 7: rank-space chains, H against streamed, one thread
+    rank_shapes: tuple[Shape, ...]  # table 7: rank-space chains, H against streamed
+    rank_threads: tuple[int, ...]  # table 7: torch threads (pinned to as many CPUs)
 
 
 FULL = Plan(
@@ -148,6 +150,7 @@ FULL = Plan(
         Shape(8, 32, 8192, R=1024),
         Shape(8, 32, 4096, R=512),
     ),
+    rank_threads=(1, 2),
 )
 QUICK = Plan(
     sizes=(256, 1024),
@@ -165,7 +168,8 @@ QUICK = Plan(
     peer_repeats=5,
     peer_budget_s=1.0,
     spreads=(1.0, 30.0),
-    rank_shapes=(Shape(4, 8, 2048, R=512), Shape(64, 8, 1024, R=64)),
+    rank_shapes=(Shape(8, 16, 8192, R=2048), Shape(64, 8, 1024, R=64)),
+    rank_threads=(1,),
 )
 
 
@@ -1020,45 +1024,58 @@ def table6(plan: Plan) -> Section:
 
 TABLE7_NOTE = (
     "The rank-space chain's two forwards on the same chains (U rows and V columns softmaxed, log-softmaxed "
-    "emission rows gathered at random words; full lengths), one thread: H forms H = V^T U once (N R^2 "
-    "multiply-adds, shared by the batch's tokens) and steps with it (R^2 a row); streamed runs two skinny "
-    "products a step, V^T then U (2 N R a row), and never forms H. `LinearChain(...).log_partition` runs "
-    "the one that `zoo.inference.chain.rank_space.streams` picks by its cost rule, which knows whether "
-    "gradients are needed (the last column). Median "
-    "wall time of one log Z + backward (no grad: log Z alone under `torch.no_grad()`) and its peak RSS "
-    "growth, each configuration in its own process; ratios against H at the same shape and mode."
+    "emission rows gathered at random words; full lengths), on 1 and 2 threads pinned to as many CPUs: H "
+    "forms H = V^T U once (N R^2 multiply-adds, shared by the batch's tokens) and steps with it (R^2 a row); "
+    "streamed runs two skinny products a step, V^T then U (2 N R a row), and never forms H. "
+    "`LinearChain(...).log_partition` runs the one that `zoo.inference.chain.rank_space.streams` picks by "
+    "its cost rule, which knows the thread count and whether gradients are needed (the last column). "
+    "Median wall time of one log Z + backward (no grad: log Z alone under `torch.no_grad()`) and its peak "
+    "RSS growth, each configuration in its own process; ratios against H at the same shape and mode."
 )
 
 
 def table7(plan: Plan) -> Section:
-    """The rank-space forwards, H against streamed, and which one ``streams`` picks, on one thread."""
+    """The rank-space forwards, H against streamed, and which one ``streams`` picks."""
     methods = {"H": "rank-space H", "streamed": "rank-space streamed"}
     rows, measured, worst = [], [], math.inf
-    for s in plan.rank_shapes:
-        shape_only = SimpleNamespace(emission=torch.empty(s.B, s.T, s.R, device="meta"), num_states=s.N)
-        for grad in (True, False):
-            picked = "streamed" if streams(shape_only, grad) else "H"
-            res = {
-                name: run(Job(case, s, "rank-space", threads=1, grad=grad), plan)
-                for name, case in methods.items()
-            }
-            measured += res.values()
-            for name, m in res.items():
+    for threads in plan.rank_threads:
+        for s in plan.rank_shapes:
+            shape_only = SimpleNamespace(emission=torch.empty(s.B, s.T, s.R, device="meta"), num_states=s.N)
+            for grad in (True, False):
+                with torch_threads(threads):
+                    picked = "streamed" if streams(shape_only, grad) else "H"
+                res = {
+                    name: run(Job(case, s, "rank-space", threads=threads, grad=grad), plan)
+                    for name, case in methods.items()
+                }
+                measured += res.values()
                 mode = "log Z + backward" if grad else "no grad"
-                rows.append([str(s.N), str(s.R), str(s.B), mode, name, *cells(m, res["H"], 1e-3, MB),
-                             "yes" if name == picked else ""])  # fmt: skip
-            if all(m.ok for m in res.values()):
-                faster = min(m.time_s for m in res.values())
-                worst = min(worst, faster / res[picked].time_s)
-    header = ["N", "R", "B", "mode", "forward", "time (ms)", "time / H", "peak (MB)", "peak / H", "picked"]
+                for name, m in res.items():
+                    rows.append([str(threads), str(s.N), str(s.R), str(s.B), mode, name,
+                                 *cells(m, res["H"], 1e-3, MB), "yes" if name == picked else ""])  # fmt: skip
+                if all(m.ok for m in res.values()):
+                    faster = min(m.time_s for m in res.values())
+                    worst = min(worst, faster / res[picked].time_s)
+    header = ["threads", "N", "R", "B", "mode", "forward", "time (ms)", "time / H", "peak (MB)", "peak / H"]
     text = paragraphs(
-        f"### Table 7: rank-space forwards, H = V^T U or streamed, one thread, T = {plan.rank_shapes[0].T}",
+        f"### Table 7: rank-space forwards, H = V^T U or streamed, T = {plan.rank_shapes[0].T}",
         TABLE7_NOTE,
-        table(header, rows),
+        table([*header, "picked"], rows),
     )
     name = "the rank-space forward picked within 10% of the faster one at every shape of table 7"
-    detail = "the faster forward's time / the picked one's, the smallest over shapes and modes"
+    detail = "the faster forward's time / the picked one's, the smallest over threads, shapes and modes"
     return Section(text, [verdict(name, worst if worst < math.inf else math.nan, 0.9, detail)], measured)
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch's thread count set to ``n`` inside the block (``streams`` reads it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # --- report --------------------------------------------------------------------------------------------

@@ -98,30 +98,61 @@ def shape(N, R, B, T):
     return SimpleNamespace(emission=torch.empty(B, T, R, device="meta"), num_states=N)
 
 
-# scripts/bench_chain.py table 7 (one CPU thread, T = 32): time with H / time streamed, per mode
-MEASURED = [  # N, R, B, log Z + backward, no grad
-    (16384, 4096, 8, 2.37, 1.07),  # the paper's PTB HMM at its 256-token batches
-    (16384, 2048, 8, 1.21, 0.53),
-    (16384, 2048, 32, 0.69, 0.36),
-    (8192, 1024, 8, 0.67, 0.28),
-    (4096, 512, 8, 0.45, 0.19),
+# time with H / time streamed, per mode, T = 32 (scripts/bench_chain.py table 7)
+MEASURED = [  # threads, N, R, B, log Z + backward, no grad
+    (1, 16384, 4096, 8, 2.37, 1.07),  # the paper's PTB HMM at its 256-token batches
+    (1, 16384, 2048, 8, 1.21, 0.53),
+    (1, 16384, 2048, 32, 0.69, 0.36),
+    (1, 8192, 1024, 8, 0.67, 0.28),
+    (1, 4096, 512, 8, 0.45, 0.19),
+    (2, 16384, 4096, 8, 1.74, 0.54),
+    (2, 16384, 2048, 8, 0.92, 0.27),
+    (2, 16384, 2048, 16, 0.69, 0.21),
+    (2, 8192, 2048, 8, 0.86, 0.31),
 ]
 
 
-@pytest.mark.parametrize("N,R,B,with_grad,without_grad", MEASURED)
-def test_streams_picks_the_forward_measured_faster(N, R, B, with_grad, without_grad):
-    for grad, ratio in ((True, with_grad), (False, without_grad)):
-        assert rank_space.streams(shape(N, R, B, 32), grad) is (ratio > 1), (grad, ratio)
+@contextmanager
+def cpu_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("threads,N,R,B,with_grad,without_grad", MEASURED)
+def test_streams_picks_the_forward_measured_faster(threads, N, R, B, with_grad, without_grad):
+    with cpu_threads(threads):
+        for grad, ratio in ((True, with_grad), (False, without_grad)):
+            assert rank_space.streams(shape(N, R, B, 32), grad) is (ratio > 1), (grad, ratio)
 
 
 @pytest.mark.parametrize("grad", [True, False])
 def test_streams_keeps_h_for_large_batches_and_small_ranks(grad):
-    assert not rank_space.streams(shape(16384, 2048, 64, 64), grad)  # 4096-token batches (table 2)
-    assert not rank_space.streams(shape(6, 3, 2, 4), grad)  # the tests' sizes
+    with cpu_threads(1):
+        assert not rank_space.streams(shape(16384, 2048, 64, 64), grad)  # 4096-token batches (table 2)
+        assert not rank_space.streams(shape(6, 3, 2, 4), grad)  # the tests' sizes
 
 
 def test_streams_cost_rule_is_monotone_in_the_batch():
     """More tokens a batch share H's N R^2: past some batch size H is always chosen."""
-    picks = [rank_space.streams(shape(16384, 4096, B, 32), True) for B in (1, 2, 4, 8, 16, 32, 64, 128)]
+    with cpu_threads(1):
+        picks = [rank_space.streams(shape(16384, 4096, B, 32), True) for B in (1, 2, 4, 8, 16, 32, 64, 128)]
     assert picks == sorted(picks, reverse=True), picks
     assert picks[0] and not picks[-1]
+
+
+def test_streams_prices_a_gpu_by_its_own_floor():
+    """On a GPU the paper's size streams in both modes and 4096-token batches keep H, whatever the CPU
+    threads."""
+
+    def on_gpu(N, R, B, T):
+        emission = SimpleNamespace(shape=(B, T, R), device=torch.device("cuda"))
+        return SimpleNamespace(emission=emission, num_states=N)
+
+    with cpu_threads(1):
+        for grad in (True, False):
+            assert rank_space.streams(on_gpu(16384, 4096, 8, 32), grad)
+            assert not rank_space.streams(on_gpu(16384, 2048, 64, 64), grad)

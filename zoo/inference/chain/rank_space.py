@@ -24,11 +24,13 @@ from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE
 from zoo.inference.numerics import needs_grad, safe_log
 
-# The cost of a product of B rows by an R x M matrix, in multiply-adds at the pace of a large product
-# (H's): R M max(SKINNY_ROWS, SKINNY_ROW_COST B). A product of a few rows is bound by reading the matrix.
-# Measured on one CPU thread (scripts/bench_chain.py, table 7); a GPU reads faster for its pace of
-# multiply-adds (about 25 rows' worth at fp32), which favours streaming more than this rule does.
+# The cost of a product of B rows by a K x M matrix, in multiply-adds at the pace of a large product
+# (H's): K M max(floor, SKINNY_ROW_COST B). A product of a few rows is bound by reading the matrix, which
+# more threads do not speed up as they do a large product: on a CPU the floor is SKINNY_ROWS a thread
+# (measured on one and two threads, scripts/bench_chain.py table 7). On a GPU it is SKINNY_ROWS_CUDA, an
+# estimate from an H200's float32 rate (67 TFLOP/s) over its memory bandwidth (4.8 TB/s), not measured.
 SKINNY_ROWS = 64
+SKINNY_ROWS_CUDA = 28
 SKINNY_ROW_COST = 3.6
 
 
@@ -43,7 +45,8 @@ def streams(chain: RankSpaceChain, grad: bool) -> bool:
     skinny N x R products a step; with gradients each also costs one (T B)-row product per matrix."""
     B, T, R = chain.emission.shape
     N = chain.num_states
-    rows = max(SKINNY_ROWS, SKINNY_ROW_COST * B)
+    on_gpu = chain.emission.device.type == "cuda"
+    rows = max(SKINNY_ROWS_CUDA if on_gpu else SKINNY_ROWS * torch.get_num_threads(), SKINNY_ROW_COST * B)
     formed = (3 if grad else 1) * N * R * R + T * R * R * rows + (2 * T * B * R * R if grad else 0)
     streamed = 2 * T * N * R * rows + (2 * T * B * N * R if grad else 0)
     return streamed < formed
