@@ -39,7 +39,6 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -1042,8 +1041,7 @@ def table7(plan: Plan) -> Section:
         for s in plan.rank_shapes:
             shape_only = SimpleNamespace(emission=torch.empty(s.B, s.T, s.R, device="meta"), num_states=s.N)
             for grad in (True, False):
-                with torch_threads(threads):
-                    picked = "streamed" if streams(shape_only, grad) else "H"
+                picked = "streamed" if streams(shape_only, grad, threads) else "H"
                 res = {
                     name: run(Job(case, s, "rank-space", threads=threads, grad=grad), plan)
                     for name, case in methods.items()
@@ -1065,17 +1063,6 @@ def table7(plan: Plan) -> Section:
     name = "the rank-space forward picked within 10% of the faster one at every shape of table 7"
     detail = "the faster forward's time / the picked one's, the smallest over threads, shapes and modes"
     return Section(text, [verdict(name, worst if worst < math.inf else math.nan, 0.9, detail)], measured)
-
-
-@contextmanager
-def torch_threads(n: int):
-    """torch's thread count set to ``n`` inside the block (``streams`` reads it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # --- report --------------------------------------------------------------------------------------------

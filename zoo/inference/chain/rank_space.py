@@ -39,14 +39,16 @@ def rank_transition(chain: RankSpaceChain) -> Tensor:
     return chain.V.T @ chain.U
 
 
-def streams(chain: RankSpaceChain, grad: bool) -> bool:
+def streams(chain: RankSpaceChain, grad: bool, threads: int | None = None) -> bool:
     """Whether streaming U and V costs less than forming H, priced in multiply-adds of a large product:
     H costs N R^2 (3 N R^2 with its backward) plus a skinny R x R product a step; streaming costs two
-    skinny N x R products a step; with gradients each also costs one (T B)-row product per matrix."""
+    skinny N x R products a step; with gradients each also costs one (T B)-row product per matrix.
+    ``threads``: the CPU threads to price (default: torch's); a GPU chain has its own floor."""
     B, T, R = chain.emission.shape
     N = chain.num_states
+    threads = torch.get_num_threads() if threads is None else threads
     on_gpu = chain.emission.device.type == "cuda"
-    rows = max(SKINNY_ROWS_CUDA if on_gpu else SKINNY_ROWS * torch.get_num_threads(), SKINNY_ROW_COST * B)
+    rows = max(SKINNY_ROWS_CUDA if on_gpu else SKINNY_ROWS * threads, SKINNY_ROW_COST * B)
     formed = (3 if grad else 1) * N * R * R + T * R * R * rows + (2 * T * B * R * R if grad else 0)
     streamed = 2 * T * N * R * rows + (2 * T * B * N * R if grad else 0)
     return streamed < formed
