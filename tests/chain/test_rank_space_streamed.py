@@ -8,6 +8,7 @@ float64 on the numerics suite's inputs (emission log-weights down to -1e3, T up 
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -20,6 +21,7 @@ from numerics.checks import check_chain, numerics_settings
 from numerics.strategies import chain_cases
 from strategies import build_dist, chain_specs, with_grad
 
+from zoo.inference import LinearChain, RankSpaceChain
 from zoo.inference.chain import rank_space
 
 FAST = settings(max_examples=15, deadline=None)
@@ -144,3 +146,37 @@ def test_streams_prices_a_gpu_by_its_own_floor():
         assert rank_space.streams(on_gpu(16384, 4096, 8, 32), grad, threads=64)
         assert not rank_space.streams(shape(16384, 4096, 8, 32), grad, threads=64)
         assert not rank_space.streams(on_gpu(16384, 2048, 64, 64), grad, threads=1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_streamed_with_zeros_in_u_and_v_and_forbidden_emissions(seed):
+    """A sparse CPD (half of U and V exactly 0, so some rank paths are forbidden) and emissions with
+    -inf entries: the streamed forward agrees with H in float64 (log Z and gradients) and holds float32
+    within 1e-5 relative of float64, with and without gradients."""
+    g = torch.Generator().manual_seed(seed)
+    N, R, B, T = 12, 5, 3, 60
+    U, V = (torch.rand(N, R, generator=g, dtype=torch.float64) for _ in range(2))
+    U, V = U * (torch.rand(N, R, generator=g) < 0.5), V * (torch.rand(N, R, generator=g) < 0.5)
+    U[:, 0] += 0.1  # every state reaches rank 0 and rank 0 reaches every state: a path always survives
+    V[:, 0] += 0.1
+    emission = torch.randn(B, T, R, generator=g, dtype=torch.float64) * 30
+    emission[..., 1:] = emission[..., 1:].masked_fill(torch.rand(B, T, R - 1, generator=g) < 0.3, -math.inf)
+    start = torch.rand(N, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([T, T // 2, 7])
+
+    def run(streamed, dtype, grad):
+        leaves = [x.to(dtype).detach().requires_grad_(grad) for x in (start, U, V, emission)]
+        with forward(streamed), torch.set_grad_enabled(grad):
+            log_z = LinearChain(RankSpaceChain(*leaves), lengths).log_partition
+        grads = torch.autograd.grad(log_z.sum(), leaves[1:3]) if grad else ()
+        return log_z, grads
+
+    log_z_h, grads_h = run(False, torch.float64, True)
+    log_z_s, grads_s = run(True, torch.float64, True)
+    torch.testing.assert_close(log_z_s, log_z_h, rtol=1e-10, atol=1e-10)
+    for g_s, g_h in zip(grads_s, grads_h):
+        torch.testing.assert_close(g_s, g_h, rtol=1e-8, atol=1e-10)
+    for grad in (True, False):
+        log_z32, _ = run(True, torch.float32, grad)
+        assert torch.isfinite(log_z32).all(), log_z32
+        torch.testing.assert_close(log_z32.double(), log_z_h, rtol=1e-5, atol=1e-4)
