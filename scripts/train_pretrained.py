@@ -52,6 +52,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from zoo.data.synthetic_grammar import NONTERMINALS  # noqa: E402  (the synthetic F1 protocol's grammar)
 from zoo.hub.bundled import WEIGHTS, bundled_folders, quick_check, read_training_config  # noqa: E402
 from zoo.hub.cards import bundled_cards_index  # noqa: E402
 from zoo.hub.families import family as family_of  # noqa: E402  (each table's title and metrics)
@@ -65,8 +66,8 @@ CARDS_INDEX = REPO / "cards" / "README.md"
 HALF_TOLERANCE = 1e-3  # relative change of the quick-check NLL that float16 may cause
 SYNTHETIC_NOTE = (
     "synthetic/sentence_f1: the same backend trained on the synthetic grammar's 300 sentences "
-    "(zoo.tasks.grammar_induction: NT 6, its recipe for the backend, initial emission logits scaled by "
-    f"{EMISSION_INIT_SCALE:g}, one thread), "
+    f"(zoo.tasks.grammar_induction: NT {len(NONTERMINALS)}, its recipe for the backend, initial emission "
+    f"logits scaled by {EMISSION_INIT_SCALE:g}, one thread), "
     "sentence F1 (%) "
     f"of its MBR trees on 100 test sentences, mean and standard deviation over {SEEDS} seeds"
 )

@@ -1,16 +1,15 @@
 """The rank-space chain's two forwards: with H = V^T U formed once, and streamed (V^T then U a step).
 
-``rank_space.streams`` picks one by cost; at test sizes it always picks H, so each test forces the
-streamed forward and checks it against brute force (float64, tiny, ragged), against the H forward
-(log Z and every gradient, with and without autograd, twice differentiable), and in float32 against
-float64 on the numerics suite's inputs (emission log-weights down to -1e3, T up to 600).
+``rank_space.chain_streams`` picks one by cost (``streams``); at test sizes it always picks H, so each
+test forces the streamed forward and checks it against brute force (float64, tiny, ragged), against
+the H forward (log Z and every gradient, with and without autograd, twice differentiable), and in
+float32 against float64 on the numerics suite's inputs (emission log-weights down to -1e3, T up to 600).
 """
 
 from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from types import SimpleNamespace
 
 import bruteforce as bf
 import pytest
@@ -32,7 +31,7 @@ NAMES = ("start", "U", "V", "emission")
 def forward(streamed: bool):
     """Every rank-space log Z in the block runs the streamed (True) or the H (False) forward."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(rank_space, "streams", lambda chain, grad: streamed)
+        patch.setattr(rank_space, "chain_streams", lambda chain, grad: streamed)
         yield
 
 
@@ -95,11 +94,6 @@ def test_streamed_float32(data):
         check_chain(case, "native", "log_partition")
 
 
-def shape(N, R, B, T):
-    """What ``streams`` reads of a chain."""
-    return SimpleNamespace(emission=torch.empty(B, T, R, device="meta"), num_states=N)
-
-
 # time with H / time streamed, per mode, T = 32 (scripts/bench_chain.py table 7)
 MEASURED = [  # threads, N, R, B, log Z + backward, no grad
     (1, 16384, 4096, 8, 2.53, 1.11),  # the paper's PTB HMM at its 256-token batches
@@ -118,18 +112,18 @@ MEASURED = [  # threads, N, R, B, log Z + backward, no grad
 @pytest.mark.parametrize("threads,N,R,B,with_grad,without_grad", MEASURED)
 def test_streams_picks_the_forward_measured_faster(threads, N, R, B, with_grad, without_grad):
     for grad, ratio in ((True, with_grad), (False, without_grad)):
-        assert rank_space.streams(shape(N, R, B, 32), grad, threads) is (ratio > 1), (grad, ratio)
+        assert rank_space.streams(B, 32, N, R, grad, threads=threads) is (ratio > 1), (grad, ratio)
 
 
 @pytest.mark.parametrize("grad", [True, False])
 def test_streams_keeps_h_for_large_batches_and_small_ranks(grad):
-    assert not rank_space.streams(shape(16384, 2048, 64, 64), grad, 1)  # 4096-token batches (table 2)
-    assert not rank_space.streams(shape(6, 3, 2, 4), grad, 1)  # the tests' sizes
+    assert not rank_space.streams(64, 64, 16384, 2048, grad, threads=1)  # 4096-token batches (table 2)
+    assert not rank_space.streams(2, 4, 6, 3, grad, threads=1)  # the tests' sizes
 
 
 def test_streams_cost_rule_is_monotone_in_the_batch():
     """More tokens a batch share H's N R^2: past some batch size H is always chosen."""
-    picks = [rank_space.streams(shape(16384, 4096, B, 32), True, 1) for B in (1, 2, 4, 8, 16, 32, 64, 128)]
+    picks = [rank_space.streams(B, 32, 16384, 4096, True, threads=1) for B in (1, 2, 4, 8, 16, 32, 64, 128)]
     assert picks == sorted(picks, reverse=True), picks
     assert picks[0] and not picks[-1]
 
@@ -137,15 +131,10 @@ def test_streams_cost_rule_is_monotone_in_the_batch():
 def test_streams_prices_a_gpu_by_its_own_floor():
     """On a GPU the paper's size streams in both modes and 4096-token batches keep H: the CPU's thread
     count does not enter (on 64 CPU threads the paper's size would keep H)."""
-
-    def on_gpu(N, R, B, T):
-        emission = SimpleNamespace(shape=(B, T, R), device=torch.device("cuda"))
-        return SimpleNamespace(emission=emission, num_states=N)
-
     for grad in (True, False):
-        assert rank_space.streams(on_gpu(16384, 4096, 8, 32), grad, threads=64)
-        assert not rank_space.streams(shape(16384, 4096, 8, 32), grad, threads=64)
-        assert not rank_space.streams(on_gpu(16384, 2048, 64, 64), grad, threads=1)
+        assert rank_space.streams(8, 32, 16384, 4096, grad, gpu=True, threads=64)
+        assert not rank_space.streams(8, 32, 16384, 4096, grad, threads=64)
+        assert not rank_space.streams(64, 64, 16384, 2048, grad, gpu=True, threads=1)
 
 
 @pytest.mark.parametrize("seed", range(4))

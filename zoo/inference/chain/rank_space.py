@@ -39,19 +39,25 @@ def rank_transition(chain: RankSpaceChain) -> Tensor:
     return chain.V.T @ chain.U
 
 
-def streams(chain: RankSpaceChain, grad: bool, threads: int | None = None) -> bool:
-    """Whether streaming U and V costs less than forming H, priced in multiply-adds of a large product:
-    H costs N R^2 (3 N R^2 with its backward) plus a skinny R x R product a step; streaming costs two
-    skinny N x R products a step; with gradients each also costs one (T B)-row product per matrix.
-    ``threads``: the CPU threads to price (default: torch's); a GPU chain has its own floor."""
-    B, T, R = chain.emission.shape
-    N = chain.num_states
+def streams(
+    B: int, T: int, N: int, R: int, grad: bool, gpu: bool = False, threads: int | None = None
+) -> bool:
+    """Whether streaming U and V costs less than forming H for B x T positions, N states and rank R,
+    priced in multiply-adds of a large product: H costs N R^2 (3 N R^2 with its backward) plus a skinny
+    R x R product a step; streaming costs two skinny N x R products a step; with gradients each also
+    costs one (T B)-row product per matrix. ``threads``: the CPU threads to price (default: torch's);
+    ``gpu``: priced by the GPU's floor instead."""
     threads = torch.get_num_threads() if threads is None else threads
-    on_gpu = chain.emission.device.type == "cuda"
-    rows = max(SKINNY_ROWS_CUDA if on_gpu else SKINNY_ROWS * threads, SKINNY_ROW_COST * B)
+    rows = max(SKINNY_ROWS_CUDA if gpu else SKINNY_ROWS * threads, SKINNY_ROW_COST * B)
     formed = (3 if grad else 1) * N * R * R + T * R * R * rows + (2 * T * B * R * R if grad else 0)
     streamed = 2 * T * N * R * rows + (2 * T * B * N * R if grad else 0)
     return streamed < formed
+
+
+def chain_streams(chain: RankSpaceChain, grad: bool) -> bool:
+    """``streams`` for this chain's shapes and device."""
+    B, T, R = chain.emission.shape
+    return streams(B, T, chain.num_states, R, grad, gpu=chain.emission.is_cuda)
 
 
 def rank_space_scaled(chain: RankSpaceChain, streamed: bool = False) -> scaled.ScaledChain:
@@ -68,7 +74,7 @@ def rank_space_log_partition(chain: RankSpaceChain, lengths: Tensor) -> Tensor:
     """log Z (B,) in O(N R^2 + T B R^2), or O(T B N R) where that costs less (``streams``), with the
     hand-written backward."""
     grad = needs_grad(chain.start, chain.U, chain.V, chain.emission)
-    return scaled.log_partition(rank_space_scaled(chain, streams(chain, grad)), lengths)
+    return scaled.log_partition(rank_space_scaled(chain, chain_streams(chain, grad)), lengths)
 
 
 @register_engine("chain", "rank-space")
@@ -97,7 +103,7 @@ class RankSpaceEngine(LowRankEngine):
         if not isinstance(factors, RankSpaceChain):  # a state chain (a unary probe was added)
             return super().log_partition(factors, lengths, twice_differentiable)
         if twice_differentiable:
-            return scaled.forward(rank_space_scaled(factors, streams(factors, grad=True)), lengths)[0]
+            return scaled.forward(rank_space_scaled(factors, chain_streams(factors, grad=True)), lengths)[0]
         return rank_space_log_partition(factors, lengths)
 
     def log_alphas(self, factors, lengths):
