@@ -45,7 +45,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from zoo.inference import DenseChain, EmbeddingChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
+from zoo.inference import (
+    DenseChain,
+    EmbeddingChain,
+    LinearChain,
+    LowRankChain,
+    RankSpaceChain,
+    RDPOptions,
+    packed,
+)
 from zoo.inference.chain import scaled
 from zoo.inference.chain.rank_space import rank_space_scaled, rank_transition, streams
 
@@ -123,6 +131,9 @@ class Plan:
     spreads: tuple[float, ...]  # table 6: emission standard deviations (N, B: the first of table 5's)
     rank_shapes: tuple[Shape, ...]  # table 7: rank-space chains, H against streamed
     rank_threads: tuple[int, ...]  # table 7: torch threads (pinned to as many CPUs)
+    packed_sizes: tuple[int, ...]  # table 8: N, each at B = packed_batches and T = packed_length
+    packed_batches: tuple[int, ...]
+    packed_length: int
 
 
 FULL = Plan(
@@ -149,6 +160,9 @@ FULL = Plan(
         Shape(8, 32, 4096, R=512),
     ),
     rank_threads=(1, 2),
+    packed_sizes=(512, 1024, 2048),
+    packed_batches=(1, 4, 16, 64),
+    packed_length=100,
 )
 QUICK = Plan(
     sizes=(256, 1024),
@@ -168,6 +182,9 @@ QUICK = Plan(
     spreads=(1.0, 30.0),
     rank_shapes=(Shape(8, 16, 8192, R=2048), Shape(64, 8, 1024, R=64)),
     rank_threads=(1,),
+    packed_sizes=(1024,),
+    packed_batches=(4,),
+    packed_length=65,
 )
 
 
@@ -387,6 +404,22 @@ def forward_products_step(job: Job) -> Callable[[], None]:
     return step
 
 
+def forced_products_step(force: bool) -> Callable[[Job], Callable[[], None]]:
+    """Table 8: the zoo's call with every product by a shared matrix packed for oneDNN or every one
+    ``torch.mm`` (``zoo.inference.packed.FORCE``, set before each call: the two take turns in a process)."""
+
+    def build(job: Job) -> Callable[[], None]:
+        step = zoo_step(job)
+
+        def forced():
+            packed.FORCE = force
+            step()
+
+        return forced
+
+    return build
+
+
 def rank_space_forward_step(streamed: bool) -> Callable[[Job], Callable[[], None]]:
     """Table 7: the rank-space log Z (+ backward unless ``job.grad`` is False) by one of its two forwards,
     forced (``zoo.inference.chain.rank_space``: ``LinearChain`` lets ``streams`` choose)."""
@@ -540,6 +573,8 @@ CASES: dict[str, Callable[[Job], Callable[[], None]]] = {
     "pomegranate": pomegranate_step,
     "rank-space H": rank_space_forward_step(streamed=False),
     "rank-space streamed": rank_space_forward_step(streamed=True),
+    "packed": forced_products_step(force=True),
+    "torch.mm": forced_products_step(force=False),
 }
 
 
@@ -1063,6 +1098,44 @@ def table7(plan: Plan) -> Section:
     return Section(text, [verdict(name, worst if worst < math.inf else math.nan, 0.9, detail)], measured)
 
 
+TABLE8_NOTE = (
+    "The exact HMM's forward (`zoo.inference.chain.block_scaled`: log Z under `torch.no_grad()`, and log Z "
+    "+ backward, whose backward multiplies by P^T) with its T - 1 products by the transition packed once "
+    "for oneDNN, against the same forward with every product `torch.mm` (MKL's sgemm), each forced "
+    "(`zoo.inference.packed.FORCE`). `LinearChain` packs where `zoo.inference.packed.worth_packing` says "
+    "(the last column): float32 on a CPU, N x N from 2^19 to 2^24 elements, B >= 2, T - 1 >= 64. Table 5's "
+    "HMM and calls; ratios against torch.mm at the same shape and mode. {interleaved}"
+)
+
+
+def table8(plan: Plan) -> Section:
+    """The exact HMM's forward with packed products against torch.mm's, and which one the rule picks."""
+    T = plan.packed_length
+    rows, measured, worst = [], [], math.inf
+    for N in plan.packed_sizes:
+        for B in plan.packed_batches:
+            picked = "packed" if packed.worth_packing(torch.empty(N, N), B, T - 1) else "torch.mm"
+            for grad in (False, True):
+                job = Job("", Shape(B, T, N), "hmm", threads=1, grad=grad, cases=("packed", "torch.mm"))
+                res = run_group(job, plan)
+                measured += res.values()
+                mode = "log Z + backward" if grad else "no grad"
+                for name, m in res.items():
+                    rows.append([str(N), str(B), mode, name, *with_alone(cells(m, res["torch.mm"], 1e-3, MB),
+                                 m, res["torch.mm"]), "yes" if name == picked else ""])  # fmt: skip
+                if all(m.ok for m in res.values()):
+                    worst = min(worst, min(m.time_s for m in res.values()) / res[picked].time_s)
+    header = ["N", "B", "mode", "products", *(column.replace("exact", "torch.mm") for column in PEER_COLUMNS)]
+    text = paragraphs(
+        f"### Table 8: packed products, exact HMM, one thread, T = {T}",
+        TABLE8_NOTE.format(interleaved=interleaved_note(plan)),
+        table([*header, "picked"], rows),
+    )
+    name = "the products picked (packed or torch.mm) within 10% of the faster at every shape of table 8"
+    detail = "the faster one's time / the picked one's (taking turns), the smallest over shapes and modes"
+    return Section(text, [verdict(name, worst if worst < math.inf else math.nan, 0.9, detail)], measured)
+
+
 # --- report --------------------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1111,7 +1184,7 @@ def main() -> None:
 
 
 TABLES: dict[int, Callable[[Plan], Section]] = {
-    1: table1, 2: table2, 3: table3, 4: table4, 5: table5, 6: table6, 7: table7
+    1: table1, 2: table2, 3: table3, 4: table4, 5: table5, 6: table6, 7: table7, 8: table8
 }
 
 

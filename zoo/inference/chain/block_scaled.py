@@ -8,7 +8,9 @@ or two products; W_t and F_t the exp of that point's log-factors minus their max
 for a block, or for the whole chain when it is small, before the block's loop). Inside a block a
 product is two kernels (``mm`` and ``mul`` into preallocated buffers): no log, exp, max or host
 synchronization, against about ten kernels a step for the guarded forward, which also keeps what
-its backward needs.
+its backward needs. The T - 1 products by one matrix (and the backward's by its transpose) run on
+that matrix packed once for oneDNN where that is faster (``zoo.inference.packed``: large matrices
+on a CPU).
 
 Why a block is right when it passes. Underflow, flushed to zero or not, moves an entry of p = h * F
 by at most tiny (1 + h) (tiny in F, times h; tiny in the product), and a term of the next product
@@ -46,6 +48,7 @@ from torch import Tensor
 
 from zoo.inference.chain import scaled
 from zoo.inference.numerics import NEG
+from zoo.inference.packed import RepeatedProduct
 from zoo.inference.precision import in_full_precision
 
 MAX_BLOCK = 32  # positions between checks: the check's cost amortized, a failed block recomputed
@@ -123,7 +126,7 @@ class _Backward(torch.autograd.Function):
         start = grad / vectors[last, rows].sum(-1)  # d log Z / d p at each end, B (times ones)
         g_all = torch.zeros_like(vectors)  # g_t, T x B x K
         gh_all = vectors.new_empty(T - 1, B, K)  # g_t o F_t
-        g_views, gh_views, PT = g_all.unbind(0), gh_all.unbind(0), P.T
+        g_views, gh_views, times_PT = g_all.unbind(0), gh_all.unbind(0), RepeatedProduct(P.T, B, T - 1)
         ends = set(last.tolist())
         for t in range(T - 1, -1, -1):
             g = g_views[t]
@@ -132,7 +135,7 @@ class _Backward(torch.autograd.Function):
             if t == 0:
                 break
             gh = torch.mul(g, factors[t - 1], out=gh_views[t - 1])
-            torch.mm(gh, PT, out=g_views[t - 1])
+            times_PT(gh, out=g_views[t - 1])
         grad_u = (g_all * vectors).transpose(0, 1)
         grad_left = None
         if ctx.needs_input_grad[1]:
@@ -152,6 +155,7 @@ class _Forward:
         B, T, K = u.shape
         self.chain, self.lengths, self.x0, self.T = chain, lengths, x0, T
         self.mats = chain.matrices()
+        self.products = [RepeatedProduct(m.scaled, B, T - 1) for m in self.mats]  # packed where that pays
         # each matrix's largest entry (the bound), largest column sum (the growth of a product), smallest
         extremes = torch.stack([torch.stack([m.scaled.amax(), m.scaled.sum(-2).amax(), m.scaled.amin()])
                                 for m in self.mats])
@@ -310,14 +314,14 @@ class _Forward:
             self._offsets(top, a, b)
         ring, h = self.ring, [rows[row : row + b - a] for rows in self.work.h_rows]
         if self.bridge is None:
-            P = self.mats[0].scaled
+            (times,) = self.products
             for j, t in enumerate(range(a, b)):
-                v = torch.mul(torch.mm(v, P, out=h[0][j]), factors[j], out=ring[t])
+                v = torch.mul(times(v, out=h[0][j]), factors[j], out=ring[t])
         else:
-            P1, P2 = self.mats[0].scaled, self.mats[1].scaled
+            times_1, times_2 = self.products
             for j, t in enumerate(range(a, b)):
-                v = torch.mm(v, P1, out=h[0][j]) * self.bridge_steps[t - 1]
-                v = torch.mul(torch.mm(v, P2, out=h[1][j]), factors[j], out=ring[t])
+                v = times_1(v, out=h[0][j]) * self.bridge_steps[t - 1]
+                v = torch.mul(times_2(v, out=h[1][j]), factors[j], out=ring[t])
         self._lazy_ends(a, b, row, top)
         if b < self.T:  # the next start from exact logs: what p lost to underflow, it keeps
             log_f = self._later(b - 1, b)[:, 0] - top[:, -1]  # log F_{b-1}, below tiny too

@@ -1,0 +1,150 @@
+"""Products by a matrix packed once for oneDNN (``zoo.inference.packed``), and the chain forwards that
+use them (``block_scaled``: the no-grad forward, and the forward and backward of log Z with gradients).
+
+The packed product must equal ``torch.mm`` to float32 rounding for any number of rows, and a chain
+whose products are packed must be as close to float64 as the same chain with ``torch.mm`` products.
+"""
+
+import pytest
+import torch
+
+import zoo.inference.packed as packed
+from zoo.inference import DenseChain, LinearChain, LowRankChain
+
+pytestmark = pytest.mark.skipif(not packed.available(), reason="torch built without oneDNN")
+
+N = 1024  # N x N = 2^20 elements: packed (>= MIN_ELEMENTS)
+T = 70  # 69 products: packed (>= MIN_PRODUCTS)
+
+
+@pytest.fixture
+def uses(monkeypatch):
+    """Records, for each product made, whether it was packed (so that a test knows which path ran)."""
+    seen = []
+    original = packed.RepeatedProduct.__call__
+
+    def recording(self, x, out):
+        seen.append(self.packed is not None)
+        return original(self, x, out)
+
+    monkeypatch.setattr(packed.RepeatedProduct, "__call__", recording)
+    return seen
+
+
+def _no_packing(monkeypatch):
+    monkeypatch.setattr(packed, "FORCE", False)
+
+
+@pytest.mark.parametrize("rows", [1, 4, 13])
+def test_packed_product_equals_mm(rows):
+    g = torch.Generator().manual_seed(0)
+    # entries from 1 down to e^-80 and exact zeros (forbidden transitions), as a scaled matrix has
+    matrix = (-80 * torch.rand(N, N // 2, generator=g)).exp() * (torch.rand(N, N // 2, generator=g) > 0.1)
+    product = packed.RepeatedProduct(matrix, rows=4, products=100)
+    assert product.packed is not None
+    x = torch.rand(rows, N, generator=g)
+    out = torch.empty(rows, N // 2)
+    got = product(x, out=out)
+    assert got.data_ptr() == out.data_ptr()
+    want = x.double() @ matrix.double()
+    torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-30)
+
+
+def test_rule():
+    big, small = torch.rand(N, N), torch.rand(256, 256)
+    assert packed.worth_packing(big, rows=4, products=99)
+    assert not packed.worth_packing(small, rows=4, products=99)
+    assert not packed.worth_packing(big, rows=1, products=99)
+    assert not packed.worth_packing(big, rows=4, products=10)
+    assert not packed.worth_packing(big.double(), rows=4, products=99)
+    assert not packed.worth_packing(torch.empty(N, N, device="meta"), rows=4, products=99)
+    assert not packed.worth_packing(torch.empty(8192, 4096), rows=4, products=99)  # 2^25 > MAX_ELEMENTS
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert not packed.available()
+        assert not packed.worth_packing(big, rows=4, products=99)
+
+
+def test_force(monkeypatch):
+    small = torch.rand(8, 8)
+    monkeypatch.setattr(packed, "FORCE", True)
+    assert packed.worth_packing(small, rows=1, products=1)
+    assert not packed.worth_packing(small.double(), rows=1, products=1)  # oneDNN's packed ops: float32
+    x = torch.rand(3, 8)
+    torch.testing.assert_close(packed.RepeatedProduct(small, 3, 1)(x, out=torch.empty(3, 8)), x @ small)
+    monkeypatch.setattr(packed, "FORCE", False)
+    assert not packed.worth_packing(torch.rand(N, N), rows=4, products=99)
+
+
+def _hmm(seed, dtype, forbid):
+    """An HMM's potentials: peaked transitions (some forbidden), Gaussian-scale emissions, ragged."""
+    g = torch.Generator().manual_seed(seed)
+    trans = (torch.randn(N, N, generator=g, dtype=torch.float64) * 3).log_softmax(-1)
+    if forbid:
+        trans = trans.masked_fill(torch.rand(N, N, generator=g) < 0.3, float("-inf"))
+        trans.fill_diagonal_(0.0)
+    init = torch.randn(N, generator=g, dtype=torch.float64).log_softmax(-1)
+    unary = -torch.rand(3, T, N, generator=g, dtype=torch.float64) * 300
+    lengths = torch.tensor([T, 53, 17])
+    return [x.to(dtype) for x in (unary, trans, init)], lengths
+
+
+def _log_z_and_grads(unary, trans, init, lengths):
+    unary, trans = unary.clone().requires_grad_(), trans.clone().requires_grad_()
+    log_z = LinearChain(DenseChain(unary, trans, init), lengths=lengths).log_partition
+    grads = torch.autograd.grad(log_z.sum(), (unary, trans))
+    return log_z.detach(), grads
+
+
+def _error(got, want):
+    return float((got.double() - want).abs().max())
+
+
+@pytest.mark.parametrize("forbid", [False, True])
+def test_dense_chain_no_grad_as_close_to_float64(monkeypatch, uses, forbid):
+    (u, tr, i), lengths = _hmm(1, torch.float64, forbid)
+    want = LinearChain(DenseChain(u, tr, i), lengths=lengths).log_partition
+    low = [x.float() for x in (u, tr, i)]
+    uses.clear()  # float64: not packed
+    with torch.no_grad():
+        got = LinearChain(DenseChain(*low), lengths=lengths).log_partition
+    assert uses and all(uses)
+    _no_packing(monkeypatch)
+    uses.clear()
+    with torch.no_grad():
+        plain = LinearChain(DenseChain(*low), lengths=lengths).log_partition
+    assert uses and not any(uses)
+    assert _error(got, want) <= max(2 * _error(plain, want), 1e-6 * float(want.abs().max()))
+
+
+def test_dense_chain_gradients_as_close_to_float64(monkeypatch, uses):
+    (u, tr, i), lengths = _hmm(2, torch.float64, forbid=False)
+    want_z, want_grads = _log_z_and_grads(u, tr, i, lengths)
+    low = [x.float() for x in (u, tr, i)]
+    uses.clear()
+    got_z, got_grads = _log_z_and_grads(*low, lengths)
+    assert uses and all(uses)  # the forward's and the backward's products
+    _no_packing(monkeypatch)
+    plain_z, plain_grads = _log_z_and_grads(*low, lengths)
+    scale = float(want_z.abs().max())
+    assert _error(got_z, want_z) <= max(2 * _error(plain_z, want_z), 1e-6 * scale)
+    for got, plain, want in zip(got_grads, plain_grads, want_grads):
+        assert _error(got, want) <= max(2 * _error(plain, want), 1e-5)
+
+
+def test_low_rank_chain_no_grad_as_close_to_float64(monkeypatch, uses):
+    """Two packed products a step (N x R, R x N with R = N / 2: 2^19 elements each)."""
+    g = torch.Generator().manual_seed(3)
+    R = N // 2
+    unary = -torch.rand(3, T, N, generator=g, dtype=torch.float64) * 300
+    U, V = (torch.rand(N, R, generator=g, dtype=torch.float64) for _ in range(2))
+    lengths = torch.tensor([T, 45, 2])
+    want = LinearChain(LowRankChain(unary, U, V), lengths=lengths).log_partition
+    low = [x.float() for x in (unary, U, V)]
+    uses.clear()
+    with torch.no_grad():
+        got = LinearChain(LowRankChain(*low), lengths=lengths).log_partition
+    assert len(uses) >= 2 * (T - 1) and all(uses)  # two a step (again where a block is retried)
+    _no_packing(monkeypatch)
+    with torch.no_grad():
+        plain = LinearChain(LowRankChain(*low), lengths=lengths).log_partition
+    assert _error(got, want) <= max(2 * _error(plain, want), 1e-6 * float(want.abs().max()))
