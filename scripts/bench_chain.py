@@ -1103,7 +1103,7 @@ TABLE8_NOTE = (
     "+ backward, whose backward multiplies by P^T) with its T - 1 products by the transition packed once "
     "for oneDNN, against the same forward with every product `torch.mm` (MKL's sgemm), each forced "
     "(`zoo.inference.packed.FORCE`). `LinearChain` packs where `zoo.inference.packed.worth_packing` says "
-    "(the last column): float32 on a CPU, N x N from 2^19 to 2^24 elements, B >= 2, T - 1 >= 64. Table 5's "
+    "(the last column): float32 on a CPU, N x N from 2^18 to 2^24 elements, B >= 4, T - 1 >= 64. Table 5's "
     "HMM and calls; ratios against torch.mm at the same shape and mode. {interleaved}"
 )
 

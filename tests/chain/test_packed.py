@@ -51,10 +51,10 @@ def test_packed_product_equals_mm(rows):
 
 
 def test_rule():
-    big, small = torch.rand(N, N), torch.rand(256, 256)
+    big, small = torch.rand(N, N), torch.rand(256, 512)
     assert packed.worth_packing(big, rows=4, products=99)
     assert not packed.worth_packing(small, rows=4, products=99)
-    assert not packed.worth_packing(big, rows=1, products=99)
+    assert not packed.worth_packing(big, rows=3, products=99)
     assert not packed.worth_packing(big, rows=4, products=10)
     assert not packed.worth_packing(big.double(), rows=4, products=99)
     assert not packed.worth_packing(torch.empty(N, N, device="meta"), rows=4, products=99)
@@ -83,8 +83,8 @@ def _hmm(seed, dtype, forbid):
         trans = trans.masked_fill(torch.rand(N, N, generator=g) < 0.3, float("-inf"))
         trans.fill_diagonal_(0.0)
     init = torch.randn(N, generator=g, dtype=torch.float64).log_softmax(-1)
-    unary = -torch.rand(3, T, N, generator=g, dtype=torch.float64) * 300
-    lengths = torch.tensor([T, 53, 17])
+    unary = -torch.rand(4, T, N, generator=g, dtype=torch.float64) * 300
+    lengths = torch.tensor([T, 53, 17, 64])
     return [x.to(dtype) for x in (unary, trans, init)], lengths
 
 
@@ -135,9 +135,9 @@ def test_low_rank_chain_no_grad_as_close_to_float64(monkeypatch, uses):
     """Two packed products a step (N x R, R x N with R = N / 2: 2^19 elements each)."""
     g = torch.Generator().manual_seed(3)
     R = N // 2
-    unary = -torch.rand(3, T, N, generator=g, dtype=torch.float64) * 300
+    unary = -torch.rand(4, T, N, generator=g, dtype=torch.float64) * 300
     U, V = (torch.rand(N, R, generator=g, dtype=torch.float64) for _ in range(2))
-    lengths = torch.tensor([T, 45, 2])
+    lengths = torch.tensor([T, 45, 2, 66])
     want = LinearChain(LowRankChain(unary, U, V), lengths=lengths).log_partition
     low = [x.float() for x in (unary, U, V)]
     uses.clear()

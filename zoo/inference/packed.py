@@ -1,15 +1,17 @@
 """Many products by one matrix on a CPU, through oneDNN with the matrix packed once.
 
 A chain's forward (and its backward) multiplies T - 1 vectors of B rows by the same K x M matrix, one
-after the other. On a CPU ``torch.mm`` calls MKL's sgemm, which repacks the whole matrix into its
-blocked layout on every call: for a few rows that repacking reads and writes the matrix once more
-per product, as much memory traffic as the product itself. oneDNN's matmul can take the matrix
-packed once (``torch.ops.mkldnn._reorder_linear_weight``, the op torch.compile's CPU freezing packs
-linear weights with) and then reads only the packed copy. Measured on our 2-core AMD EPYC
-(``scripts/bench_chain.py``, table 8): products 1.2x to 3x faster at K = M >= 1024 and B >= 4, for
-one packing that costs about 15 products; slower below K = M = 512 or at B = 1. The packed copy is
-one more matrix in memory, so matrices above 4096 x 4096 are not packed. The same float32
-arithmetic (no reduced-precision mode: the engine runs under ``precision.full_precision``).
+after the other. On a CPU ``torch.mm`` calls MKL's sgemm, which for a few rows runs far below the
+memory bandwidth such a product is bound by (on our 2-core AMD EPYC: 16 GB/s for 4 x 1024 by
+1024 x 1024, 6-8 GB/s for 4 x 2048 by 2048 x 2048). oneDNN's matmul can take the matrix packed once
+into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, the op torch.compile's CPU
+freezing packs linear weights with) and then reads only the packed copy: those products 2.3x and
+2.5x faster, for one packing that takes as long as 10 to 15 of torch.mm's products. Whole forwards
+(``scripts/bench_chain.py``, table 8, T = 100, one thread): 1.2x to 2.1x faster at N = 1024 and 2048
+from B = 4 on, 6-11 % at N = 512 from B = 16 on, even at N = 512, B = 4, and 1.2x to 1.8x slower at
+B = 1. The packed copy is one more matrix in memory, so matrices above 4096 x 4096 are not packed.
+The same float32 arithmetic (no reduced-precision mode: the engine runs under
+``precision.full_precision``).
 
 ``RepeatedProduct`` packs where that pays (``worth_packing``) and calls ``torch.mm`` elsewhere: on
 other devices and dtypes, where torch was built without oneDNN or the user turned it off
@@ -21,9 +23,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-MIN_ELEMENTS = 2**19  # K x M: below about 724 x 724 packed products gained too little to repay the packing
-MIN_ROWS = 2  # one row: oneDNN's product was no faster than MKL's
-MIN_PRODUCTS = 64  # packing costs about 15 products alone, but a whole forward of 39 gained nothing
+MIN_ELEMENTS = 2**18  # K x M: at 512 x 512 packing gained 6-11 % from B = 16 on (even at B = 4)
+MIN_ROWS = 4  # one row: packed forwards 1.2-1.8x slower; 2 and 3 rows not measured
+MIN_PRODUCTS = 64  # a whole forward of 39 products gained nothing back to back (table 8's quick run)
 MAX_ELEMENTS = 2**24  # the packed copy is one more matrix in memory (and its transpose, while packing)
 FORCE: bool | None = None  # None: the rule; True: pack wherever oneDNN can, False: never (benchmarks, tests)
 
