@@ -21,7 +21,7 @@ glibc's default allocator settings, as a caller's loop runs them. A peer that is
 installed is reported as such, not run.
 
 Usage (from the repository root):
-    python scripts/bench_chain.py            # the full run (about 17 minutes on 2 cores)
+    python scripts/bench_chain.py            # the full run (about 30 minutes on 2 cores)
     python scripts/bench_chain.py --quick    # a small smoke test (under 2 minutes)
     python scripts/bench_chain.py --only 4 5 6  # some tables alone (the peer baselines: a few minutes)
     python scripts/bench_chain.py --write    # also write docs/benchmarks.md (every table: no --only)
@@ -131,8 +131,9 @@ class Plan:
     spreads: tuple[float, ...]  # table 6: emission standard deviations (N, B: the first of table 5's)
     rank_shapes: tuple[Shape, ...]  # table 7: rank-space chains, H against streamed
     rank_threads: tuple[int, ...]  # table 7: torch threads (pinned to as many CPUs)
-    packed_sizes: tuple[int, ...]  # table 8: N, each at B = packed_batches and T = packed_length
+    packed_sizes: tuple[int, ...]  # table 8: exact HMMs of N states, each at B = packed_batches
     packed_batches: tuple[int, ...]
+    packed_low_rank: tuple[Shape, ...]  # table 8: low-rank chains (their T is packed_length too)
     packed_length: int
 
 
@@ -162,6 +163,7 @@ FULL = Plan(
     rank_threads=(1, 2),
     packed_sizes=(512, 1024, 2048),
     packed_batches=(1, 4, 16, 64),
+    packed_low_rank=(Shape(4, 100, 2048, R=512), Shape(16, 100, 2048, R=512)),  # the music LHMM recipes'
     packed_length=100,
 )
 QUICK = Plan(
@@ -184,6 +186,7 @@ QUICK = Plan(
     rank_threads=(1,),
     packed_sizes=(1024,),
     packed_batches=(4,),
+    packed_low_rank=(Shape(4, 65, 1024, R=512),),
     packed_length=65,
 )
 
@@ -391,15 +394,17 @@ def matmul_step(job: Job) -> Callable[[], None]:
 
 
 def forward_products_step(job: Job) -> Callable[[], None]:
-    """The T-1 products (B x N) @ (N x N) of a shared-transition forward and nothing else (table 5's
-    floor: no dense forward takes less, so no speed-up over a peer exceeds the peer's time over this)."""
+    """The T-1 products (B x N) @ (N x N) of a shared-transition forward and nothing else, as the zoo
+    runs them (``packed.RepeatedProduct``: packed once a call where that pays, else ``torch.mm``): table
+    5's floor, no forward with these products takes less."""
     B, T, N = job.shape.B, job.shape.T, job.shape.N
     P = torch.rand(N, N) * (2 / N)  # rows sum to ~1: no overflow or denormals along the chain
     alphas = torch.rand(T, B, N)
 
     def step():
+        times = packed.RepeatedProduct(P, B, T - 1)
         for t in range(1, T):
-            torch.matmul(alphas[t - 1], P, out=alphas[t])
+            times(alphas[t - 1], out=alphas[t])
 
     return step
 
@@ -919,8 +924,10 @@ TABLE5_NOTE = (
     "per-state emission log-likelihoods, its documented argument; the forward table, B x T x N) and the "
     "log-sum-exp of the table's last column plus the end scores (0), which is what "
     "`DenseHMM.log_probability` does after computing the emissions from observations. The floor row times "
-    "the forward's T - 1 products (B x N) @ (N x N) alone: no dense forward takes less, so no forward can "
-    "be faster than pomegranate by more than pomegranate's time over the floor's. {interleaved} The back to "
+    "the forward's T - 1 products (B x N) @ (N x N) alone, as the zoo runs them (packed once a call for "
+    "oneDNN where `zoo.inference.packed.worth_packing` says, table 8; `torch.mm` elsewhere): no forward with "
+    "these products takes less, so none can be faster than pomegranate by more than pomegranate's time "
+    "over the floor's. {interleaved} The back to "
     "back columns time each method again in the same process, as many calls as it had rounds, with no other "
     "call in between: what a loop of log Z calls alone sees. Taking turns, each call starts with caches "
     "another library's call left: our forward runs more distinct kernels once per call (the factors, "
@@ -1020,8 +1027,8 @@ def table5(plan: Plan) -> Section:
             alone = min(res[B][label].alone_s / res[B]["exact"].alone_s for B in measured)
             detail = (
                 f"pomegranate time / exact time taking turns, the smallest over B = {batches} (at B = "
-                f"{worst}; pomegranate / the products alone: {ceiling:.2f}, the most any dense forward could "
-                f"reach); back to back, the smallest over B: {alone:.2f}"
+                f"{worst}; pomegranate / the products alone: {ceiling:.2f}, the most a forward with these "
+                f"products could reach); back to back, the smallest over B: {alone:.2f}"
             )
         else:
             detail = "; ".join(r[label].status for r in res.values())
@@ -1099,37 +1106,42 @@ def table7(plan: Plan) -> Section:
 
 
 TABLE8_NOTE = (
-    "The exact HMM's forward (`zoo.inference.chain.block_scaled`: log Z under `torch.no_grad()`, and log Z "
-    "+ backward, whose backward multiplies by P^T) with its T - 1 products by the transition packed once "
-    "for oneDNN, against the same forward with every product `torch.mm` (MKL's sgemm), each forced "
-    "(`zoo.inference.packed.FORCE`). `LinearChain` packs where `zoo.inference.packed.worth_packing` says "
-    "(the last column): float32 on a CPU, N x N from 2^18 to 2^24 elements, B >= 4, T - 1 >= 64. Table 5's "
-    "HMM and calls; ratios against torch.mm at the same shape and mode. {interleaved}"
+    "Chains whose products by a shared matrix are packed once for oneDNN, against the same chains with "
+    "every product `torch.mm` (MKL's sgemm), each forced (`zoo.inference.packed.FORCE`): the exact HMM "
+    "(table 5's HMM and calls; its forward in `zoo.inference.chain.block_scaled`, log Z under "
+    "`torch.no_grad()` and log Z + backward, whose backward multiplies by P^T) and the low-rank chain "
+    "(table 1's; two products a step, N x R and R x N: no grad, the block forward; with gradients, the "
+    "guarded forward and backward of `zoo.inference.chain.scaled`). `LinearChain` packs where "
+    "`zoo.inference.packed.worth_packing` says (the last column): float32 on a CPU, a matrix of 2^18 to "
+    "2^24 elements, B >= 4, T - 1 >= 64. Ratios against torch.mm at the same shape and mode. {interleaved}"
 )
 
 
 def table8(plan: Plan) -> Section:
-    """The exact HMM's forward with packed products against torch.mm's, and which one the rule picks."""
+    """Chains with packed products against torch.mm's, and which one the rule picks."""
     T = plan.packed_length
+    chains = [("hmm", Shape(B, T, N)) for N in plan.packed_sizes for B in plan.packed_batches]
+    chains += [("low-rank", replace(s, T=T)) for s in plan.packed_low_rank]
     rows, measured, worst = [], [], math.inf
-    for N in plan.packed_sizes:
-        for B in plan.packed_batches:
-            picked = "packed" if packed.worth_packing(torch.empty(N, N), B, T - 1) else "torch.mm"
-            for grad in (False, True):
-                job = Job("", Shape(B, T, N), "hmm", threads=1, grad=grad, cases=("packed", "torch.mm"))
-                res = run_group(job, plan)
-                measured += res.values()
-                mode = "log Z + backward" if grad else "no grad"
-                for name, m in res.items():
-                    rows.append([str(N), str(B), mode, name, *with_alone(cells(m, res["torch.mm"], 1e-3, MB),
-                                 m, res["torch.mm"]), "yes" if name == picked else ""])  # fmt: skip
-                if all(m.ok for m in res.values()):
-                    worst = min(worst, min(m.time_s for m in res.values()) / res[picked].time_s)
-    header = ["N", "B", "mode", "products", *(column.replace("exact", "torch.mm") for column in PEER_COLUMNS)]
+    for model, s in chains:
+        matrix = torch.empty(s.N, s.R if model == "low-rank" else s.N)
+        picked = "packed" if packed.worth_packing(matrix, s.B, T - 1) else "torch.mm"
+        chain = "exact HMM" if model == "hmm" else f"low-rank, R = {s.R}"
+        for grad in (False, True):
+            res = run_group(Job("", s, model, threads=1, grad=grad, cases=("packed", "torch.mm")), plan)
+            measured += res.values()
+            mode = "log Z + backward" if grad else "no grad"
+            base = res["torch.mm"]
+            for name, m in res.items():
+                row = with_alone(cells(m, base, 1e-3, MB), m, base)
+                rows.append([chain, str(s.N), str(s.B), mode, name, *row, "yes" if name == picked else ""])
+            if all(m.ok for m in res.values()):
+                worst = min(worst, min(m.time_s for m in res.values()) / res[picked].time_s)
+    columns = [column.replace("exact", "torch.mm") for column in PEER_COLUMNS]
     text = paragraphs(
-        f"### Table 8: packed products, exact HMM, one thread, T = {T}",
+        f"### Table 8: packed products, one thread, T = {T}",
         TABLE8_NOTE.format(interleaved=interleaved_note(plan)),
-        table([*header, "picked"], rows),
+        table(["chain", "N", "B", "mode", "products", *columns, "picked"], rows),
     )
     name = "the products picked (packed or torch.mm) within 10% of the faster at every shape of table 8"
     detail = "the faster one's time / the picked one's (taking turns), the smallest over shapes and modes"

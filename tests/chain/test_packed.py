@@ -1,5 +1,6 @@
 """Products by a matrix packed once for oneDNN (``zoo.inference.packed``), and the chain forwards that
-use them (``block_scaled``: the no-grad forward, and the forward and backward of log Z with gradients).
+use them: ``block_scaled`` (the no-grad forward; log Z with gradients, one shared transition) and
+``scaled``'s guarded forward and backward (low-rank with gradients).
 
 The packed product must equal ``torch.mm`` to float32 rounding for any number of rows, and a chain
 whose products are packed must be as close to float64 as the same chain with ``torch.mm`` products.
@@ -10,6 +11,8 @@ import torch
 
 import zoo.inference.packed as packed
 from zoo.inference import DenseChain, LinearChain, LowRankChain
+from zoo.inference.chain import exact, scaled
+from zoo.inference.chain.low_rank import low_rank_scaled
 
 pytestmark = pytest.mark.skipif(not packed.available(), reason="torch built without oneDNN")
 
@@ -23,7 +26,7 @@ def uses(monkeypatch):
     seen = []
     original = packed.RepeatedProduct.__call__
 
-    def recording(self, x, out):
+    def recording(self, x, out=None):
         seen.append(self.packed is not None)
         return original(self, x, out)
 
@@ -75,8 +78,9 @@ def test_force(monkeypatch):
     assert not packed.worth_packing(torch.rand(N, N), rows=4, products=99)
 
 
-def _hmm(seed, dtype, forbid):
-    """An HMM's potentials: peaked transitions (some forbidden), Gaussian-scale emissions, ragged."""
+def _hmm(seed, forbid):
+    """An HMM's potentials (float64): peaked transitions (some forbidden), Gaussian-scale emissions,
+    ragged lengths."""
     g = torch.Generator().manual_seed(seed)
     trans = (torch.randn(N, N, generator=g, dtype=torch.float64) * 3).log_softmax(-1)
     if forbid:
@@ -84,67 +88,73 @@ def _hmm(seed, dtype, forbid):
         trans.fill_diagonal_(0.0)
     init = torch.randn(N, generator=g, dtype=torch.float64).log_softmax(-1)
     unary = -torch.rand(4, T, N, generator=g, dtype=torch.float64) * 300
-    lengths = torch.tensor([T, 53, 17, 64])
-    return [x.to(dtype) for x in (unary, trans, init)], lengths
+    return (unary, trans, init), torch.tensor([T, 53, 17, 64])
 
 
-def _log_z_and_grads(unary, trans, init, lengths):
-    unary, trans = unary.clone().requires_grad_(), trans.clone().requires_grad_()
-    log_z = LinearChain(DenseChain(unary, trans, init), lengths=lengths).log_partition
-    grads = torch.autograd.grad(log_z.sum(), (unary, trans))
-    return log_z.detach(), grads
+def _low_rank(seed):
+    """A low-rank chain's potentials (float64): R = N / 2, so N x R has 2^19 elements (packed)."""
+    g = torch.Generator().manual_seed(seed)
+    unary = -torch.rand(4, T, N, generator=g, dtype=torch.float64) * 300
+    U, V = (torch.rand(N, N // 2, generator=g, dtype=torch.float64) for _ in range(2))
+    return (unary, U, V), torch.tensor([T, 45, 2, 66])
+
+
+def _log_z(factors, lengths, reference=False):
+    """potentials -> log Z: the engine's, or (``reference``) plain autograd through the guarded
+    products (``scaled.forward``, no ``RepeatedProduct``): an independent float64 reference."""
+    as_scaled = exact.log_space if factors is DenseChain else low_rank_scaled
+    if reference:
+        return lambda *potentials: scaled.forward(as_scaled(factors(*potentials)), lengths)[0]
+    return lambda *potentials: LinearChain(factors(*potentials), lengths=lengths).log_partition
+
+
+def _log_z_and_grads(log_z_of, tensors):
+    """log Z (detached) and its gradients with respect to each of ``tensors``."""
+    leaves = [x.clone().requires_grad_() for x in tensors]
+    log_z = log_z_of(*leaves)
+    return log_z.detach(), torch.autograd.grad(log_z.sum(), leaves)
 
 
 def _error(got, want):
     return float((got.double() - want).abs().max())
 
 
-@pytest.mark.parametrize("forbid", [False, True])
-def test_dense_chain_no_grad_as_close_to_float64(monkeypatch, uses, forbid):
-    (u, tr, i), lengths = _hmm(1, torch.float64, forbid)
-    want = LinearChain(DenseChain(u, tr, i), lengths=lengths).log_partition
-    low = [x.float() for x in (u, tr, i)]
-    uses.clear()  # float64: not packed
+CASES = {  # name: (factors, potentials and lengths)
+    "dense": (DenseChain, lambda: _hmm(1, forbid=False)),
+    "dense, forbidden transitions": (DenseChain, lambda: _hmm(2, forbid=True)),  # blocks fail: guarded steps
+    "low-rank": (LowRankChain, lambda: _low_rank(3)),  # two products a step
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_no_grad_as_close_to_float64(monkeypatch, uses, case):
+    factors, make = CASES[case]
+    potentials, lengths = make()
+    want = _log_z(factors, lengths, reference=True)(*potentials)
+    low = [x.float() for x in potentials]
     with torch.no_grad():
-        got = LinearChain(DenseChain(*low), lengths=lengths).log_partition
-    assert uses and all(uses)
+        got = _log_z(factors, lengths)(*low)
+    assert len(uses) >= T - 1 and all(uses)
     _no_packing(monkeypatch)
     uses.clear()
     with torch.no_grad():
-        plain = LinearChain(DenseChain(*low), lengths=lengths).log_partition
+        plain = _log_z(factors, lengths)(*low)
     assert uses and not any(uses)
     assert _error(got, want) <= max(2 * _error(plain, want), 1e-6 * float(want.abs().max()))
 
 
-def test_dense_chain_gradients_as_close_to_float64(monkeypatch, uses):
-    (u, tr, i), lengths = _hmm(2, torch.float64, forbid=False)
-    want_z, want_grads = _log_z_and_grads(u, tr, i, lengths)
-    low = [x.float() for x in (u, tr, i)]
-    uses.clear()
-    got_z, got_grads = _log_z_and_grads(*low, lengths)
-    assert uses and all(uses)  # the forward's and the backward's products
+@pytest.mark.parametrize("case", list(CASES))
+def test_gradients_as_close_to_float64(monkeypatch, uses, case):
+    """The block forward and its backward (dense), or the guarded forward and its backward (blocks
+    that fail, low-rank): every product by a shared matrix packed, forward and backward."""
+    factors, make = CASES[case]
+    potentials, lengths = make()
+    want_z, want_grads = _log_z_and_grads(_log_z(factors, lengths, reference=True), potentials)
+    low = [x.float() for x in potentials]
+    got_z, got_grads = _log_z_and_grads(_log_z(factors, lengths), low)
+    assert len(uses) >= 2 * (T - 1) and all(uses)
     _no_packing(monkeypatch)
-    plain_z, plain_grads = _log_z_and_grads(*low, lengths)
-    scale = float(want_z.abs().max())
-    assert _error(got_z, want_z) <= max(2 * _error(plain_z, want_z), 1e-6 * scale)
+    plain_z, plain_grads = _log_z_and_grads(_log_z(factors, lengths), low)
+    assert _error(got_z, want_z) <= max(2 * _error(plain_z, want_z), 1e-6 * float(want_z.abs().max()))
     for got, plain, want in zip(got_grads, plain_grads, want_grads):
-        assert _error(got, want) <= max(2 * _error(plain, want), 1e-5)
-
-
-def test_low_rank_chain_no_grad_as_close_to_float64(monkeypatch, uses):
-    """Two packed products a step (N x R, R x N with R = N / 2: 2^19 elements each)."""
-    g = torch.Generator().manual_seed(3)
-    R = N // 2
-    unary = -torch.rand(4, T, N, generator=g, dtype=torch.float64) * 300
-    U, V = (torch.rand(N, R, generator=g, dtype=torch.float64) for _ in range(2))
-    lengths = torch.tensor([T, 45, 2, 66])
-    want = LinearChain(LowRankChain(unary, U, V), lengths=lengths).log_partition
-    low = [x.float() for x in (unary, U, V)]
-    uses.clear()
-    with torch.no_grad():
-        got = LinearChain(LowRankChain(*low), lengths=lengths).log_partition
-    assert len(uses) >= 2 * (T - 1) and all(uses)  # two a step (again where a block is retried)
-    _no_packing(monkeypatch)
-    with torch.no_grad():
-        plain = LinearChain(LowRankChain(*low), lengths=lengths).log_partition
-    assert _error(got, want) <= max(2 * _error(plain, want), 1e-6 * float(want.abs().max()))
+        assert _error(got, want) <= max(2 * _error(plain, want), 1e-5 * float(want.abs().max()))

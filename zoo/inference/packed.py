@@ -61,8 +61,9 @@ class RepeatedProduct:
             # oneDNN's linear takes the weight as M x K (y = x W^T)
             self.packed = torch.ops.mkldnn._reorder_linear_weight(matrix.detach().T.contiguous(), rows)
 
-    def __call__(self, x: Tensor, out: Tensor) -> Tensor:
-        """x @ matrix into ``out`` (B x M), returned."""
+    def __call__(self, x: Tensor, out: Tensor | None = None) -> Tensor:
+        """x @ matrix (B x M), into ``out`` where given."""
         if self.packed is None:
             return torch.mm(x, self.matrix, out=out)
-        return out.copy_(torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], ""))
+        y = torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+        return y if out is None else out.copy_(y)

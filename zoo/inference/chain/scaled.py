@@ -30,6 +30,7 @@ from torch import Tensor
 
 from zoo.inference.logmatmul import Matrix, columns, log_matmul, repair_index, times
 from zoo.inference.numerics import NEG, detached_max, logsumexp, needs_grad, safe_log
+from zoo.inference.packed import RepeatedProduct
 from zoo.inference.precision import in_full_precision
 
 
@@ -139,13 +140,17 @@ class _Saved:
     exact: Tensor | None = None
 
 
-def _product(x: Tensor, mat: Matrix, live: Tensor, shifted: bool, folded: bool) -> tuple[Tensor, _Saved]:
+def _product(
+    x: Tensor, mat: Matrix, live: Tensor, shifted: bool, folded: bool, product: RepeatedProduct | None = None
+) -> tuple[Tensor, _Saved]:
     """The guarded product without autograd, keeping what its backward needs. ``shifted``: x's max
     is already 0 (a normalized forward vector); ``folded``: the caller adds the matrix's column
-    shifts itself (folded into the next log-factors), so the repaired entries leave them out."""
+    shifts itself (folded into the next log-factors), so the repaired entries leave them out;
+    ``product``: v -> v @ mat.scaled for a shared matrix (packed where that pays)."""
     m = None if shifted else detached_max(x)
     v = x.exp() if shifted else (x - m).exp()
-    h = times(v, mat.scaled).clamp_min(torch.finfo(v.dtype).tiny)  # h below tiny is always repaired
+    h = times(v, mat.scaled) if product is None else product(v)
+    h = h.clamp_min(torch.finfo(v.dtype).tiny)  # h below tiny is always repaired
     out = h.log() if shifted else h.log() + m
     if not folded:
         out = out + mat.shift
@@ -180,22 +185,28 @@ class Bridge:
         return cls(log, top, (log - top).exp())
 
 
-def _bridged_product(h1: Tensor, bridge: Bridge, t: int, mat: Matrix, live: Tensor) -> tuple[Tensor, _Saved]:
+def _bridged_product(
+    h1: Tensor, bridge: Bridge, t: int, mat: Matrix, live: Tensor, product: RepeatedProduct
+) -> tuple[Tensor, _Saved]:
     """The second product of a two-product step whose first had no repaired entry, fed in probability
     space: its input exp(log h1 + log w_t - max log w_t) is h1 * bridge.scaled[:, t] (one multiply, no
-    log and exp); the guard's bound is absolute, so the repair stays exact for any input scale."""
+    log and exp); the guard's bound is absolute, so the repair stays exact for any input scale.
+    ``product``: v -> v @ mat.scaled."""
     v = h1 * bridge.scaled[:, t]
-    h = (v @ mat.scaled).clamp_min(torch.finfo(v.dtype).tiny)
+    h = product(v).clamp_min(torch.finfo(v.dtype).tiny)
     out = h.log() + bridge.top[:, t]
     return _repaired(out, _Saved(v, h), mat, live, True, lambda lead: h1[lead].log() + bridge.log[:, t][lead])
 
 
-def _product_backward(g_out: Tensor, s: _Saved, mat: Matrix, repairs: list) -> tuple[Tensor, Tensor]:
+def _product_backward(
+    g_out: Tensor, s: _Saved, mat: Matrix, repairs: list, transposed: RepeatedProduct | None = None
+) -> tuple[Tensor, Tensor]:
     """(d/dx, d/dh) of one product given d/dout; each repaired entry's (index, d/dout times its
-    softmax weights over the K inputs, n x K) goes to ``repairs`` for the matrix gradient."""
+    softmax weights over the K inputs, n x K) goes to ``repairs`` for the matrix gradient.
+    ``transposed``: g -> g @ mat.scaled^T for a shared matrix (packed where that pays)."""
     g = g_out if s.index is None else g_out.index_put(s.index, g_out.new_zeros(()))
     g_h = g / s.h  # 0 where repaired or junk
-    g_x = times(g_h, mat.scaled.transpose(-1, -2)) * s.v
+    g_x = (times(g_h, mat.scaled.transpose(-1, -2)) if transposed is None else transposed(g_h)) * s.v
     if s.index is not None:
         w = _repair_weights(s.rows + columns(mat.log, s.index, 2), s.exact, g_out[s.index])
         g_x = g_x.index_put(s.index[:-1], w, accumulate=True)
@@ -239,7 +250,8 @@ class _ScaledForward(torch.autograd.Function):
         chain = ScaledChain(u, left, right, log_weights, final, left_is_log)
         per_position = left.dim() == 4
         mats = None if per_position else chain.matrices()
-        T = u.shape[1]
+        B, T = u.shape[:2]
+        products = [None] if per_position else [RepeatedProduct(m.scaled, B, T - 1) for m in mats]
         later = u[:, 1:] if per_position else u[:, 1:] + mats[-1].shift  # shared column shifts, once
         inside = torch.arange(T, device=u.device) < lengths.unsqueeze(-1)  # B x T
         bridge = Bridge.of(mats[0].shift, log_weights, u) if mats is not None and len(mats) > 1 else None
@@ -251,15 +263,15 @@ class _ScaledForward(torch.autograd.Function):
             live = inside[t]
             if per_position:
                 mats = [Matrix.from_log(left[:, t - 1])]
-            y, first = _product(x, mats[0], live, shifted=True, folded=not per_position)
+            y, first = _product(x, mats[0], live, shifted=True, folded=not per_position, product=products[0])
             first.matrix = mats[0] if per_position else None
             step = [first]
             if len(mats) > 1 and first.index is None:  # the common case: no log/exp between the products
-                y, second = _bridged_product(first.h, bridge, t - 1, mats[1], live)
+                y, second = _bridged_product(first.h, bridge, t - 1, mats[1], live, products[1])
                 step.append(second)
             elif len(mats) > 1:
                 y = y + bridge.log[:, t - 1]
-                y, second = _product(y, mats[1], live, shifted=False, folded=True)
+                y, second = _product(y, mats[1], live, shifted=False, folded=True, product=products[1])
                 step.append(second)
             elif weights is not None:
                 y = y + weights[t - 1]
@@ -288,6 +300,7 @@ class _ScaledForward(torch.autograd.Function):
         grad_u = [None] * T  # B x K each, stacked at the end (not a copy into B x T x K a step)
         per_position = chain.left.dim() == 4
         per_matrix = [([], [], []) for _ in saved[0]] if saved else []  # exp(inputs), d/dh, repairs
+        transposed = None if per_position else [RepeatedProduct(m.scaled.T, B, T - 1) for m in mats]
         grad_left = torch.zeros_like(chain.left) if per_position and ctx.needs_input_grad[1] else None
         grad_lw = [None] * (T - 1) if chain.log_weights is not None else None
         last_positions = set((lengths - 1).tolist())
@@ -306,7 +319,7 @@ class _ScaledForward(torch.autograd.Function):
                     if grad_left is not None:
                         grad_left[:, t - 1] = _per_position_grad(s, s.matrix, g_h, step_repairs)
                     continue
-                g, g_h = _product_backward(g, s, mats[p], repairs)
+                g, g_h = _product_backward(g, s, mats[p], repairs, transposed[p])
                 vs.append(s.v)
                 ghs.append(g_h)
         grad_u[0] = torch.where((lengths == 1).unsqueeze(-1), end, g)
