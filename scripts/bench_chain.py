@@ -45,15 +45,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from zoo.inference import (
-    DenseChain,
-    EmbeddingChain,
-    LinearChain,
-    LowRankChain,
-    RankSpaceChain,
-    RDPOptions,
-    packed,
-)
+import zoo.inference.packed as packed
+from zoo.inference import DenseChain, EmbeddingChain, LinearChain, LowRankChain, RankSpaceChain, RDPOptions
 from zoo.inference.chain import scaled
 from zoo.inference.chain.rank_space import rank_space_scaled, rank_transition, streams
 
