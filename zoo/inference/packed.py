@@ -7,10 +7,10 @@ memory bandwidth such a product is bound by (on our 2-core AMD EPYC: 16 GB/s for
 into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, the op torch.compile's CPU
 freezing packs linear weights with) and then reads only the packed copy: those products 2.3x and
 2.5x faster, for one packing that takes as long as 10 to 15 of torch.mm's products. Whole forwards
-(``scripts/bench_chain.py``, table 8, T = 100, one thread): 1.2x to 2.1x faster at N = 1024 and 2048
-from B = 4 on, 6-11 % at N = 512 from B = 16 on, even at N = 512, B = 4, and 1.2x to 1.8x slower at
-B = 1. The packed copy is one more matrix in memory, so matrices above 4096 x 4096 are not packed.
-The same float32 arithmetic (no reduced-precision mode: the engine runs under
+(``scripts/bench_chain.py``, table 8, T = 100, one thread, two runs): 1.1x to 2.1x faster at N = 1024
+and 2048 from B = 4 on, 2-11 % at N = 512 from B = 16 on, even at N = 512, B = 4, and 1.1x to 1.8x
+slower at B = 1. The packed copy is one more matrix in memory, so matrices above 4096 x 4096 are
+not packed. The same float32 arithmetic (no reduced-precision mode: the engine runs under
 ``precision.full_precision``).
 
 ``RepeatedProduct`` packs where that pays (``worth_packing``) and calls ``torch.mm`` elsewhere: on
@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-MIN_ELEMENTS = 2**18  # K x M: at 512 x 512 packing gained 6-11 % from B = 16 on (even at B = 4)
-MIN_ROWS = 4  # one row: packed forwards 1.2-1.8x slower; 2 and 3 rows not measured
+MIN_ELEMENTS = 2**18  # K x M: at 512 x 512 packing gained 2-11 % from B = 16 on (even at B = 4)
+MIN_ROWS = 4  # one row: packed forwards 1.1-1.8x slower; 2 and 3 rows not measured
 MIN_PRODUCTS = 64  # a whole forward of 39 products gained nothing back to back (table 8's quick run)
 MAX_ELEMENTS = 2**24  # the packed copy is one more matrix in memory (and its transpose, while packing)
 FORCE: bool | None = None  # None: the rule; True: pack wherever oneDNN can, False: never (benchmarks, tests)
