@@ -41,12 +41,10 @@ def available() -> bool:
 def worth_packing(matrix: Tensor, rows: int, products: int) -> bool:
     """Whether ``products`` products of ``rows`` rows by ``matrix`` (K x M) are faster packed (``FORCE``
     overrides the sizes)."""
-    cpu_float32 = matrix.device.type == "cpu" and matrix.dtype == torch.float32 and matrix.dim() == 2
-    if not (cpu_float32 and available()):
+    if not (matrix.device.type == "cpu" and matrix.dtype == torch.float32 and matrix.dim() == 2):
         return False
-    if FORCE is not None:
-        return FORCE
-    return MIN_ELEMENTS <= matrix.numel() <= MAX_ELEMENTS and rows >= MIN_ROWS and products >= MIN_PRODUCTS
+    pays = MIN_ELEMENTS <= matrix.numel() <= MAX_ELEMENTS and rows >= MIN_ROWS and products >= MIN_PRODUCTS
+    return (pays if FORCE is None else FORCE) and available()  # the ops looked up only where it would pack
 
 
 class RepeatedProduct:
