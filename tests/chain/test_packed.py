@@ -24,13 +24,19 @@ T = 70  # 69 products: packed (>= MIN_PRODUCTS)
 def uses(monkeypatch):
     """Records, for each product made, whether it was packed (so that a test knows which path ran)."""
     seen = []
-    original = packed.RepeatedProduct.__call__
+    original = packed.RepeatedProduct.__init__
 
-    def recording(self, x, out=None):
-        seen.append(self.packed is not None)
-        return original(self, x, out)
+    def recording(self, *args):
+        original(self, *args)
+        into = self.into  # what both the call and the forwards' loops run
 
-    monkeypatch.setattr(packed.RepeatedProduct, "__call__", recording)
+        def recorded(x, out=None):
+            seen.append(self.packed is not None)
+            return into(x, out=out)
+
+        self.into = recorded
+
+    monkeypatch.setattr(packed.RepeatedProduct, "__init__", recording)
     return seen
 
 

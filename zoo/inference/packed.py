@@ -20,6 +20,8 @@ other devices and dtypes, where torch was built without oneDNN or the user turne
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -55,13 +57,20 @@ class RepeatedProduct:
     def __init__(self, matrix: Tensor, rows: int, products: int):
         self.matrix = matrix
         self.packed = None
+        # into(x, out=out): x @ matrix written into ``out``, the fewest Python calls (a chain of small
+        # products is bound by them)
+        self.into = functools.partial(torch.mm, mat2=matrix)
         if worth_packing(matrix, rows, products):
             # oneDNN's linear takes the weight as M x K (y = x W^T)
             self.packed = torch.ops.mkldnn._reorder_linear_weight(matrix.detach().T.contiguous(), rows)
+            self.into = functools.partial(_packed_product, self.packed)
 
     def __call__(self, x: Tensor, out: Tensor | None = None) -> Tensor:
         """x @ matrix (B x M), into ``out`` where given."""
-        if self.packed is None:
-            return torch.mm(x, self.matrix, out=out)
-        y = torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
-        return y if out is None else out.copy_(y)
+        return self.into(x, out=out)
+
+
+def _packed_product(packed: Tensor, x: Tensor, out: Tensor | None = None) -> Tensor:
+    """x @ the matrix ``packed`` holds (B x M), into ``out`` where given."""
+    y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    return y if out is None else out.copy_(y)

@@ -187,8 +187,9 @@ class _Forward:
         self.scale_steps = u.new_zeros(T, B)  # scale_t = their cumsum up to t
         self.scale_steps[0] = n0
         self.cached = None  # with cache_factors: (B x T-1 x K factors, their views by position, top)
+        self.log_factors = None  # without ``keep``, small chains: log F (B x T-1 x K, below tiny too)
         if cache_factors:
-            factors, views, top = self._factors(1, T, self.work.factors)
+            factors, views, top = self._factors(1, T, self.work.factors, self.work.log_factors)
             self.cached = factors, views, top
             self._offsets(top, 1, T)
         self.shifts: dict[int, Tensor] = {}  # block start -> log of what its start was divided by (B x 1)
@@ -223,20 +224,33 @@ class _Forward:
             later += self.chain.log_weights[:, a - 1 : b - 1]
         return later
 
-    def _factors(self, a: int, b: int, out: tuple[Tensor, Sequence[Tensor]] | None = None):
+    def _factors(self, a: int, b: int, out: tuple[Tensor, Sequence[Tensor]] | None = None,
+                 logs: Tensor | None = None):
         """p's factors F_t = exp(later_t - top_t) <= 1 at positions a..b-1 (B x k x K, into ``out``'s
         buffer where given), their views by position and top (B x k x 1): an F below tiny is set to 0
         before the exp (the error the bound allows; a subnormal exp is 100x slower). Small chains
         make them for all positions at once (fewer kernels), larger ones a block at a time (they
-        stay in cache)."""
+        stay in cache). With ``logs`` (a B x k x K buffer), the logs later_t - top_t stay there as
+        ``log_factors``: the block ends read them."""
         if self.cached is not None:
             _, views, top = self.cached
             return None, views[a - 1 : b - 1], top[:, a - 1 : b - 1]
-        later = self._later(a, b, None if out is None else out[0])  # made in place, in order: an exp
-        top = later.amax(-1, keepdim=True).clamp_min_(NEG)  # that writes transposed costs 1.5x more
-        later.sub_(top)
-        torch.nn.functional.threshold_(later, math.log(self.tiny), -math.inf)
-        return later.exp_(), later.unbind(1) if out is None else out[1], top
+        buffer = out[0] if out is not None else None
+        later = self._later(a, b, buffer if logs is None else logs)
+        top = later.amax(-1, keepdim=True).clamp_min_(NEG)  # made in place, in order: an exp that
+        later.sub_(top)  # writes transposed costs 1.5x more
+        if logs is None:
+            factors = torch.nn.functional.threshold_(later, math.log(self.tiny), -math.inf)
+        else:
+            self.log_factors = later
+            factors = torch.threshold(later, math.log(self.tiny), -math.inf, out=buffer)
+        return factors.exp_(), factors.unbind(1) if out is None else out[1], top
+
+    def _log_factor(self, t: int, top: Tensor) -> Tensor:
+        """log F_t (B x K), below tiny too; ``top``: top_t (B x 1)."""
+        if self.log_factors is not None:
+            return self.log_factors[:, t - 1]
+        return self._later(t, t + 1)[:, 0] - top
 
     def run(self) -> tuple[Tensor, Tensor] | None:
         """Blocks in probability space, run in passes: a pass runs its blocks one after the other and
@@ -269,9 +283,10 @@ class _Forward:
                 wait -= 1
             b = min(a + length, self.T)
             start, a, count = self._guarded(a, b).exp(), b, 1
-        if self.shifts:
-            starts = torch.tensor(list(self.shifts), device=self.lengths.device)
-            self.scale_steps.index_add_(0, starts, torch.cat(list(self.shifts.values()), -1).T)
+        for b, shift in self.shifts.items():
+            self.scale_steps[b].add_(shift.squeeze(-1))
+        if self.first_end == self.T:  # every row ends at T - 1
+            return self.ends, self.scale_steps.sum(0)
         return self.ends, self.scale_steps.cumsum(0)[self.lengths - 1, self.rows]
 
     def _pass(self, a: int, ends: list[int], start: Tensor) -> tuple[bool, int, Tensor]:
@@ -289,12 +304,15 @@ class _Forward:
             h = [buffer[a - 1 : ends[-1] - 1] for buffer in self.work.h_all]
             values = torch.cat(self._extremes(h, a, ends[-1])).tolist()
             rows = [values[i * n : (i + 1) * n] for i in range(2 * P)]  # low_1, high_1, ...
-            by_block = [[x for row in rows for x in row[f - a : b - a]] for f, b in zip(firsts, ends)]
+            if self._check(rows[0::2], rows[1::2]):  # the whole pass as one block: every block passes
+                return True, ends[-1], start
+            by_block = [tuple([row[f - a : b - a] for row in rows[i::2]] for i in (0, 1))
+                        for f, b in zip(firsts, ends)]
         else:
             values = torch.cat(stats).tolist()
             cuts = [0, *itertools.accumulate(len(stat) for stat in stats)]
-            by_block = [values[i:j] for i, j in zip(cuts, cuts[1:])]
-        failed = next((i for i, block in enumerate(by_block) if not self._check(block)), None)
+            by_block = [self._split_check(values[i:j]) for i, j in zip(cuts, cuts[1:])]
+        failed = next((i for i, block in enumerate(by_block) if not self._check(*block)), None)
         if failed is None:
             return True, ends[-1], start
         for end in [e for e in self.shifts if e > firsts[failed]]:
@@ -312,19 +330,18 @@ class _Forward:
         _, factors, top = self._factors(a, b)
         if self.cached is None:
             self._offsets(top, a, b)
-        ring, h = self.ring, [rows[row : row + b - a] for rows in self.work.h_rows]
+        ring, h, mul = self.ring[a:b], [rows[row : row + b - a] for rows in self.work.h_rows], torch.mul
         if self.bridge is None:
-            (times,) = self.products
-            for j, t in enumerate(range(a, b)):
-                v = torch.mul(times(v, out=h[0][j]), factors[j], out=ring[t])
+            times = self.products[0].into
+            for h_t, f_t, p_t in zip(h[0], factors, ring):
+                v = mul(times(v, out=h_t), f_t, out=p_t)
         else:
-            times_1, times_2 = self.products
-            for j, t in enumerate(range(a, b)):
-                v = times_1(v, out=h[0][j]) * self.bridge_steps[t - 1]
-                v = torch.mul(times_2(v, out=h[1][j]), factors[j], out=ring[t])
+            times_1, times_2 = (product.into for product in self.products)
+            for h_1, h_2, w_t, f_t, p_t in zip(*h, self.bridge_steps[a - 1 : b - 1], factors, ring):
+                v = mul(times_2(times_1(v, out=h_1) * w_t, out=h_2), f_t, out=p_t)
         self._lazy_ends(a, b, row, top)
         if b < self.T:  # the next start from exact logs: what p lost to underflow, it keeps
-            log_f = self._later(b - 1, b)[:, 0] - top[:, -1]  # log F_{b-1}, below tiny too
+            log_f = self._log_factor(b - 1, top[:, -1])
             x = self._log_p(h[-1][-1], log_f)  # the exact log p_{b-1}
             shift = x.amax(-1, keepdim=True).clamp_min_(NEG)
             self.end_logs[b - 1], self.shifts[b] = x, shift
@@ -332,7 +349,7 @@ class _Forward:
             if self.keep:  # what the backward takes as F_{b-1} and p_{b-1}
                 self.replaced.setdefault(b - 1, factors[-1].clone())  # F_{b-1}, for a shorter block
                 factors[-1].copy_(remade)
-                v = torch.mul(h[-1][-1], remade, out=ring[b - 1])
+                v = torch.mul(h[-1][-1], remade, out=ring[-1])
             else:
                 v = h[-1][-1] * remade
         if kept:
@@ -356,24 +373,29 @@ class _Forward:
 
     def _lazy_ends(self, a: int, b: int, row: int, top: Tensor) -> None:
         """The exact log p = log h + log F of the rows that end in the block (h passes the bound)."""
-        if not any(a <= e < b for e in self.end_positions):
+        if self.end_positions.isdisjoint(range(a, b)):
             return
         h = self.work.h_all[-1]
         if self.first_end == self.T:  # every row ends at T - 1: slices, not gathers
-            self.ends = self._log_p(h[row + b - a - 1], self._later(b - 1, b)[:, 0] - top[:, -1])
+            self.ends = self._log_p(h[row + b - a - 1], self._log_factor(b - 1, top[:, -1]))
             return
         last, rows = self.lengths - 1, self.rows
         at = last.clamp(a, b - 1)
-        exact = self._log_p(h[row + at - a, rows], self._later_at(at) - top[rows, at - a])
+        if self.log_factors is not None:
+            log_f = self.log_factors[rows, at - 1]
+        else:
+            log_f = self._later_at(at) - top[rows, at - a]
+        exact = self._log_p(h[row + at - a, rows], log_f)
         self.ends = torch.where(((last >= a) & (last < b)).unsqueeze(-1), exact, self.ends)
 
-    def _check(self, values: list[float]) -> bool:
-        """The module docstring's bound at each position of a block ([min h_1, max h_1, ...] by
-        position): every product's smallest entry against the largest entry of its input (the previous
-        product's output, F and W <= 1) or 1 (the block's start has max 1), whichever is larger."""
-        if math.isnan(sum(values)):  # every value is >= 0: their sum is NaN only where one is
-            return False
-        lows, highs = self._split_check(values)
+    def _check(self, lows: list[list[float]], highs: list[list[float]]) -> bool:
+        """The module docstring's bound at each position of a block (each product's smallest and largest
+        h by position): every product's smallest entry against the largest entry of its input (the
+        previous product's output, F and W <= 1) or 1 (the block's start has max 1), whichever is
+        larger. Blocks one after the other pass it as one block only if each passes alone (one start's
+        1 is at most the largest entry before it)."""
+        if math.isnan(sum(map(sum, lows)) + sum(map(sum, highs))):  # every value is >= 0: NaN only
+            return False  # where one is
 
         def passes(low: float, m, peak: float, h_in: float) -> bool:
             return low >= self.unit_bound * m.rows * (2 + peak * h_in)
@@ -444,8 +466,8 @@ class _Workspace:
     the same shapes (the latest per thread): making a view costs about what a small product does,
     and a forward needs one a position. Holds each product's h in block slots (two, one block's h
     staying while the next is made; or, for small chains, one a block), the two vectors p_t takes
-    turns in, and, where asked, the B x T-1 x K factors (only where no backward keeps them). Larger
-    ones than ``KEPT_WORKSPACE`` are freed with their forward, as any tensor."""
+    turns in, and, where asked, the B x T-1 x K factors and their logs (only where no backward keeps
+    them). Larger ones than ``KEPT_WORKSPACE`` are freed with their forward, as any tensor."""
 
     _local = threading.local()
 
@@ -459,9 +481,9 @@ class _Workspace:
         self.h_all = [new(slots * size, B, M) for M in widths]  # a product's h, slot after slot
         self.h_rows = [buffer.unbind(0) for buffer in self.h_all]
         self.ring = [new(B, K), new(B, K)]
-        self.factors = None
+        self.factors = self.log_factors = None
         if factors:
-            buffer = new(B, T - 1, K)
+            buffer, self.log_factors = new(B, T - 1, K), new(B, T - 1, K)
             self.factors = buffer, buffer.unbind(1)
 
     @classmethod
@@ -474,6 +496,6 @@ class _Workspace:
         if work is not None and work.key == key:
             return work
         work = cls(key)
-        if B * (slots * size * sum(widths) + 2 * K + (T - 1) * K * factors) <= KEPT_WORKSPACE:
+        if B * (slots * size * sum(widths) + 2 * K + 2 * (T - 1) * K * factors) <= KEPT_WORKSPACE:
             cls._local.work = work
         return work
