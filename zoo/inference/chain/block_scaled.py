@@ -38,6 +38,7 @@ Shapes: B batch, T positions, K states (or rank nodes), M a product's output siz
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -92,7 +93,7 @@ def _log_z(chain: scaled.ScaledChain, lengths: Tensor, last: Tensor, scale: Tens
     last = last if log_end is None else last + log_end
     top = last.amax(-1, keepdim=True).clamp_min(NEG)  # torch.logsumexp costs 5x more at these sizes
     end = (last - top).exp().sum(-1).log() + top.squeeze(-1)
-    scaled.check_alive(torch.minimum(scale, end))
+    scaled.check_alive(torch.minimum(scale, end).amin())  # one element: fewer kernels
     return scale + end
 
 
@@ -196,11 +197,15 @@ class _Forward:
         self.end_logs: dict[int, Tensor] = {}  # a block's last position -> exact log p there (B x K)
         self.replaced: dict[int, Tensor] = {}  # with ``keep``: a block's last position -> its own F
         self.guarded_logs: dict[int, Tensor] = {}  # exact log p_t where the guarded steps made it
-        last = (lengths - 1).tolist()
+        last = [length - 1 for length in lengths.tolist()]
         self.first_end = min(last) + 1  # from here on, rows past their length are left out
         self.end_positions = set(last)
-        self.rows = torch.arange(B, device=lengths.device)
         self.ends = x0  # B x K: each row becomes the exact log p at its last position
+
+    @functools.cached_property
+    def rows(self) -> Tensor:
+        """0..B-1, for gathers at each row's own position (ragged lengths)."""
+        return torch.arange(len(self.lengths), device=self.lengths.device)
 
     def _offsets(self, top: Tensor, a: int, b: int) -> None:
         """The log scale each position's factors add: top (B x k x 1), plus the bridge's max."""
