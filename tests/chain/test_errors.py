@@ -256,3 +256,68 @@ def test_factors_not_a_container():
 
     with pytest.raises(TypeError, match="(?i)factor|chain|container"):
         _ = LinearChain(lp(B, T, N)).log_partition
+
+
+# --------------------------------------------------------------------------- one dtype, one device
+def _chain_containers():
+    """name -> (build(**potentials), float32 potentials), every argument of each container given."""
+    from zoo.inference import DenseChain, EmbeddingChain, LowRankChain, RankSpaceChain
+
+    g = _g(3)
+
+    def f32(*s, positive=False):
+        x = torch.rand(*s, generator=g) + 0.1 if positive else torch.randn(*s, generator=g)
+        return x.float()
+
+    return {
+        "DenseChain": (DenseChain, dict(unary=f32(B, T, N), transition=f32(N, N), init=f32(N))),
+        "EmbeddingChain": (EmbeddingChain, dict(unary=f32(B, T, N), states=f32(N, R), init=f32(N))),
+        "LowRankChain": (
+            lambda **a: LowRankChain(**a, normalize=False),
+            dict(unary=f32(B, T, N), left=f32(N, R, positive=True), right=f32(N, R, positive=True),
+                 init=f32(N), log_rank_weights=f32(B, T - 1, R)),
+        ),
+        "RankSpaceChain": (
+            RankSpaceChain,
+            dict(start=f32(N, positive=True), U=f32(N, R, positive=True), V=f32(N, R, positive=True),
+                 emission=f32(B, T, R)),
+        ),
+    }
+
+
+CHAIN_ARGS = [(name, arg) for name, (_, args) in _chain_containers().items() for arg in args]
+_ARG_IDS = [f"{name}-{arg}" for name, arg in CHAIN_ARGS]
+
+
+@pytest.mark.parametrize("name, arg", CHAIN_ARGS, ids=_ARG_IDS)
+def test_one_float64_potential_among_float32_is_refused(name, arg):
+    """A float64 argument among float32 ones: a TypeError at construction naming both dtypes (it once
+    failed inside the first matrix product: "expected m1 and m2 to have the same dtype")."""
+    build, args = _chain_containers()[name]
+    args[arg] = args[arg].double()
+    match = rf"{name}'s potentials must share one dtype: .*{arg} is float64"
+    with pytest.raises(TypeError, match=match) as e:
+        build(**args)
+    assert "is float32" in str(e.value) and f"{arg}.float()" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("name, arg", CHAIN_ARGS, ids=_ARG_IDS)
+def test_one_bfloat16_potential_among_float32_is_accepted(name, arg):
+    """bfloat16 is computed in float32, so it mixes with float32: the result is that of the argument
+    rounded to bfloat16 and given in float32."""
+    from zoo.inference import LinearChain
+
+    build, args = _chain_containers()[name]
+    rounded = dict(args, **{arg: args[arg].bfloat16().float()})
+    mixed = LinearChain(build(**dict(args, **{arg: args[arg].bfloat16()}))).log_partition
+    assert mixed.dtype == torch.float32
+    assert torch.equal(mixed, LinearChain(build(**rounded)).log_partition)
+
+
+@pytest.mark.parametrize("name, arg", CHAIN_ARGS, ids=_ARG_IDS)
+def test_one_potential_on_another_device_is_refused(name, arg):
+    """Devices are compared as dtypes are, before any value is read ('meta' stands for a GPU here)."""
+    build, args = _chain_containers()[name]
+    args[arg] = args[arg].to("meta")
+    with pytest.raises(TypeError, match=rf"{name}'s potentials must be on one device: .*{arg} is on meta"):
+        build(**args)

@@ -144,3 +144,65 @@ def test_segmentation_and_sampling_arguments():
         dist.sample(0)
     with pytest.raises(ValueError, match="temperature"):
         dist.rsample(0.0)
+
+
+# --------------------------------------------------------------------------- one dtype, one device
+def _sm_containers():
+    """name -> (class, float32 potentials), every argument of each container given."""
+    g = torch.Generator().manual_seed(3)
+
+    def f32(*s, positive=False):
+        return torch.rand(*s, generator=g) + 0.1 if positive else torch.randn(*s, generator=g)
+
+    return {
+        "DenseSemiMarkov": (
+            DenseSemiMarkov, dict(unary=f32(B, T, N), transition=f32(N, N), duration=f32(N, D), init=f32(N))
+        ),
+        "LowRankSemiMarkov": (
+            LowRankSemiMarkov,
+            dict(unary=f32(B, T, N), left=f32(N, R, positive=True), right=f32(N, R, positive=True),
+                 duration=f32(N, D), init=f32(N)),
+        ),
+        "RankSpaceSemiMarkov": (
+            RankSpaceSemiMarkov,
+            dict(start=f32(N, positive=True), U=f32(N, R, positive=True), V=f32(N, R, positive=True),
+                 duration=f32(R, D), emission=f32(B, T, R)),
+        ),
+        "EdgeSemiMarkov": (EdgeSemiMarkov, dict(first=f32(B, D, N), edge=f32(B, T - 1, D, N, N))),
+    }
+
+
+SM_ARGS = [(name, arg) for name, (_, args) in _sm_containers().items() for arg in args]
+_ARG_IDS = [f"{name}-{arg}" for name, arg in SM_ARGS]
+
+
+@pytest.mark.parametrize("name, arg", SM_ARGS, ids=_ARG_IDS)
+def test_one_float64_potential_among_float32_is_refused(name, arg):
+    """A float64 argument among float32 ones: a TypeError at construction naming both dtypes (it once
+    failed inside a matrix product, or silently returned a float32 log Z from a float64 unary)."""
+    cls, args = _sm_containers()[name]
+    args[arg] = args[arg].double()
+    match = rf"{name}'s potentials must share one dtype: .*{arg} is float64"
+    with pytest.raises(TypeError, match=match) as e:
+        cls(**args)
+    assert "is float32" in str(e.value) and f"{arg}.float()" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("name, arg", SM_ARGS, ids=_ARG_IDS)
+def test_one_bfloat16_potential_among_float32_is_accepted(name, arg):
+    """bfloat16 is computed in float32, so it mixes with float32: the result is that of the argument
+    rounded to bfloat16 and given in float32."""
+    cls, args = _sm_containers()[name]
+    rounded = dict(args, **{arg: args[arg].bfloat16().float()})
+    mixed = SemiMarkovChain(cls(**dict(args, **{arg: args[arg].bfloat16()}))).log_partition
+    assert mixed.dtype == torch.float32
+    assert torch.equal(mixed, SemiMarkovChain(cls(**rounded)).log_partition)
+
+
+@pytest.mark.parametrize("name, arg", SM_ARGS, ids=_ARG_IDS)
+def test_one_potential_on_another_device_is_refused(name, arg):
+    """Devices are compared as dtypes are, before any value is read ('meta' stands for a GPU here)."""
+    cls, args = _sm_containers()[name]
+    args[arg] = args[arg].to("meta")
+    with pytest.raises(TypeError, match=rf"{name}'s potentials must be on one device: .*{arg} is on meta"):
+        cls(**args)

@@ -493,3 +493,70 @@ def test_sample_sentences_bad_input(case, match):
         emission = lp(PT + 1, 4).log_softmax(-1)
     with pytest.raises(ValueError, match=match):
         sample_sentences(dense(), emission, lengths, 2, _g(0))
+
+
+# --------------------------------------------------------------------------- one dtype, one device
+def _tree_builders():
+    """name -> (build(**tensors), float32 tensors): each grammar, and the sentence-side tensors
+    (terms, node_scores; the emission of sample_sentences) checked against a float32 grammar."""
+    g = _g(9)
+
+    def f32(*s, positive=False):
+        return torch.rand(*s, generator=g) + 0.1 if positive else torch.randn(*s, generator=g)
+
+    grammar = DenseGrammar(f32(NT), f32(NT, S, S))
+    return {
+        "DenseGrammar": (DenseGrammar, dict(root=f32(NT), rules=f32(NT, S, S))),
+        "LowRankGrammar": (
+            LowRankGrammar,
+            dict(root=f32(NT), rules=f32(NT, S, S), head=f32(NT, R, positive=True),
+                 children=f32(NT, NT, R, positive=True)),
+        ),
+        "RankSpaceGrammar": (
+            RankSpaceGrammar,
+            dict(root=f32(NT), U=f32(NT, R, positive=True), V=f32(S, R, positive=True),
+                 W=f32(S, R, positive=True)),
+        ),
+        "RankSpaceGrammar.from_logs": (
+            RankSpaceGrammar.from_logs,
+            dict(root=f32(NT), log_U=f32(NT, R), log_V=f32(S, R), log_W=f32(S, R)),
+        ),
+        "TreeDistribution": (
+            lambda **a: TreeDistribution(grammar, **a),
+            dict(terms=f32(B, T, PT), node_scores=f32(B, T, T + 1, NT)),
+        ),
+        "sample_sentences": (
+            lambda **a: sample_sentences(grammar, **a, lengths=torch.tensor([2, 3])),
+            dict(emission=f32(PT, 4).log_softmax(-1)),
+        ),
+    }
+
+
+TREE_ARGS = [(name, arg) for name, (_, args) in _tree_builders().items() for arg in args]
+_ARG_IDS = [f"{name}-{arg}" for name, arg in TREE_ARGS]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=["float64", "bfloat16"])
+@pytest.mark.parametrize("name, arg", TREE_ARGS, ids=_ARG_IDS)
+def test_one_potential_of_another_dtype_is_refused(name, arg, dtype):
+    """One float64 (or bfloat16: trees run it as given, not in float32) tensor among float32 ones: a
+    TypeError naming both dtypes where it is given (it once failed inside a product, or ran in a
+    mixed dtype)."""
+    build, args = _tree_builders()[name]
+    args[arg] = args[arg].to(dtype)
+    owner = name.split(".")[0]
+    odd = str(dtype).removeprefix("torch.")
+    match = rf"{owner}'s? potentials must share one dtype: .*{arg} is {odd}"
+    with pytest.raises(TypeError, match=match) as e:
+        build(**args)
+    assert "is float32" in str(e.value) and f"{arg}.float()" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("name, arg", TREE_ARGS, ids=_ARG_IDS)
+def test_one_potential_on_another_device_is_refused(name, arg):
+    """Devices are compared as dtypes are, before any value is read ('meta' stands for a GPU here)."""
+    build, args = _tree_builders()[name]
+    args[arg] = args[arg].to("meta")
+    owner = name.split(".")[0]
+    with pytest.raises(TypeError, match=rf"{owner}'s? potentials must be on one device: .*{arg} is on meta"):
+        build(**args)

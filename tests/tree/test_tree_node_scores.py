@@ -99,4 +99,5 @@ def test_node_scores_steer_sampling():
 def test_node_scores_shape_is_checked():
     spec = tb.random_spec("dense", 2, 4, 2, 2, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match=r"node_scores must have shape B x T x \(T\+1\) x NT"):
-        TreeDistribution(grammar_of(spec), spec.args["terms"], node_scores=torch.zeros(2, 4, 4, 2))
+        terms = spec.args["terms"]
+        TreeDistribution(grammar_of(spec), terms, node_scores=terms.new_zeros(2, 4, 4, 2))

@@ -7,6 +7,7 @@ was given, so a bad input never reaches a DP as a cryptic shape error or a silen
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import torch
 from torch import Tensor
@@ -33,6 +34,51 @@ def as_dp_tensor(name: str, value) -> Tensor:
             f"for these dynamic programs; pass float32 ({name}.float()) or bfloat16 (computed in float32)"
         )
     return value.float() if value.dtype == torch.bfloat16 else value
+
+
+def check_same_dtype(owner: str, **tensors: Tensor | None) -> None:
+    """Check that the tensors given to ``owner`` share one dtype and one device (None: an optional
+    argument left out); else a TypeError names each tensor's dtype (or device) and one to convert.
+
+    Call it after ``as_dp_tensor`` (bfloat16 is float32 by then) or ``as_tensor``. Attribute reads
+    only: no kernel and no host synchronization (about a microsecond for a container's few tensors).
+    """
+    given = [(name, t) for name, t in tensors.items() if t is not None]
+    dtype, device = given[0][1].dtype, given[0][1].device
+    if all(t.dtype == dtype and t.device == device for _, t in given):
+        return
+    owner += "'" if owner.endswith("s") else "'s"  # sample_sentences'
+    dtypes = [_short(t.dtype) for _, t in given]
+    if len(set(dtypes)) > 1:
+        odd, want = _odd_one(given, dtypes, prefer=_short(torch.get_default_dtype()))
+        listing = ", ".join(f"{name} is {d}" for (name, _), d in zip(given, dtypes))
+        raise TypeError(
+            f"{owner} potentials must share one dtype: {listing}; "
+            f"convert them (e.g. {odd}.{_DTYPE_METHOD.get(want, f'to(torch.{want})')})"
+        )
+    devices = [str(t.device) for _, t in given]
+    odd, want = _odd_one(given, devices)
+    listing = ", ".join(f"{name} is on {d}" for (name, _), d in zip(given, devices))
+    raise TypeError(
+        f"{owner} potentials must be on one device: {listing}; move them (e.g. {odd}.to('{want}'))"
+    )
+
+
+_DTYPE_METHOD = {"float32": "float()", "float64": "double()", "bfloat16": "bfloat16()"}
+
+
+def _short(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _odd_one(given: list, values: list[str], prefer: str | None = None) -> tuple[str, str]:
+    """(the first argument off the value to convert to, that value). The value is the most common one
+    (on a tie ``prefer``, else the first argument's), or that of a tensor named by a description, not an
+    argument ("the grammar" of a TreeDistribution: the others follow it, and it has no ``.float()``)."""
+    counts = Counter(values)
+    want = max(counts, key=lambda v: (counts[v], v == prefer))
+    want = next((v for (name, _), v in zip(given, values) if not name.isidentifier()), want)
+    return next(name for (name, _), v in zip(given, values) if v != want), want
 
 
 def check_shape(name: str, value: Tensor, expected: tuple, names: str) -> None:

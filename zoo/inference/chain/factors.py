@@ -28,6 +28,7 @@ from zoo.inference.checks import (
     as_dp_tensor,
     check_finite,
     check_nonnegative,
+    check_same_dtype,
     check_shape,
 )
 from zoo.inference.logmatmul import Matrix, log_matmul
@@ -43,6 +44,10 @@ def _per_sequence(name: str, value: Tensor, batch: int, states: int) -> Tensor:
         return value.expand(batch, states)
     check_shape(name, value, (batch, states), "B x N")
     return value
+
+
+def _optional(name: str, value: Tensor | None) -> Tensor | None:
+    return None if value is None else as_dp_tensor(name, value)
 
 
 def _batched_init(init: Tensor | None, batch: int, states: int, like: Tensor) -> Tensor:
@@ -151,9 +156,11 @@ class DenseChain(ChainFactors):
     native_backend = Backend.EXACT
 
     def __init__(self, unary: Tensor, transition: Tensor, init: Tensor | None = None):
+        unary, transition = as_dp_tensor("unary", unary), as_dp_tensor("transition", transition)
+        init = _optional("init", init)
+        check_same_dtype(type(self).__name__, unary=unary, transition=transition, init=init)
         self.unary = self._check_unary(unary)
         B, T, N = self.unary.shape
-        transition = as_dp_tensor("transition", transition)
         if transition.dim() == 2:
             check_shape("transition", transition, (N, N), "N x N")
         elif transition.dim() == 4:
@@ -233,9 +240,11 @@ class EmbeddingChain(ChainFactors):
     native_backend = Backend.EXACT
 
     def __init__(self, unary: Tensor, states: Tensor, init: Tensor | None = None):
+        unary, states = as_dp_tensor("unary", unary), as_dp_tensor("states", states)
+        init = _optional("init", init)
+        check_same_dtype(type(self).__name__, unary=unary, states=states, init=init)
         self.unary = self._check_unary(unary)
         B, T, N = self.unary.shape
-        states = as_dp_tensor("states", states)
         check_shape("states", states, (N, None), "N x D")
         check_finite("states", states, allow_neg_inf=False)
         self.states = states
@@ -289,9 +298,15 @@ class LowRankChain(ChainFactors):
         normalize: bool = True,
         log_rank_weights: Tensor | None = None,
     ):
+        unary, left = as_dp_tensor("unary", unary), as_dp_tensor("left", left)
+        right = as_dp_tensor("right", right)
+        init, log_rank_weights = _optional("init", init), _optional("log_rank_weights", log_rank_weights)
+        check_same_dtype(
+            type(self).__name__, unary=unary, left=left, right=right, init=init,
+            log_rank_weights=log_rank_weights,
+        )
         self.unary = self._check_unary(unary)
         B, T, N = self.unary.shape
-        left, right = as_dp_tensor("left", left), as_dp_tensor("right", right)
         check_shape("left", left, (N, None), "N x R")
         check_shape("right", right, (N, left.shape[1]), "N x R")
         check_nonnegative("left", left)
@@ -299,7 +314,6 @@ class LowRankChain(ChainFactors):
         self.left, self.right = left, right
         self.init = _batched_init(init, B, N, self.unary)
         if log_rank_weights is not None:
-            log_rank_weights = as_dp_tensor("log_rank_weights", log_rank_weights)
             check_shape(
                 "log_rank_weights", log_rank_weights, (B, T - 1, left.shape[1]), "B x (T-1) x R"
             )
@@ -390,12 +404,13 @@ class RankSpaceChain(ChainFactors):
     native_backend = Backend.RANK_SPACE
 
     def __init__(self, start: Tensor, U: Tensor, V: Tensor, emission: Tensor):
+        start, U, V = as_dp_tensor("start", start), as_dp_tensor("U", U), as_dp_tensor("V", V)
         emission = as_dp_tensor("emission", emission)
+        check_same_dtype(type(self).__name__, start=start, U=U, V=V, emission=emission)
         if emission.dim() != 3 or 0 in emission.shape:
             raise ValueError(f"emission must have shape B x T x R, got {tuple(emission.shape)}")
         check_finite("emission", emission)
         B, T, R = emission.shape
-        U, V = as_dp_tensor("U", U), as_dp_tensor("V", V)
         check_shape("U", U, (None, R), "N x R")
         N = U.shape[0]
         check_shape("V", V, (N, R), "N x R")

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.checks import as_dp_tensor, check_finite, check_nonnegative, check_shape
+from zoo.inference.checks import as_dp_tensor, check_finite, check_nonnegative, check_same_dtype, check_shape
 from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.numerics import logsumexp, safe_log
 from zoo.inference.precision import full_precision
@@ -39,6 +39,10 @@ def _per_sequence(name: str, value: Tensor | None, batch: int, states: int, like
     else:
         check_shape(name, value, (batch, states), "B x N")
     return value
+
+
+def _optional(name: str, value: Tensor | None) -> Tensor | None:
+    return None if value is None else as_dp_tensor(name, value)
 
 
 def _check_frames(name: str, value: Tensor, what: str) -> Tensor:
@@ -183,9 +187,13 @@ class DenseSemiMarkov(FactorizedSemiMarkov):
     native_backend = Backend.EXACT
 
     def __init__(self, unary: Tensor, transition: Tensor, duration: Tensor, init: Tensor | None = None):
+        unary, transition = as_dp_tensor("unary", unary), as_dp_tensor("transition", transition)
+        duration, init = as_dp_tensor("duration", duration), _optional("init", init)
+        check_same_dtype(
+            type(self).__name__, unary=unary, transition=transition, duration=duration, init=init
+        )
         self._setup(unary, duration, init)
         N = self.num_states
-        transition = as_dp_tensor("transition", transition)
         check_shape("transition", transition, (N, N), "N x N")
         check_finite("transition", transition)
         self.transition = transition
@@ -259,9 +267,14 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
         normalize: bool = True,
         self_transitions: bool = True,
     ):
+        unary, left = as_dp_tensor("unary", unary), as_dp_tensor("left", left)
+        right, duration = as_dp_tensor("right", right), as_dp_tensor("duration", duration)
+        init = _optional("init", init)
+        check_same_dtype(
+            type(self).__name__, unary=unary, left=left, right=right, duration=duration, init=init
+        )
         self._setup(unary, duration, init)
         N = self.num_states
-        left, right = as_dp_tensor("left", left), as_dp_tensor("right", right)
         check_shape("left", left, (N, None), "N x R")
         check_shape("right", right, (N, left.shape[1]), "N x R")
         check_nonnegative("left", left)
@@ -350,15 +363,16 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
     native_backend = Backend.RANK_SPACE
 
     def __init__(self, start: Tensor, U: Tensor, V: Tensor, duration: Tensor, emission: Tensor):
+        start, U, V = as_dp_tensor("start", start), as_dp_tensor("U", U), as_dp_tensor("V", V)
+        duration, emission = as_dp_tensor("duration", duration), as_dp_tensor("emission", emission)
+        check_same_dtype(type(self).__name__, start=start, U=U, V=V, duration=duration, emission=emission)
         self.emission = _check_frames("emission", emission, "R")
         B, T, R = self.emission.shape
-        U, V = as_dp_tensor("U", U), as_dp_tensor("V", V)
         check_shape("U", U, (None, R), "N x R (R from emission)")
         N = U.shape[0]
         check_shape("V", V, (N, R), "N x R")
         check_nonnegative("U", U)
         check_nonnegative("V", V)
-        start = as_dp_tensor("start", start)
         if start.dim() == 1:
             check_shape("start", start, (N,), "N")
             start = start.expand(B, N)
@@ -432,6 +446,7 @@ class EdgeSemiMarkov(SemiMarkovFactors):
 
     def __init__(self, first: Tensor, edge: Tensor):
         first, edge = as_dp_tensor("first", first), as_dp_tensor("edge", edge)
+        check_same_dtype(type(self).__name__, first=first, edge=edge)
         if first.dim() != 3 or 0 in first.shape:
             raise ValueError(f"first must have shape B x D x N with D, N >= 1, got {tuple(first.shape)}")
         B, D, N = first.shape

@@ -8,7 +8,14 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.checks import as_tensor, check_finite, check_lengths, check_sample_count, check_shape
+from zoo.inference.checks import (
+    as_tensor,
+    check_finite,
+    check_lengths,
+    check_same_dtype,
+    check_sample_count,
+    check_shape,
+)
 from zoo.inference.distribution import StructuredDistribution
 from zoo.inference.tree import engine, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
 from zoo.inference.tree.chart import mask_terms
@@ -51,6 +58,10 @@ class TreeDistribution(StructuredDistribution):
     ):
         self._check_factors(grammar)  # before its attributes are read below
         terms = as_tensor("terms", terms)
+        node_scores = None if node_scores is None else as_tensor("node_scores", node_scores)
+        check_same_dtype(
+            type(self).__name__, **{"the grammar": grammar.root}, terms=terms, node_scores=node_scores
+        )
         if terms.dim() != 3 or terms.shape[-1] != grammar.num_preterminals or 0 in terms.shape:
             raise ValueError(
                 f"terms must have shape B x T x PT with PT = {grammar.num_preterminals} preterminals, "
@@ -76,7 +87,6 @@ class TreeDistribution(StructuredDistribution):
         self.grammar = self.engine.prepare(grammar)
         self.terms = mask_terms(terms, self.lengths)
         if node_scores is not None:
-            node_scores = as_tensor("node_scores", node_scores)
             NT = grammar.num_nonterminals
             check_shape("node_scores", node_scores, (B, T, T + 1, NT), "B x T x (T+1) x NT")
             check_finite("node_scores", node_scores)

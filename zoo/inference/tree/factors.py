@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.checks import as_tensor, check_finite, check_nonnegative, check_shape
+from zoo.inference.checks import as_tensor, check_finite, check_nonnegative, check_same_dtype, check_shape
 from zoo.inference.numerics import safe_log, underflow_safe_exp
 
 #: the most entries a dense NT x S x S rule tensor may have when materialized for an exact fallback
@@ -146,6 +146,8 @@ class DenseGrammar(GrammarFactors):
     native_backend = Backend.EXACT
 
     def __init__(self, root: Tensor, rules: Tensor):
+        root, rules = as_tensor("root", root), as_tensor("rules", rules)
+        check_same_dtype(type(self).__name__, root=root, rules=rules)
         self.root = self._check_root(root)
         NT = self.root.shape[-1]
         rules = _grammar_tensor("rules", rules, (NT, None, None), "NT x S x S")
@@ -187,6 +189,9 @@ class LowRankGrammar(GrammarFactors):
     native_backend = Backend.LOW_RANK
 
     def __init__(self, root: Tensor, rules: Tensor, head: Tensor, children: Tensor):
+        root, rules = as_tensor("root", root), as_tensor("rules", rules)
+        head, children = as_tensor("head", head), as_tensor("children", children)
+        check_same_dtype(type(self).__name__, root=root, rules=rules, head=head, children=children)
         dense = DenseGrammar(root, rules)
         self.root, self.rules = dense.root, dense.rules
         NT = self.num_nonterminals
@@ -237,6 +242,8 @@ class RankSpaceGrammar(GrammarFactors):
     native_backend = Backend.RANK_SPACE
 
     def __init__(self, root: Tensor, U: Tensor, V: Tensor, W: Tensor):
+        root, U, V, W = as_tensor("root", root), as_tensor("U", U), as_tensor("V", V), as_tensor("W", W)
+        check_same_dtype(type(self).__name__, root=root, U=U, V=V, W=W)
         self.root = self._check_root(root)
         NT = self.num_nonterminals
         self.U = _grammar_tensor("U", U, (NT, None), "NT x r")
@@ -261,6 +268,9 @@ class RankSpaceGrammar(GrammarFactors):
         (``guard.guarded``), the factors are exponentiated in float64: an entry below float32's range
         (a softmax's tail) keeps its value there, and the gradient with respect to its log (its expected
         count in the tree) stays finite where the gradient with respect to the entry overflows."""
+        root, log_U = as_tensor("root", root), as_tensor("log_U", log_U)
+        log_V, log_W = as_tensor("log_V", log_V), as_tensor("log_W", log_W)
+        check_same_dtype(cls.__name__, root=root, log_U=log_U, log_V=log_V, log_W=log_W)
         grammar = cls(root, *(underflow_safe_exp(x) for x in (log_U, log_V, log_W)))
         G = grammar.grammar_batch
         grammar.logs = tuple(x.expand(G, *x.shape[-2:]) for x in (log_U, log_V, log_W))
