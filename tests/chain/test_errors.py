@@ -226,6 +226,22 @@ def test_negative_proposal_tensor():
         run_dense(backend="randomized", options=RDPOptions(1, 1, proposal=prop))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.long])
+def test_proposal_tensor_of_another_dtype_is_converted(dtype):
+    """A proposal is a sampling distribution, not a potential: float64 or integer counts among float32
+    potentials run as the same weights in float32 (once an opaque dtype error in the DP)."""
+    from zoo.inference import RDPOptions
+
+    counts, unary, transition = torch.randint(1, 5, (B, T, N), generator=_g()), lp(B, T, N), lp(N, N)
+    got, want = (
+        run_dense(unary.float(), transition.float(), backend="randomized",
+                  options=RDPOptions(2, 1, proposal=weights, generator=_g()))
+        for weights in (counts.to(dtype), counts.float())
+    )
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize("name", ["fast", "lowrank-ish", ""])
 def test_unknown_backend(name):
     with pytest.raises(ValueError, match="(?i)backend|fast|exact"):

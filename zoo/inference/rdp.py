@@ -106,6 +106,7 @@ def proposal_weights(
     proposal = "local+global" if proposal is None else proposal
     if isinstance(proposal, Tensor):
         check_shape("proposal", proposal, (B, T, N), "B x T x N")
+        proposal = proposal.to(dtype=unary.dtype, device=unary.device)  # weights of any dtype (counts too)
         if not torch.isfinite(proposal).all() or (proposal < 0).any():
             raise ValueError("proposal weights must be finite and non-negative")
         total = proposal.sum(-1, keepdim=True)
