@@ -381,3 +381,38 @@ def test_growth_inside_a_block_does_not_fail_its_check():
     detached = scaled.ScaledChain(u, trans.detach(), left_is_log=True)
     forward = block_scaled._Forward(detached, lengths, *scaled.normalized(u[:, 0]))
     assert forward.size < block_scaled.MAX_BLOCK and forward.run() is not None
+
+
+@pytest.mark.parametrize("T", [1, 2, 40])
+@pytest.mark.parametrize("kind", ["log", "two products"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_init_kept_apart_equals_it_folded_in(kind, T, grad):
+    """A chain's initial log-potentials kept apart (``ScaledChain.init``: the no-grad forward reads
+    u from position 1 on and copies no fold) give the same log Z and gradients as the same chain with
+    them folded into u, with a fixed start state (-inf entries) and ragged lengths."""
+    g = torch.Generator().manual_seed(T)
+    B, K = 3, 5
+    chain = _chain(g, B, T, K, 4, two=kind == "two products", weights=kind == "two products", final=False,
+                   spread=30.0, from_log=torch.randn(K, K, generator=g) if kind == "log" else None)
+    init = torch.full((B, K), -math.inf, dtype=torch.float64)
+    init[:, 0], init[1] = 0.0, torch.randn(K, generator=g, dtype=torch.float64)  # fixed start; free
+    lengths = torch.tensor([T, max(1, T // 2), 1])
+    apart = scaled.ScaledChain(chain.u, chain.left, chain.right, chain.log_weights, chain.final,
+                               chain.left_is_log, init=init)
+    folded = scaled.ScaledChain(torch.cat([chain.u[:, :1] + init.unsqueeze(1), chain.u[:, 1:]], 1),
+                                chain.left, chain.right, chain.log_weights, chain.final, chain.left_is_log)
+    if not grad:
+        torch.testing.assert_close(scaled.log_partition(apart, lengths), _reference(folded, lengths))
+        torch.testing.assert_close(scaled.forward(apart, lengths)[1], scaled.forward(folded, lengths)[1])
+        return
+    results = []
+    for with_init in (True, False):
+        u, i = chain.u.clone().requires_grad_(), init.clone().requires_grad_()
+        c = scaled.ScaledChain(u, chain.left, chain.right, chain.log_weights, chain.final, chain.left_is_log,
+                               init=i if with_init else None)
+        if not with_init:
+            c.u = torch.cat([u[:, :1] + i.unsqueeze(1), u[:, 1:]], 1)
+        log_z = scaled.log_partition(c, lengths)
+        results.append((log_z, *torch.autograd.grad(log_z.sum(), [u, i])))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want)

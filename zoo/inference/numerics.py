@@ -57,6 +57,14 @@ def finite_or_zero(x: Tensor) -> Tensor:
     return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)  # one kernel (isfinite is four)
 
 
+def added_at_first(u: Tensor, first: Tensor) -> Tensor:
+    """u (B x T x K) with ``first`` (B x K, or K) added at position 0: a copy and one in-place add,
+    cheaper than torch.cat; differentiable in both."""
+    out = u.clone()
+    out.select(1, 0).add_(first)
+    return out
+
+
 def needs_grad(*values) -> bool:
     """Whether autograd is on and one of the tensors among ``values`` requires grad (others ignored)."""
     return torch.is_grad_enabled() and any(isinstance(v, Tensor) and v.requires_grad for v in values)

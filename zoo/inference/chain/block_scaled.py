@@ -62,7 +62,7 @@ KEPT_WORKSPACE = 2**20  # up to this many elements, a forward's buffers are kept
 def log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> Tensor:
     """log Z (B,) of a chain with shared matrices, no autograd graph (see the module docstring)."""
     with torch.inference_mode():
-        x0, n0 = scaled.normalized(chain.u[:, 0])
+        x0, n0 = scaled.normalized(chain.first)  # u is read from position 1 on: init needs no fold
         if chain.u.shape[1] == 1:
             log_z = _log_z(chain, lengths, x0, n0)
         else:
@@ -76,6 +76,7 @@ def differentiable_log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> 
     (then the guarded forward with its own backward is the way, see ``scaled.log_partition``)."""
     if chain.u.shape[1] == 1:
         return None
+    chain = chain.folded()
     with torch.no_grad():
         detached = scaled.ScaledChain(chain.u.detach(), chain.left.detach(), left_is_log=True)
         x0, n0 = scaled.normalized(detached.u[:, 0])

@@ -24,8 +24,9 @@ from zoo.inference.semiring import Log, MatrixStep, Semiring
 
 
 def log_space(chain: DenseChain) -> scaled.ScaledChain:
-    """The dense chain as a scaled forward: left = log Psi (N x N, or B x (T-1) x N x N)."""
-    return scaled.ScaledChain(chain.folded_unary(), chain.transition, left_is_log=True)
+    """The dense chain as a scaled forward: left = log Psi (N x N, or B x (T-1) x N x N), the initial
+    log-potentials kept apart (folded where a forward needs them in u)."""
+    return scaled.ScaledChain(chain.unary, chain.transition, left_is_log=True, init=chain.init)
 
 
 def fast_log_partition(chain: DenseChain, lengths: Tensor) -> Tensor:

@@ -32,7 +32,7 @@ from zoo.inference.checks import (
     check_shape,
 )
 from zoo.inference.logmatmul import Matrix, log_matmul
-from zoo.inference.numerics import logsumexp, safe_log
+from zoo.inference.numerics import added_at_first, logsumexp, safe_log
 from zoo.inference.precision import full_precision, in_full_precision
 
 
@@ -93,9 +93,7 @@ class ChainFactors:
 
     def folded_unary(self) -> Tensor:
         """B x T x N: the unary with the initial log-potentials added at position 1."""
-        folded = self.unary.clone()  # a copy and one in-place add: cheaper than torch.cat here
-        folded.select(1, 0).add_(self.init)
-        return folded
+        return added_at_first(self.unary, self.init)
 
     def with_unary(self, unary: Tensor) -> ChainFactors:
         """A copy with the unary log-potentials replaced (same shape)."""

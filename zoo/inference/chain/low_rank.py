@@ -15,7 +15,7 @@ from zoo.inference.kinds import FALLBACK, NATIVE
 def low_rank_scaled(chain: LowRankChain) -> scaled.ScaledChain:
     """The low-rank chain as a scaled forward: left = diag(c) L, right = R, the rank log-weights between."""
     return scaled.ScaledChain(
-        chain.folded_unary(), chain.scaled_left(), chain.right, chain.log_rank_weights
+        chain.unary, chain.scaled_left(), chain.right, chain.log_rank_weights, init=chain.init
     )
 
 

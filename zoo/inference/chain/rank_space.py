@@ -63,11 +63,10 @@ def chain_streams(chain: RankSpaceChain, grad: bool) -> bool:
 def rank_space_scaled(chain: RankSpaceChain, streamed: bool = False) -> scaled.ScaledChain:
     """The rank-node chain as a scaled forward: u = log W[x_t] (+ log s U at position 1), end weights
     1^T V, and the step's products: H = V^T U, or (``streamed``) V^T then U."""
-    first = chain.emission[:, :1] + safe_log(chain.start @ chain.U).unsqueeze(1)
-    u = torch.cat([first, chain.emission[:, 1:]], 1)
+    u, init = chain.emission, safe_log(chain.start @ chain.U)
     if streamed:
-        return scaled.ScaledChain(u, chain.V.T, chain.U.T, final=chain.V.sum(0))
-    return scaled.ScaledChain(u, rank_transition(chain), final=chain.V.sum(0))
+        return scaled.ScaledChain(u, chain.V.T, chain.U.T, final=chain.V.sum(0), init=init)
+    return scaled.ScaledChain(u, rank_transition(chain), final=chain.V.sum(0), init=init)
 
 
 def rank_space_log_partition(chain: RankSpaceChain, lengths: Tensor) -> Tensor:

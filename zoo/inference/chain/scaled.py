@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.logmatmul import Matrix, columns, log_matmul, repair_index, times
-from zoo.inference.numerics import NEG, detached_max, logsumexp, needs_grad, safe_log
+from zoo.inference.numerics import NEG, added_at_first, detached_max, logsumexp, needs_grad, safe_log
 from zoo.inference.packed import RepeatedProduct
 from zoo.inference.precision import in_full_precision
 
@@ -45,6 +45,9 @@ class ScaledChain:
         log_weights: B x (T-1) x M log-weights between the two products, or None.
         final: K non-negative end weights, or None (sum).
         left_is_log: whether ``left`` holds log-potentials.
+        init: B x K log-factors added at position 0 alone, or None (``u`` has them): a chain's initial
+            log-potentials kept apart, so that the forward without gradients (``block_scaled``)
+            copies no B x T x K fold; every other forward folds them in first (``folded``).
     """
 
     u: Tensor
@@ -53,6 +56,19 @@ class ScaledChain:
     log_weights: Tensor | None = None
     final: Tensor | None = None
     left_is_log: bool = False
+    init: Tensor | None = None
+
+    @property
+    def first(self) -> Tensor:
+        """The log-factors at position 0 (B x K), ``init`` added."""
+        return self.u[:, 0] if self.init is None else self.u[:, 0] + self.init
+
+    def folded(self) -> ScaledChain:
+        """The same chain with ``init`` folded into ``u`` (a copy; itself where there is none)."""
+        if self.init is None:
+            return self
+        u = added_at_first(self.u, self.init)
+        return ScaledChain(u, self.left, self.right, self.log_weights, self.final, self.left_is_log)
 
     def matrices(self) -> list[Matrix]:
         """The step's products in order: left, then right^T."""
@@ -106,6 +122,7 @@ def guarded_step(x: Tensor, mats: list[Matrix], log_weights: Tensor | None, u: T
 def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """log Z (B,) and the log forward variables (B x T x K, each position shifted so its max is 0;
     junk past each length), plain autograd. ``left`` may also be per position: B x (T-1) x K x M."""
+    chain = chain.folded()
     per_position = chain.left.dim() == 4
     mats = None if per_position else chain.matrices()
     # unbind, not [:, t]: one backward that stacks the steps' gradients, instead of a full-size
@@ -351,9 +368,10 @@ def log_partition(chain: ScaledChain, lengths: Tensor) -> Tensor:
     and the matrices are shared, ``block_scaled``'s forward, which keeps nothing for a backward."""
     from zoo.inference.chain import block_scaled  # it builds on this module
 
-    operands = (chain.u, chain.left, chain.right, chain.log_weights, chain.final)
+    operands = (chain.u, chain.left, chain.right, chain.log_weights, chain.final, chain.init)
     if chain.left.dim() == 2 and not needs_grad(*operands):
         return block_scaled.log_partition(chain, lengths)
+    chain = chain.folded()
     if chain.left.dim() == 2 and chain.left_is_log and chain.right is None and chain.log_weights is None \
             and chain.final is None:
         log_z = block_scaled.differentiable_log_partition(chain, lengths)
