@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from mixed_inputs import assert_bfloat16_mixes, assert_other_device_refused, assert_other_dtype_refused
 
 from zoo.inference import (
     DenseSemiMarkov,
@@ -180,29 +181,14 @@ _ARG_IDS = [f"{name}-{arg}" for name, arg in SM_ARGS]
 def test_one_float64_potential_among_float32_is_refused(name, arg):
     """A float64 argument among float32 ones: a TypeError at construction naming both dtypes (it once
     failed inside a matrix product, or silently returned a float32 log Z from a float64 unary)."""
-    cls, args = _sm_containers()[name]
-    args[arg] = args[arg].double()
-    match = rf"{name}'s potentials must share one dtype: .*{arg} is float64"
-    with pytest.raises(TypeError, match=match) as e:
-        cls(**args)
-    assert "is float32" in str(e.value) and f"{arg}.float()" in str(e.value), str(e.value)
+    assert_other_dtype_refused(*_sm_containers()[name], name, arg)
 
 
 @pytest.mark.parametrize("name, arg", SM_ARGS, ids=_ARG_IDS)
 def test_one_bfloat16_potential_among_float32_is_accepted(name, arg):
-    """bfloat16 is computed in float32, so it mixes with float32: the result is that of the argument
-    rounded to bfloat16 and given in float32."""
-    cls, args = _sm_containers()[name]
-    rounded = dict(args, **{arg: args[arg].bfloat16().float()})
-    mixed = SemiMarkovChain(cls(**dict(args, **{arg: args[arg].bfloat16()}))).log_partition
-    assert mixed.dtype == torch.float32
-    assert torch.equal(mixed, SemiMarkovChain(cls(**rounded)).log_partition)
+    assert_bfloat16_mixes(*_sm_containers()[name], arg, lambda c: SemiMarkovChain(c).log_partition)
 
 
 @pytest.mark.parametrize("name, arg", SM_ARGS, ids=_ARG_IDS)
 def test_one_potential_on_another_device_is_refused(name, arg):
-    """Devices are compared as dtypes are, before any value is read ('meta' stands for a GPU here)."""
-    cls, args = _sm_containers()[name]
-    args[arg] = args[arg].to("meta")
-    with pytest.raises(TypeError, match=rf"{name}'s potentials must be on one device: .*{arg} is on meta"):
-        cls(**args)
+    assert_other_device_refused(*_sm_containers()[name], name, arg)

@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 import tree_bruteforce as tb
+from mixed_inputs import assert_other_device_refused, assert_other_dtype_refused
 from tree_testlib import DTYPE, close
 
 import zoo.inference.tree.factors as factors
@@ -542,21 +543,9 @@ def test_one_potential_of_another_dtype_is_refused(name, arg, dtype):
     """One float64 (or bfloat16: trees run it as given, not in float32) tensor among float32 ones: a
     TypeError naming both dtypes where it is given (it once failed inside a product, or ran in a
     mixed dtype)."""
-    build, args = _tree_builders()[name]
-    args[arg] = args[arg].to(dtype)
-    owner = name.split(".")[0]
-    odd = str(dtype).removeprefix("torch.")
-    match = rf"{owner}'s? potentials must share one dtype: .*{arg} is {odd}"
-    with pytest.raises(TypeError, match=match) as e:
-        build(**args)
-    assert "is float32" in str(e.value) and f"{arg}.float()" in str(e.value), str(e.value)
+    assert_other_dtype_refused(*_tree_builders()[name], name.split(".")[0], arg, dtype)
 
 
 @pytest.mark.parametrize("name, arg", TREE_ARGS, ids=_ARG_IDS)
 def test_one_potential_on_another_device_is_refused(name, arg):
-    """Devices are compared as dtypes are, before any value is read ('meta' stands for a GPU here)."""
-    build, args = _tree_builders()[name]
-    args[arg] = args[arg].to("meta")
-    owner = name.split(".")[0]
-    with pytest.raises(TypeError, match=rf"{owner}'s? potentials must be on one device: .*{arg} is on meta"):
-        build(**args)
+    assert_other_device_refused(*_tree_builders()[name], name.split(".")[0], arg)

@@ -58,11 +58,10 @@ def finite_or_zero(x: Tensor) -> Tensor:
 
 
 def added_at_first(u: Tensor, first: Tensor) -> Tensor:
-    """u (B x T x K) with ``first`` (B x K, or K) added at position 0: a copy and one in-place add,
-    cheaper than torch.cat; differentiable in both."""
-    out = u.clone()
-    out.select(1, 0).add_(first)
-    return out
+    """u (B x T x K) with ``first`` (B x K, or K) added at position 0, a new tensor; differentiable in
+    both. By torch.cat: a copy with an in-place add on its first position (CopySlices in autograd) made
+    the backward of an exact chain at N = 4096 1.3x slower."""
+    return torch.cat([u[:, :1] + first.unsqueeze(-2), u[:, 1:]], 1)
 
 
 def needs_grad(*values) -> bool:
