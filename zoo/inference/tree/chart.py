@@ -12,22 +12,30 @@ space (log-einsum-exp) and a row that is all -inf stays an exact zero without Na
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
-from zoo.inference.numerics import safe_log
+from zoo.inference.numerics import finite_or_zero, safe_log
+
+
+class Scaled(NamedTuple):
+    """exp(scale) * values: a log-scale ... and non-negative values ... x K."""
+
+    scale: Tensor
+    values: Tensor
 
 
 def finite_max(x: Tensor, dim, keepdim: bool = False) -> Tensor:
     """The detached maximum over ``dim``, with -inf (an all-zero row) replaced by 0."""
-    m = x.detach().amax(dim, keepdim=keepdim)
-    return torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    return finite_or_zero(x.detach().amax(dim, keepdim=keepdim))
 
 
-def to_scaled(log_v: Tensor) -> tuple[Tensor, Tensor]:
+def to_scaled(log_v: Tensor) -> Scaled:
     """log-values ... x K -> (log-scale ..., non-negative values ... x K with maximum 1)."""
     m = finite_max(log_v, -1)
-    return m, (log_v - m.unsqueeze(-1)).exp()
+    return Scaled(m, (log_v - m.unsqueeze(-1)).exp())
 
 
 def combine(parts: list[tuple[Tensor, Tensor]]) -> Tensor:
@@ -37,19 +45,17 @@ def combine(parts: list[tuple[Tensor, Tensor]]) -> Tensor:
     return top.unsqueeze(-1) + safe_log(total)
 
 
-def outer_sum(left: Tensor, right: Tensor) -> tuple[Tensor, Tensor]:
+def outer_sum(left: Scaled, right: Scaled) -> tuple[Tensor, Tensor]:
     """sum over splits of outer products of child inside vectors, scaled.
 
     Args:
-        left: B x n x s x K1 log inside of the left children, one row per split.
-        right: B x n x s x K2 log inside of the matching right children.
+        left: the scaled inside of the left children, one row per split (B x n x s, B x n x s x K1).
+        right: the same of the matching right children (B x n x s, B x n x s x K2).
     Returns:
         (log-scale B x n, X B x n x K1 x K2) with exp(scale) X = sum_s exp(left_s) exp(right_s)^T.
     """
-    mL, vL = to_scaled(left)
-    mR, vR = to_scaled(right)
-    m, weights = split_weights(mL, mR)
-    return m, (vL * weights).transpose(-1, -2) @ vR
+    m, weights = split_weights(left.scale, right.scale)
+    return m, (left.values * weights).transpose(-1, -2) @ right.values
 
 
 def split_weights(left_scale: Tensor, right_scale: Tensor) -> tuple[Tensor, Tensor]:

@@ -12,7 +12,9 @@ its own way; ``SpanRules.combine`` sums the blocks. The rule applications:
 
 The children are read from per-width chart slices (``chart[w]``: the values of the spans [i, i+w),
 ... x B x (T-w+1) x K; ``chart[1]``: the leaves), so no B x T x T x S^3 tensor and no in-place chart
-write exists (Zhang et al. 2020). Values index every axis from the end: an ``Entropy`` value has a
+write exists (Zhang et al. 2020). The loop slices what ``SpanRules.entry`` keeps of each width: the
+values themselves, or (the inside) their scaled form, made once a width rather than once for every
+span that reads them as a child. Values index every axis from the end: an ``Entropy`` value has a
 leading axis of 2.
 """
 
@@ -24,7 +26,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.semiring import Semiring
-from zoo.inference.tree.chart import span_diagonal
+from zoo.inference.tree.chart import Scaled, span_diagonal
 
 #: (left child is a nonterminal, right child is a nonterminal), in the order the loop visits them: the
 #: blocks with one preterminal child (one split each) first
@@ -37,10 +39,14 @@ class SpanRules(Protocol):
     semiring: Semiring
     leaves: Tensor  # the width-1 values: ... x B x T x PT
 
-    def part(self, block: tuple[bool, bool], splits: list[int], left: Tensor, right: Tensor):
+    def entry(self, value: Tensor) -> Tensor | Scaled:
+        """What the loop keeps of a width's values (... x B x n x K) to read the children from: the
+        values, or their scaled form (``chart.Scaled``)."""
+
+    def part(self, block: tuple[bool, bool], splits: list[int], left, right):
         """The block's contribution to every span of the width: left and right are the children's
-        values, ... x B x n x s x K1 and ... x B x n x s x K2, one row per split in ``splits`` (the
-        left child's width)."""
+        entries (``entry``), ... x B x n x s x K1 and ... x B x n x s x K2 (scaled: the scales
+        B x n x s), one row per split in ``splits`` (the left child's width)."""
 
     def combine(self, parts: list) -> Tensor:
         """The spans' values (... x B x n x NT) from the blocks' parts."""
@@ -52,24 +58,44 @@ def block_splits(width: int, block: tuple[bool, bool]) -> list[int]:
     return [s for s in range(1, width) if (s >= 2) == left_nt and (width - s >= 2) == right_nt]
 
 
-def leaf_block(block: tuple[bool, bool], splits: list[int], left: Tensor, right: Tensor):
+def leaf_block(block: tuple[bool, bool], splits: list[int], left, right):
     """For a block with one preterminal child (its one split s): the leaf's offset from each span's
-    start (0 or s) and the other child's values (... x B x n x K); None for the other blocks."""
+    start (0 or s) and the other child's entry (... x B x n x K, the split axis dropped); None for the
+    other blocks."""
     if block == (False, True):
-        return 0, right.squeeze(-2)
+        return 0, _each(lambda t, k: t.squeeze(-1 - k), right)
     if block == (True, False):
-        return splits[0], left.squeeze(-2)
+        return splits[0], _each(lambda t, k: t.squeeze(-1 - k), left)
     return None
 
 
-def children(chart: list, width: int, start: int, n: int) -> Tensor:
-    """The values of the n spans [start + i, start + i + width), i < n: ... x B x n x K."""
-    return chart[width][..., start : start + n, :]
+def _each(fn, *entries):
+    """``fn(tensors..., k)`` on the entries' values (k = 1: one axis K after the span and split axes)
+    and, for scaled entries, on their scales (k = 0): a Tensor or a ``Scaled``."""
+    if isinstance(entries[0], Scaled):
+        return Scaled(fn(*(e.scale for e in entries), 0), fn(*(e.values for e in entries), 1))
+    return fn(*entries, 1)
 
 
-def stacked(values: list[Tensor]) -> Tensor:
-    """The splits' children stacked on a new axis -2 (a view for one split: no copy)."""
-    return values[0].unsqueeze(-2) if len(values) == 1 else torch.stack(values, -2)
+def children(entries: list, width: int, start: int, n: int):
+    """The n spans [start + i, start + i + width), i < n, as one split: ... x B x n x 1 x K (scaled: the
+    scales B x n x 1); a view."""
+    return _each(lambda t, k: t.narrow(-1 - k, start, n).unsqueeze(-1 - k), entries[width])
+
+
+def inner_children(entries: list, width: int, n: int, previous):
+    """The two-nonterminal block's children (left, right) of the n spans of ``width``, every split
+    s = 2 .. width - 2 on the split axis: ... x B x n x (width - 3) x K. Grown from the previous
+    width's (``previous``; None at width 4), whose split s holds the same left child in its first n
+    rows and the right child of split s + 1 from its row 1 on: the new split, width - 2 on the left
+    and s = 2 on the right, is cut from the chart. A width costs a few ops, not a slice a split."""
+    new_left, new_right = children(entries, width - 2, 0, n), children(entries, width - 2, 2, n)
+    if previous is None:
+        return new_left, new_right
+    left = _each(lambda t, k: t.narrow(-2 - k, 0, n), previous[0])
+    right = _each(lambda t, k: t.narrow(-2 - k, 1, n), previous[1])
+    cat = lambda a, b, k: torch.cat([a, b], -1 - k)  # noqa: E731
+    return _each(cat, left, new_left), _each(cat, new_right, right)
 
 
 def root_values(chart: list, lengths: Tensor) -> Tensor:
@@ -102,6 +128,8 @@ def cky(
     semiring = rules.semiring
     T = rules.leaves.shape[-2]
     chart: list[Tensor | None] = [None, rules.leaves]
+    entries = [None, rules.entry(rules.leaves)]
+    inner = None  # the two-nonterminal block's children (inner_children)
     for w in range(2, T + 1):
         n = T - w + 1
         parts = []
@@ -109,8 +137,11 @@ def cky(
             splits = block_splits(w, block)
             if not splits:
                 continue
-            left = stacked([children(chart, s, 0, n) for s in splits])
-            right = stacked([children(chart, w - s, s, n) for s in splits])
+            if block == (True, True):
+                inner = left, right = inner_children(entries, w, n, inner)
+            else:  # one split s
+                (s,) = splits
+                left, right = children(entries, s, 0, n), children(entries, w - s, s, n)
             parts.append(rules.part(block, splits, left, right))
         value = rules.combine(parts)
         if span_scores is not None:
@@ -118,4 +149,5 @@ def cky(
         if label_scores is not None:
             value = semiring.mul(value, span_diagonal(label_scores, w))
         chart.append(value)
+        entries.append(rules.entry(value) if w < T else None)  # the whole span is no one's child
     return semiring.mul(root_values(chart, lengths), root), chart

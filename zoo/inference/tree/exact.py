@@ -20,7 +20,7 @@ from torch import Tensor
 
 from zoo.inference.numerics import logsumexp
 from zoo.inference.semiring import Log
-from zoo.inference.tree.chart import combine, finite_max, outer_sum, to_scaled
+from zoo.inference.tree.chart import Scaled, combine, finite_max, outer_sum, to_scaled
 from zoo.inference.tree.cky import cky, leaf_block
 from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.guard import UnderflowGuard, guarded
@@ -84,8 +84,9 @@ def rule_sum(pattern: str, rule: Tensor, leaf: Tensor) -> Tensor:
 
 
 class InsideRules:
-    """The log semiring's rule application (``cky.SpanRules``): scaled parts (log-scale B x n,
-    values B x n x NT) of the leaf blocks through ``leaf_rules``, of the others through ``rule_op``."""
+    """The log semiring's rule application (``cky.SpanRules``) on scaled children (``entry``): scaled
+    parts (log-scale B x n, values B x n x NT) of the leaf blocks through ``leaf_rules``, of the
+    others through ``rule_op``."""
 
     semiring = Log
 
@@ -98,13 +99,15 @@ class InsideRules:
         self.grammar_batch = grammar.grammar_batch
         self.bounds: dict = {}  # block -> the largest value its rules give scaled children (G x 1)
 
+    def entry(self, value: Tensor) -> Scaled:
+        return to_scaled(value)
+
     def part(self, block, splits, left, right) -> tuple[Tensor, Tensor]:
         leaf = leaf_block(block, splits, left, right)
         if leaf is not None:
-            at, other = leaf
+            at, (c_scale, c_values) = leaf
             q_scale, Q, bound = self.leaf_rules[block]
-            n = other.shape[1]
-            c_scale, c_values = to_scaled(other)
+            n = c_values.shape[1]
             Y = torch.einsum("bnac,bnc->bna", Q[:, at : at + n], c_values)
             if self.guard is not None:
                 self.guard.check(Y.detach().amax(-1), self.guard.RISK * bound)

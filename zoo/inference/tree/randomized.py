@@ -116,7 +116,8 @@ def _kept_width(grammar, g, parent, *tensors):
     scales, values = [], []
     for (_, left, _, right), psi, shape in zip(blocks, flat.split([s.numel() for s in shapes]), shapes):
         psi = psi.view(shape)
-        x_scale, X = outer_sum(left.unsqueeze(-2), right.unsqueeze(-2))  # B x n x s (x KL x KR)
+        left, right = (to_scaled(x.unsqueeze(-2)) for x in (left, right))
+        x_scale, X = outer_sum(left, right)  # B x n x s (x KL x KR)
         m = finite_max(x_scale, -1)
         X = X * (x_scale - m.unsqueeze(-1)).exp()[..., None, None]
         p_scale = finite_max(psi.flatten(2), -1)

@@ -30,14 +30,12 @@ from torch import Tensor
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE, UNSUPPORTED
 from zoo.inference.numerics import safe_log
-from zoo.inference.tree.chart import finite_max, span_diagonal, to_scaled
+from zoo.inference.tree.chart import Scaled, finite_max, span_diagonal, to_scaled
 from zoo.inference.tree.engine import TreeEngine
 from zoo.inference.tree.exact import grammar_matmul
 from zoo.inference.tree.factors import RankSpaceGrammar
 from zoo.inference.tree.guard import UnderflowGuard, any_marked, guard_for, guarded
 from zoo.inference.tree.sampling import gumbel_argmax, top_down
-
-Scaled = tuple[Tensor, Tensor]  # (log-scale ..., non-negative values ... x K)
 
 #: lift(gamma, width) -> (left projection, right projection, root log-value B x n) of the spans
 Lift = Callable[[Scaled, int], tuple[Scaled, Scaled, Tensor]]

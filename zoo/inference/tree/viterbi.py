@@ -27,6 +27,10 @@ class ViterbiRules:
         self.rules, self.leaves = rules, terms  # G x NT x S x S, B x T x PT
         self.back: list[tuple[Tensor, Tensor, Tensor] | None] = [None, None]
 
+    @staticmethod
+    def entry(value: Tensor) -> Tensor:
+        return value
+
     def part(self, block, splits, left, right) -> Part:
         NT = self.rules.shape[1]
         rows = slice(0, NT) if block[0] else slice(NT, None)
