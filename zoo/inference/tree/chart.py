@@ -58,6 +58,13 @@ def outer_sum(left: Scaled, right: Scaled) -> tuple[Tensor, Tensor]:
     return m, (left.values * weights).transpose(-1, -2) @ right.values
 
 
+def matvec(matrices: Tensor, vectors: Tensor) -> Tensor:
+    """... x M x K matrices times ... x K vectors -> ... x M, as a product and a sum: for the small
+    per-span matrices of the leaf blocks, forward and backward take half the time of a batched
+    matmul (einsum)."""
+    return (matrices * vectors.unsqueeze(-2)).sum(-1)
+
+
 def split_weights(left_scale: Tensor, right_scale: Tensor) -> tuple[Tensor, Tensor]:
     """The log-scales of the children's scaled vectors (B x n x s, one per split) -> the span's log-scale
     (B x n) and each split's weight relative to it (B x n x s x 1, at most 1)."""

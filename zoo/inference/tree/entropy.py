@@ -23,7 +23,7 @@ from torch import Tensor
 
 from zoo.inference.numerics import finite_or_zero, safe_log
 from zoo.inference.semiring import Entropy
-from zoo.inference.tree.chart import split_weights, to_scaled
+from zoo.inference.tree.chart import matvec, split_weights, to_scaled
 from zoo.inference.tree.cky import cky, leaf_block
 from zoo.inference.tree.exact import grammar_matmul, rule_sum, scaled_rules
 from zoo.inference.tree.factors import DenseGrammar
@@ -69,8 +69,8 @@ def leaf_part(q: tuple, other: Tensor, at: int) -> Part:
     mC, vC, aC = carried(*other)
     n = other.shape[-2]
     Q, QL = Q[:, at : at + n], QL[:, at : at + n]  # B x n x NT x NT
-    Y = torch.einsum("bnac,bnc->bna", Q, vC)
-    N = torch.einsum("bnac,bnc->bna", Q, aC) - torch.einsum("bnac,bnc->bna", QL, vC)
+    Y = matvec(Q, vC)
+    N = matvec(Q, aC) - matvec(QL, vC)
     return q_scale[:, at : at + n] + mC, Y, N
 
 

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from zoo.inference.numerics import logsumexp
 from zoo.inference.semiring import Log
-from zoo.inference.tree.chart import Scaled, combine, finite_max, outer_sum, to_scaled
+from zoo.inference.tree.chart import Scaled, combine, finite_max, matvec, outer_sum, to_scaled
 from zoo.inference.tree.cky import cky, leaf_block
 from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.guard import UnderflowGuard, guarded
@@ -108,7 +108,7 @@ class InsideRules:
             at, (c_scale, c_values) = leaf
             q_scale, Q, bound = self.leaf_rules[block]
             n = c_values.shape[1]
-            Y = torch.einsum("bnac,bnc->bna", Q[:, at : at + n], c_values)
+            Y = matvec(Q[:, at : at + n], c_values)
             if self.guard is not None:
                 self.guard.check(Y.detach().amax(-1), self.guard.RISK * bound)
             return q_scale[:, at : at + n] + c_scale, Y
