@@ -26,7 +26,7 @@ from tree_testlib import (
 
 from zoo.inference.rdp import KeptStates, RDPOptions
 from zoo.inference.tree import TreeDistribution
-from zoo.inference.tree.randomized import KeptLabels, gathered_inside, projected_kept_inside
+from zoo.inference.tree.randomized import KeptLabels, _feature_entries, gathered_inside, projected_kept_inside
 
 KINDS = tb.KINDS
 
@@ -89,6 +89,29 @@ def test_k1_equal_to_nt_is_exact(kind, proposal):
 def test_k1_equal_to_nt_is_exact_with_more_preterminals_than_nonterminals(kind):
     spec = random_tree_spec(kind, B=2, T=4, NT=2, PT=3, rank=2, lengths=[4, 3], seed=22)
     close(randomized(spec, spec.NT, 0).log_partition, build_dist(spec, "exact").log_partition, "log Z")
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_lpcfg_kept_entries_through_the_features_equal_the_grammars_own(shared):
+    """The randomized inside forms an LPCFG's two-nonterminal entries from gathered feature rows in
+    one batched product; on kept triples of any shape they equal ``LowRankGrammar.rule_entries``,
+    for a shared grammar and one per sentence, in float32 as in float64."""
+    B, n, s, K, KL, KR = 3, 4, 2, 3, 2, 5
+    spec = random_tree_spec("lowrank", B=B, T=6, NT=6, PT=4, rank=3, seed=41, shared_grammar=shared)
+    for dtype in (torch.float32, torch.float64):
+        args = {name: x.to(dtype) for name, x in spec.args.items()}
+        grammar = grammar_of(tb.TreeSpec("lowrank", args, spec.lengths))
+        g = torch.zeros(B, dtype=torch.long) if shared else torch.arange(B)
+        gen = torch.Generator().manual_seed(1)
+        parent, left, right = (torch.randint(0, 6, shape, generator=gen) for shape in
+                               ((B, n, K), (B, n, s, KL), (B, n, s, KR)))
+        got = _feature_entries(grammar, g, parent, left, right)
+        want = grammar.rule_entries(
+            g.view(B, 1, 1, 1, 1, 1), parent[:, :, None, :, None, None], left[..., None, :, None],
+            right[..., None, None, :],
+        )
+        assert got.shape == (B, n, s, K, KL, KR) and got.dtype == dtype
+        torch.testing.assert_close(got, want)
 
 
 # --------------------------------------------------------------------------- exact unbiasedness

@@ -12,7 +12,9 @@ exp(log Z_hat) is unbiased and K1 = NT gives the exact inside. K2 = 0 is the top
 (Sun et al. 2019).
 
 * Dense and LPCFG rules: psi gathered for the K x K x K kept triples of each span and split,
-  recomputed in the backward (checkpoint): O(T^3 K^3) time, O(T^2 K) memory.
+  recomputed in the backward (checkpoint): O(T^3 K^3) time, O(T^2 K) memory. An LPCFG's entries
+  with two nonterminal children are formed from the gathered feature rows of the kept parents and
+  child pairs in one batched product (O(T^3 K^3 R) multiply-adds, O(T^3 K^2 R) rows gathered).
 * CPD rules (RankSpaceGrammar): the projected inside with the kept rows of U, V and W,
   O(T^3 r + T^2 K r); psi is never gathered.
 """
@@ -96,26 +98,18 @@ def select_labels(grammar: GrammarFactors, terms: Tensor, options: RDPOptions) -
     return KeptLabels(spans, leaves)
 
 
-def _kept_width(grammar, g, parent, *tensors):
+def _kept_width(grammar, g, parent, kinds, *tensors):
     """The scaled sums of one width's blocks of splits: (scales B x n x nb, values B x n x nb x K).
 
-    ``tensors`` holds four per block: left_sym, left (B x n x s x KL), right_sym, right
-    (B x n x s x KR); a block's value is the sum over its splits of psi(parent, l, r)
-    exp(left_l + right_r) over the kept children. psi is gathered for every block of the width at
-    once, so its backward writes the rules' gradient once per width, not once per block.
+    ``kinds`` names each block (left child a nonterminal, right child a nonterminal); ``tensors``
+    holds four per block: left_sym, left (B x n x s x KL), right_sym, right (B x n x s x KR); a
+    block's value is the sum over its splits of psi(parent, l, r) exp(left_l + right_r) over the kept
+    children (psi from ``_kept_rules``).
     """
     blocks = [tensors[i : i + 4] for i in range(0, len(tensors), 4)]
-    index, shapes = [], []
-    for left_sym, _, right_sym, _ in blocks:
-        idx = torch.broadcast_tensors(
-            g, parent[:, :, None, :, None, None], left_sym[..., None, :, None], right_sym[..., None, None, :]
-        )  # each B x n x s x K x KL x KR
-        shapes.append(idx[0].shape)
-        index.append([x.reshape(-1) for x in idx])
-    flat = grammar.rule_entries(*(torch.cat(parts) for parts in zip(*index)))
+    psis = _kept_rules(grammar, g, parent, kinds, [(block[0], block[2]) for block in blocks])
     scales, values = [], []
-    for (_, left, _, right), psi, shape in zip(blocks, flat.split([s.numel() for s in shapes]), shapes):
-        psi = psi.view(shape)
+    for (_, left, _, right), psi in zip(blocks, psis):
         left, right = (to_scaled(x.unsqueeze(-2)) for x in (left, right))
         x_scale, X = outer_sum(left, right)  # B x n x s (x KL x KR)
         m = finite_max(x_scale, -1)
@@ -125,6 +119,44 @@ def _kept_width(grammar, g, parent, *tensors):
         scales.append(m + p_scale)
         values.append(Y)
     return torch.stack(scales, -1), torch.stack(values, -2)
+
+
+def _kept_rules(grammar, g, parent, kinds, symbols) -> list[Tensor]:
+    """log psi(parent, l, r) over each block's kept triples: B x n x s x K x KL x KR a block
+    (``symbols``: its left and right children's kept symbols, B x n x s x KL and B x n x s x KR).
+
+    An LPCFG's two-nonterminal block goes through its features (``_feature_entries``). The other
+    blocks' entries are read from the dense rules (an LPCFG's serve its blocks with a preterminal
+    child), gathered for the whole width at once, so that their backward writes the rules' gradient
+    once a width, not once a block.
+    """
+    out: list = [None] * len(kinds)
+    index, shapes = [], []
+    for j, ((left_sym, right_sym), kind) in enumerate(zip(symbols, kinds)):
+        if kind == (True, True) and isinstance(grammar, LowRankGrammar):
+            out[j] = _feature_entries(grammar, g.view(-1), parent, left_sym, right_sym)
+            continue
+        idx = torch.broadcast_tensors(
+            g, parent[:, :, None, :, None, None], left_sym[..., None, :, None], right_sym[..., None, None, :]
+        )  # each B x n x s x K x KL x KR
+        shapes.append((j, idx[0].shape))
+        index.append([x.reshape(-1) for x in idx])
+    if index:
+        flat = grammar.rules[tuple(torch.cat(parts) for parts in zip(*index))]
+        for (j, shape), psi in zip(shapes, flat.split([shape.numel() for _, shape in shapes])):
+            out[j] = psi.view(shape)
+    return out
+
+
+def _feature_entries(grammar: LowRankGrammar, g: Tensor, parent: Tensor, left_sym: Tensor,
+                     right_sym: Tensor) -> Tensor:
+    """log psi over an LPCFG's kept two-nonterminal triples, B x n x s x K x KL x KR: the parents'
+    head rows (B x n x K x R) times the child pairs' feature rows (B x n x s x KL x KR x R), one
+    batched product in float64 (as ``LowRankGrammar.rule_entries``): K times fewer rows gathered,
+    and R times fewer products, than forming each entry's sum on its own. g: (B,) grammar index."""
+    heads = grammar.head.double()[g.view(-1, 1, 1), parent]
+    pairs = grammar.children.double()[g.view(-1, 1, 1, 1, 1), left_sym.unsqueeze(-1), right_sym.unsqueeze(-2)]
+    return safe_log(torch.einsum("bnkr,bnsxyr->bnskxy", heads, pairs)).to(grammar.head.dtype)
 
 
 def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None, label_scores=None,
@@ -150,14 +182,15 @@ def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None,
     for w in range(2, T + 1):
         n = T - w + 1
         parent = span_diagonal(kept.spans.index, w)  # B x n x K
-        blocks = []
+        kinds, blocks = [], []
         for block in BLOCKS:
             splits = block_splits(w, block)
             if splits:
                 l_sym, left = (torch.stack(x, 2) for x in zip(*(child(s, 0, n) for s in splits)))
                 r_sym, right = (torch.stack(x, 2) for x in zip(*(child(w - s, s, n) for s in splits)))
+                kinds.append(block)
                 blocks += [l_sym, left, r_sym, right]
-        scales, values = checkpoint(_kept_width, grammar, g, parent, *blocks, use_reentrant=False)
+        scales, values = checkpoint(_kept_width, grammar, g, parent, kinds, *blocks, use_reentrant=False)
         if guard is not None:
             guard.check(values.detach().amax(-1).flatten(1), guard.RISK)  # every block of every span
         beta = combine(list(zip(scales.unbind(-1), values.unbind(-2))))
