@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.semiring import Semiring
-from zoo.inference.tree.chart import Scaled, span_diagonal
+from zoo.inference.tree.chart import span_diagonal
 
 #: (left child is a nonterminal, right child is a nonterminal), in the order the loop visits them: the
 #: blocks with one preterminal child (one split each) first
@@ -39,9 +39,9 @@ class SpanRules(Protocol):
     semiring: Semiring
     leaves: Tensor  # the width-1 values: ... x B x T x PT
 
-    def entry(self, value: Tensor) -> Tensor | Scaled:
+    def entry(self, value: Tensor) -> Tensor | tuple:
         """What the loop keeps of a width's values (... x B x n x K) to read the children from: the
-        values, or their scaled form (``chart.Scaled``)."""
+        values, or their scaled form (``chart.Scaled``, ``entropy.Carried``)."""
 
     def part(self, block: tuple[bool, bool], splits: list[int], left, right):
         """The block's contribution to every span of the width: left and right are the children's
@@ -71,15 +71,17 @@ def leaf_block(block: tuple[bool, bool], splits: list[int], left, right):
 
 def _each(fn, *entries):
     """``fn(tensors..., k)`` on the entries' values (k = 1: one axis K after the span and split axes)
-    and, for scaled entries, on their scales (k = 0): a Tensor or a ``Scaled``."""
-    if isinstance(entries[0], Scaled):
-        return Scaled(fn(*(e.scale for e in entries), 0), fn(*(e.values for e in entries), 1))
+    and, for scaled entries (a ``Scaled``, or any named tuple whose first field is the log-scale), on
+    their scales (k = 0): an entry of the same kind."""
+    if isinstance(entries[0], tuple):
+        scales, *fields = zip(*entries)
+        return type(entries[0])(fn(*scales, 0), *(fn(*field, 1) for field in fields))
     return fn(*entries, 1)
 
 
 def children(entries: list, width: int, start: int, n: int):
     """The n spans [start + i, start + i + width), i < n, as one split: ... x B x n x 1 x K (scaled: the
-    scales B x n x 1); a view."""
+    scales B x n x 1); views."""
     return _each(lambda t, k: t.narrow(-1 - k, start, n).unsqueeze(-1 - k), entries[width])
 
 

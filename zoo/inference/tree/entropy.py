@@ -18,6 +18,8 @@ this in float64 (``ExactEngine.entropy``).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -38,17 +40,27 @@ def rules_with_entropy(log_rules: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return scale, probs, probs * finite_or_zero(log_rules - scale.view(-1, 1, 1, 1))
 
 
-def carried(log_v: Tensor, H: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Scaled children (log-scale ..., v ... x K) and v o (H - log v): the entropy a child brings."""
+class Carried(NamedTuple):
+    """A span's scaled mass (log-scale ..., values v ... x K) and v o (H - log v): the entropy it
+    brings as a child."""
+
+    scale: Tensor
+    values: Tensor
+    entropy: Tensor
+
+
+def carried(log_v: Tensor, H: Tensor) -> Carried:
+    """``Carried`` of log masses and entropies ... x K."""
     m, v = to_scaled(log_v)
-    return m, v, v * (H - finite_or_zero(log_v - m.unsqueeze(-1)))
+    return Carried(m, v, v * (H - finite_or_zero(log_v - m.unsqueeze(-1))))
 
 
-def split_part(left: Tensor, right: Tensor, rules: tuple) -> Part:
-    """The part of two children of a block, summed over the splits (values 2 x B x n x s x K: log mass
-    and entropy), through the block's scaled rules (``rules_with_entropy``)."""
-    mL, vL, aL = carried(*left)
-    mR, vR, aR = carried(*right)
+def split_part(left: Carried, right: Carried, rules: tuple) -> Part:
+    """The part of two children of a block, summed over the splits (one row per split: scales
+    B x n x s, values and entropies B x n x s x K), through the block's scaled rules
+    (``rules_with_entropy``)."""
+    mL, vL, aL = left
+    mR, vR, aR = right
     m, w = split_weights(mL, mR)  # B x n, B x n x s x 1
     X = (vL * w).transpose(-1, -2) @ vR  # B x n x K1 x K2
     log_w = finite_or_zero((mL + mR - m.unsqueeze(-1)).unsqueeze(-1))
@@ -61,13 +73,12 @@ def split_part(left: Tensor, right: Tensor, rules: tuple) -> Part:
     return m + scale.view(-1, 1), Y, N
 
 
-def leaf_part(q: tuple, other: Tensor, at: int) -> Part:
-    """The part with a preterminal child at each span's position ``at`` and a nonterminal child whose
-    value (2 x B x n x NT: log mass and entropy) is ``other``; q: the per-position leaf rules
-    (``leaf_rules``)."""
+def leaf_part(q: tuple, other: Carried, at: int) -> Part:
+    """The part with a preterminal child at each span's position ``at`` and a nonterminal child
+    ``other`` (B x n x NT); q: the per-position leaf rules (``leaf_rules``)."""
     q_scale, Q, QL = q
-    mC, vC, aC = carried(*other)
-    n = other.shape[-2]
+    mC, vC, aC = other
+    n = vC.shape[-2]
     Q, QL = Q[:, at : at + n], QL[:, at : at + n]  # B x n x NT x NT
     Y = matvec(Q, vC)
     N = matvec(Q, aC) - matvec(QL, vC)
@@ -101,9 +112,9 @@ def combined(parts: list[Part]) -> Tensor:
 
 
 class EntropyRules:
-    """The entropy semiring's rule application (``cky.SpanRules``) on a dense grammar: parts
-    (log-scale, total, entropy numerator) of the leaf blocks through ``leaf_rules``, of the others
-    through ``split_part``."""
+    """The entropy semiring's rule application (``cky.SpanRules``) on a dense grammar, its children
+    read as ``Carried`` (made once a width): parts (log-scale, total, entropy numerator) of the leaf
+    blocks through ``leaf_rules``, of the others through ``split_part``."""
 
     semiring = Entropy
 
@@ -114,8 +125,8 @@ class EntropyRules:
         self.pair_rules = {block: rules_with_entropy(grammar.rules_block(*block)) for block in pairs}
 
     @staticmethod
-    def entry(value: Tensor) -> Tensor:
-        return value
+    def entry(value: Tensor) -> Carried:
+        return carried(*value)
 
     def part(self, block, splits, left, right) -> Part:
         leaf = leaf_block(block, splits, left, right)
