@@ -277,9 +277,12 @@ def test_terminal_scores_shapes():
 
 
 def test_terminal_scores_values():
-    """terms[b, t, P] = emission[(b,) P, words[b, t]], padding (-1) allowed."""
+    """terms[b, t, P] = emission[(b,) P, words[b, t]], padding (-1) allowed; one table, a table a
+    sentence, or one table with a batch axis of 1. The gradient reaches each table entry once per
+    time its word is read (padding reads nothing)."""
     words = torch.tensor([[0, 4, -1], [2, 3, 1]])
-    for emission in (lp(PT, V_SIZE), lp(B, PT, V_SIZE)):
+    for emission in (lp(PT, V_SIZE), lp(B, PT, V_SIZE), lp(1, PT, V_SIZE)):
+        emission.requires_grad_(True)
         terms = terminal_scores(emission, words)
         assert terms.shape == (B, T, PT)
         table = emission.expand(B, PT, V_SIZE)
@@ -287,6 +290,12 @@ def test_terminal_scores_values():
             for t in range(T):
                 if words[b, t] >= 0:
                     close(terms[b, t], table[b, :, words[b, t]], f"terms[{b}, {t}]")
+        (grad,) = torch.autograd.grad(terms.sum(), emission)
+        reads = torch.zeros(B, PT, V_SIZE, dtype=grad.dtype)
+        for b, t in (words >= 0).nonzero().tolist():
+            reads[b, :, words[b, t]] += 1
+        per_sentence = emission.dim() == 3 and emission.shape[0] == B
+        close(grad, reads if per_sentence else reads.sum(0).view_as(grad), "d terms / d emission")
 
 
 # --------------------------------------------------------------------------- trees given to log_prob

@@ -341,11 +341,14 @@ def terminal_scores(emission: Tensor, words: Tensor, lengths: Tensor | None = No
             "the end of a sentence"
         )
     ids = words.clamp_min(0)
+    if emission.dim() == 3 and emission.shape[0] == 1:
+        emission = emission[0]
+    # the words' columns, read along the rows of PT x V: indexing rows of emission.t() made a transposed
+    # copy of the whole table, and one of its gradient (2 x 80 MB a step at PT = 2000, V = 10000)
     if emission.dim() == 2:
-        terms = emission.t()[ids]
+        terms = emission.index_select(1, ids.flatten()).t().view(B, T, -1)
     else:
-        table = emission.expand(B, -1, -1).transpose(1, 2)  # B x V x PT
-        terms = table.gather(1, ids.unsqueeze(-1).expand(B, T, table.shape[-1]))
+        terms = emission.gather(2, ids.unsqueeze(1).expand(B, emission.shape[1], T)).transpose(1, 2)
     return torch.where(pad.unsqueeze(-1), 0.0, terms)
 
 
