@@ -35,12 +35,20 @@ SYNC = "aten::_local_scalar_dense"  # under aten::item, .tolist(), bool(tensor):
 
 
 def build(recipe: str, overrides: list[str]):
-    """The recipe's task (a LightningModule) and its data module, as ``zoo fit`` builds them."""
-    args = ["--config", recipe, "--trainer.logger", "false"]
+    """The recipe's task (a LightningModule) and its data module, as ``zoo fit`` builds them, set up for
+    training as ``zoo fit`` sets them up (a fit of no steps): the data split, and what the task fits on
+    the training split before the first step (an HSMM's input projection, a VAE decoder's shortlist)."""
+    args = ["--config", recipe]
     for override in overrides:
         key, _, value = override.partition("=")
         args += [f"--{key}", value]
-    cli = zoo_cli(args, run=False)
+    # the set-up fit runs in this process on the CPU (the steps then run on --device) and writes nothing
+    args += ["--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
+             "--trainer.max_steps", "0", "--trainer.max_time", "null", "--trainer.num_sanity_val_steps", "0",
+             "--trainer.callbacks", "[]", "--trainer.enable_progress_bar", "false", "--trainer.accelerator",
+             "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto"]  # fmt: skip
+    cli = zoo_cli(args, run=False, save_config_callback=None)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return cli.model, cli.datamodule
 
 

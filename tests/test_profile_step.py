@@ -32,3 +32,18 @@ def test_profiles_a_recipe_step_and_counts_its_operations_host_reads_and_flops()
     assert all(float(g.replace(",", "")) > 0 for g in flops.groups()), done.stdout
     costliest = re.search(r"^\s+([\d.]+)%\s+[\d.,e+-]+ GFLOP a step\s+aten::\w*mm", done.stdout, re.M)
     assert costliest and 0 < float(costliest.group(1)) <= 100, done.stdout
+
+
+def test_profiles_a_recipe_whose_task_fits_on_the_training_split_first():
+    """An HSMM's input projection is fitted on the training split when training starts: the profiled
+    steps get the same set-up (a fit of no steps), and the run writes nothing into the checkout."""
+    pytest.importorskip("seglearn")
+    before = set(REPO.iterdir())
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts/profile_step.py"), "recipes/hsmm/smartwatch-exact-small.yaml",
+         "--steps", "1", "--top", "3"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"smartwatch-exact-small.yaml on cpu: [\d.]+ ms a step", done.stdout), done.stdout
+    assert set(REPO.iterdir()) == before
