@@ -65,7 +65,6 @@ def main() -> None:
     device = torch.device(args.device)
     task, data = build(args.recipe, args.set)
     model = task.model.to(device).train()
-    data.setup("fit")
     loader = iter(data.train_dataloader())
     batches = [move_data_to_device(next(loader), device) for _ in range(args.steps + 1)]  # before profiling
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
