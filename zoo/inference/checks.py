@@ -36,6 +36,11 @@ def as_dp_tensor(name: str, value) -> Tensor:
     return value.float() if value.dtype == torch.bfloat16 else value
 
 
+def as_optional_dp_tensor(name: str, value) -> Tensor | None:
+    """``as_dp_tensor`` of an optional argument: None stays None."""
+    return None if value is None else as_dp_tensor(name, value)
+
+
 def check_same_dtype(owner: str, **tensors: Tensor | None) -> None:
     """Check that the tensors given to ``owner`` share one dtype and one device (None: an optional
     argument left out); else a TypeError names each tensor's dtype (or device) and one to convert.

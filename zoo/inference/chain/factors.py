@@ -26,6 +26,7 @@ from torch import Tensor
 from zoo.inference.backend import Backend
 from zoo.inference.checks import (
     as_dp_tensor,
+    as_optional_dp_tensor,
     check_finite,
     check_nonnegative,
     check_same_dtype,
@@ -44,10 +45,6 @@ def _per_sequence(name: str, value: Tensor, batch: int, states: int) -> Tensor:
         return value.expand(batch, states)
     check_shape(name, value, (batch, states), "B x N")
     return value
-
-
-def _optional(name: str, value: Tensor | None) -> Tensor | None:
-    return None if value is None else as_dp_tensor(name, value)
 
 
 def _batched_init(init: Tensor | None, batch: int, states: int, like: Tensor) -> Tensor:
@@ -157,7 +154,7 @@ class DenseChain(ChainFactors):
 
     def __init__(self, unary: Tensor, transition: Tensor, init: Tensor | None = None):
         unary, transition = as_dp_tensor("unary", unary), as_dp_tensor("transition", transition)
-        init = _optional("init", init)
+        init = as_optional_dp_tensor("init", init)
         check_same_dtype(type(self).__name__, unary=unary, transition=transition, init=init)
         self.unary = self._check_unary(unary)
         B, T, N = self.unary.shape
@@ -241,7 +238,7 @@ class EmbeddingChain(ChainFactors):
 
     def __init__(self, unary: Tensor, states: Tensor, init: Tensor | None = None):
         unary, states = as_dp_tensor("unary", unary), as_dp_tensor("states", states)
-        init = _optional("init", init)
+        init = as_optional_dp_tensor("init", init)
         check_same_dtype(type(self).__name__, unary=unary, states=states, init=init)
         self.unary = self._check_unary(unary)
         B, T, N = self.unary.shape
@@ -300,7 +297,8 @@ class LowRankChain(ChainFactors):
     ):
         unary, left = as_dp_tensor("unary", unary), as_dp_tensor("left", left)
         right = as_dp_tensor("right", right)
-        init, log_rank_weights = _optional("init", init), _optional("log_rank_weights", log_rank_weights)
+        init = as_optional_dp_tensor("init", init)
+        log_rank_weights = as_optional_dp_tensor("log_rank_weights", log_rank_weights)
         check_same_dtype(
             type(self).__name__, unary=unary, left=left, right=right, init=init,
             log_rank_weights=log_rank_weights,

@@ -22,7 +22,14 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.checks import as_dp_tensor, check_finite, check_nonnegative, check_same_dtype, check_shape
+from zoo.inference.checks import (
+    as_dp_tensor,
+    as_optional_dp_tensor,
+    check_finite,
+    check_nonnegative,
+    check_same_dtype,
+    check_shape,
+)
 from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.numerics import logsumexp, safe_log
 from zoo.inference.precision import full_precision
@@ -39,10 +46,6 @@ def _per_sequence(name: str, value: Tensor | None, batch: int, states: int, like
     else:
         check_shape(name, value, (batch, states), "B x N")
     return value
-
-
-def _optional(name: str, value: Tensor | None) -> Tensor | None:
-    return None if value is None else as_dp_tensor(name, value)
 
 
 def _check_frames(name: str, value: Tensor, what: str) -> Tensor:
@@ -188,7 +191,7 @@ class DenseSemiMarkov(FactorizedSemiMarkov):
 
     def __init__(self, unary: Tensor, transition: Tensor, duration: Tensor, init: Tensor | None = None):
         unary, transition = as_dp_tensor("unary", unary), as_dp_tensor("transition", transition)
-        duration, init = as_dp_tensor("duration", duration), _optional("init", init)
+        duration, init = as_dp_tensor("duration", duration), as_optional_dp_tensor("init", init)
         check_same_dtype(
             type(self).__name__, unary=unary, transition=transition, duration=duration, init=init
         )
@@ -269,7 +272,7 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
     ):
         unary, left = as_dp_tensor("unary", unary), as_dp_tensor("left", left)
         right, duration = as_dp_tensor("right", right), as_dp_tensor("duration", duration)
-        init = _optional("init", init)
+        init = as_optional_dp_tensor("init", init)
         check_same_dtype(
             type(self).__name__, unary=unary, left=left, right=right, duration=duration, init=init
         )
