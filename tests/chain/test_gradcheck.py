@@ -1,4 +1,6 @@
-"""torch.autograd.gradcheck of log_partition w.r.t. every potential, float64, ragged lengths."""
+"""torch.autograd.gradcheck and gradgradcheck of log_partition w.r.t. every potential, float64, ragged
+lengths: its gradient is differentiable too (a gradient penalty, create_graph=True), also where a
+hand-written backward computes it."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ def _feature(*shape, seed):
 
 
 def _gradcheck(kind, base, names, backend):
-    """gradcheck log_partition as a function of args[names] (the others held fixed)."""
+    """gradcheck and gradgradcheck log_partition as a function of args[names] (the others held fixed)."""
 
     def f(*xs):
         args = dict(base)
@@ -33,6 +35,7 @@ def _gradcheck(kind, base, names, backend):
 
     inputs = tuple(base[n].detach().clone().requires_grad_(True) for n in names)
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
+    assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-4)
 
 
 def _lr_args(mode):

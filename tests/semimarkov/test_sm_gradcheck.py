@@ -1,4 +1,5 @@
-"""torch.autograd.gradcheck of log_partition w.r.t. every potential, float64, ragged lengths."""
+"""torch.autograd.gradcheck and gradgradcheck of log_partition w.r.t. every potential, float64, ragged
+lengths (its gradient is differentiable too: a gradient penalty, create_graph=True)."""
 
 import pytest
 import torch
@@ -28,6 +29,7 @@ def _gradcheck(kind, base, names, backend, options=None):
 
     inputs = tuple(base[n].detach().clone().requires_grad_(True) for n in names)
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
+    assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-4)
 
 
 def dense_args():

@@ -70,6 +70,7 @@ def test_gradcheck_log_partition(combo):
     names = ALL_NAMES[combo[0]]
     f = _function(spec, names, combo, lambda d: d.log_partition)
     assert torch.autograd.gradcheck(f, _inputs(spec, names), eps=1e-6, atol=1e-7, rtol=1e-5)
+    assert torch.autograd.gradgradcheck(f, _inputs(spec, names), eps=1e-6, atol=1e-6, rtol=1e-4)
 
 
 @pytest.mark.parametrize("combo", [c for c in COMBOS if c[1] != "randomized"], ids=combo_id)

@@ -114,13 +114,16 @@ class _Backward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, left, log_z, forward):
         ctx.forward = forward
+        ctx.save_for_backward(u, left)
         return log_z.clone()
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     @in_full_precision  # a backward called under autocast or TF32 (the forward ran in full float32)
     def backward(ctx, grad):
         fw = ctx.forward
+        if torch.is_grad_enabled():  # create_graph=True
+            chain = scaled.ScaledChain(*ctx.saved_tensors, left_is_log=True)
+            return (*scaled.differentiated_again(ctx, grad, chain, fw.lengths)[:2], None, None)
         vectors, P, lengths = fw.vectors, fw.mats[0].scaled, fw.lengths
         T, B, K = vectors.shape
         factors = fw.cached[1]

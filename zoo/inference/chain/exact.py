@@ -30,7 +30,7 @@ def log_space(chain: DenseChain) -> scaled.ScaledChain:
 
 
 def fast_log_partition(chain: DenseChain, lengths: Tensor) -> Tensor:
-    """log Z (B,) with the hand-written backward (once differentiable; shared or per position)."""
+    """log Z (B,) with the hand-written backward (shared or per position; twice differentiable)."""
     return scaled.log_partition(log_space(chain), lengths)
 
 

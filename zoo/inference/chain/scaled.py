@@ -17,7 +17,9 @@ when it is the only one left later, and every local quantity stays of the size o
 * ``log_partition``: a hand-written backward (``torch.autograd.Function``): the gradient of log Z
   w.r.t. the forward variables is a posterior marginal (in [0, 1]), propagated back through each
   product; each matrix's gradient is one (T B) x K by (T B) x M product at the end, instead of
-  T rank-B updates (what autograd would do), which is memory-bound. Once differentiable.
+  T rank-B updates (what autograd would do), which is memory-bound. Differentiated again
+  (``create_graph=True``), it takes its gradients from autograd of ``forward`` instead
+  (``differentiated_again``).
 * ``forward``: plain autograd (twice differentiable), also returning the log forward variables.
 """
 
@@ -300,14 +302,16 @@ class _ScaledForward(torch.autograd.Function):
         end_weights = log_end(chain)
         log_z = total(alphas, torch.stack(ns, 1), lengths, end_weights)
         ctx.chain, ctx.mats, ctx.saved, ctx.log_end = chain, mats, saved, end_weights
-        ctx.save_for_backward(alphas, lengths)
+        ctx.save_for_backward(alphas, lengths, u, left, right, log_weights, final)
         return log_z
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     @in_full_precision  # a backward called under autocast or TF32 (the forward ran in full float32)
     def backward(ctx, grad):
-        alphas, lengths = ctx.saved_tensors
+        alphas, lengths, *operands = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True
+            chain = ScaledChain(*operands, left_is_log=ctx.chain.left_is_log)
+            return (*differentiated_again(ctx, grad, chain, lengths), None, None)
         chain, mats, saved = ctx.chain, ctx.mats, ctx.saved
         B, T, K = alphas.shape
         rows = torch.arange(B, device=alphas.device)
@@ -363,9 +367,28 @@ class _ScaledForward(torch.autograd.Function):
         return grad_u, grads[0], grad_right, grad_lw, grad_final, None, None
 
 
+def differentiated_again(ctx, grad: Tensor, chain: ScaledChain, lengths: Tensor) -> tuple:
+    """The backward of a hand-written log Z whose gradient is differentiated again (autograd runs a
+    backward with gradients on only for ``create_graph=True``): the gradients of the chain's operands
+    (u, left, right, log_weights, final; None for the absent ones and where ``ctx`` needs none) by
+    autograd of ``forward`` on the same operands, the saved inputs, so that they carry their graph.
+    The hand-written backwards keep no graph: their gradient would silently be a constant."""
+    operands = (chain.u, chain.left, chain.right, chain.log_weights, chain.final)
+    wanted = [i for i, x in enumerate(operands) if x is not None and ctx.needs_input_grad[i]]
+    log_z = forward(chain, lengths)[0]
+    found = torch.autograd.grad(
+        log_z, [operands[i] for i in wanted], grad, create_graph=True, allow_unused=True
+    )
+    grads = [None] * len(operands)
+    for i, g in zip(wanted, found):
+        grads[i] = torch.zeros_like(operands[i]) if g is None else g
+    return tuple(grads)
+
+
 def log_partition(chain: ScaledChain, lengths: Tensor) -> Tensor:
-    """log Z (B,) with the hand-written backward (once differentiable); where no gradient is needed
-    and the matrices are shared, ``block_scaled``'s forward, which keeps nothing for a backward."""
+    """log Z (B,) with the hand-written backward (twice differentiable by ``differentiated_again``);
+    where no gradient is needed and the matrices are shared, ``block_scaled``'s forward, which keeps
+    nothing for a backward."""
     from zoo.inference.chain import block_scaled  # it builds on this module
 
     operands = (chain.u, chain.left, chain.right, chain.log_weights, chain.final, chain.init)
