@@ -6,10 +6,9 @@ For each job (tag, recipe, minutes), with the documented commands only:
    and the job's ``fit_args`` (from scratch, seed of the recipe; the checkpoint of the recipe's
    ModelCheckpoint);
 2. ``zoo export CKPT zoo/weights/<tag>`` (the run's config.yaml becomes ``training_config.yaml``);
-3. half precision: the weights are kept in float16 if the quick-check NLL (the first test batches)
-   moves by less than 0.1 %; else, if the model overflows in float16 (the chain DPs on a CPU), stored
-   in float16 and run in float32 (``save_pretrained(storage_dtype=...)``) if that moves it by less
-   than 0.1 %; otherwise float32;
+3. half precision: the weights are stored in float16 and run in float32
+   (``save_pretrained(storage_dtype=...)``; every dynamic program refuses float16) if that moves the
+   quick-check NLL (the first test batches) by less than 0.1 %; otherwise float32;
 4. the card's evaluation command on the exported (final) folder, ``zoo test --config
    training_config.yaml --model.init_args.init_from zoo/weights/<tag> --results FILE`` (the whole test
    split; a randomized backend's evaluation is exact at these sizes, otherwise the task reports mean and
@@ -289,12 +288,10 @@ def evaluate(folder: Path, results: Path) -> dict:
 
 
 def choose_precision(folder: Path) -> dict:
-    """Re-save the float32 ``folder`` at the narrowest precision whose quick-check NLL moves by less
-    than HALF_TOLERANCE: float16 weights run in float16, else float16 weights run in float32 (for models
-    that overflow in float16), else float32. The measured NLLs (``half_precision_*`` notes)."""
+    """Re-save the float32 ``folder`` with float16 weights run in float32 if its quick-check NLL moves
+    by less than HALF_TOLERANCE, else leave it in float32. The measured NLLs (``half_precision_*``
+    notes)."""
     import tempfile
-
-    import torch
 
     from zoo.hub.pretrained import from_pretrained, save_pretrained
 
@@ -305,14 +302,6 @@ def choose_precision(folder: Path) -> dict:
     keep = {"training_config": (folder / "training_config.yaml").read_text()}
     if (folder / LEARNING_CURVE_NAME).is_file():
         keep["learning_curve"] = folder / LEARNING_CURVE_NAME
-    try:
-        half = quick_check(from_pretrained(str(folder)).to(torch.float16), config)["nll"]
-        notes.update(float16_nll=half, relative_change=abs(half - full) / abs(full))
-    except (RuntimeError, ValueError, TypeError) as error:  # overflow, no CPU kernel, a DP refusing float16
-        notes["float16"] = f"not supported on CPU: {str(error).splitlines()[0]}"
-    if notes.get("relative_change", 1.0) < HALF_TOLERANCE:
-        save_pretrained(model.to(torch.float16), folder, **keep)
-        return notes
     with tempfile.TemporaryDirectory() as scratch:  # float16 storage: the rounding of the weights alone
         rounded = quick_check(
             from_pretrained(save_pretrained(model, scratch, storage_dtype="float16")), config
@@ -588,10 +577,10 @@ def report() -> str:
         "hardware and minutes), then evaluated on the whole test split with the card's command `zoo test "
         "--config training_config.yaml --model.init_args.init_from <tag folder> --results results.json`. "
         "These are CPU-budget models at the small recipes' sizes, far from the papers' GPU-trained sizes: "
-        "the papers' numbers are in each card. Weights are float16 where that moved the NLL on the first "
-        "test batches by less than 0.1 %; models that overflow in float16 (the chain DPs on a CPU) store "
-        "float16 weights and run in float32 where that rounding moved it by less than 0.1 %; else float32 "
-        "(the dtype column; the cards give the measured changes). A randomized backend's evaluation is "
+        "the papers' numbers are in each card. Weights are stored in float16 and run in float32 where that "
+        "rounding moved the NLL on the first test batches by less than 0.1 %, else float32 (the dtype "
+        "column; the cards give the measured changes; every dynamic program refuses float16). "
+        "A randomized backend's evaluation is "
         "exact at these sizes (`evaluation_is_exact()`), so its numbers have no spread over evaluation "
         "seeds; the PCFGs' synthetic-grammar F1 is a mean ± standard deviation over 3 training seeds. The "
         "structured VAEs' NLL is one importance-sampled estimate (100 samples of q a sentence, the samples "

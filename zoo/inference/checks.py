@@ -23,10 +23,10 @@ def as_tensor(name: str, value) -> Tensor:
 
 
 def as_dp_tensor(name: str, value) -> Tensor:
-    """``as_tensor`` for the chain and semi-Markov DPs: float32 and float64 as given, bfloat16
-    computed in float32 (its 8-bit mantissa cannot carry a log Z summed over hundreds of positions;
-    gradients flow back in bfloat16), float16 refused (a log Z of a few hundred frames exceeds its
-    range, 65504)."""
+    """``as_tensor`` for every dynamic program (chains, semi-Markov chains, trees): float32 and float64
+    as given, bfloat16 computed in float32 (its 8-bit mantissa cannot carry a log Z summed over hundreds
+    of positions; gradients flow back in bfloat16), float16 refused (a log Z of a few hundred frames
+    exceeds its range, 65504)."""
     value = as_tensor(name, value)
     if value.dtype == torch.float16:
         raise TypeError(

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from zoo.inference.backend import Backend
 from zoo.inference.checks import (
-    as_tensor,
+    as_dp_tensor,
     check_finite,
     check_lengths,
     check_same_dtype,
@@ -57,8 +57,8 @@ class TreeDistribution(StructuredDistribution):
         node_scores: Tensor | None = None,
     ):
         self._check_factors(grammar)  # before its attributes are read below
-        terms = as_tensor("terms", terms)
-        node_scores = None if node_scores is None else as_tensor("node_scores", node_scores)
+        terms = as_dp_tensor("terms", terms)
+        node_scores = None if node_scores is None else as_dp_tensor("node_scores", node_scores)
         check_same_dtype(
             type(self).__name__, **{"the grammar": grammar.root}, terms=terms, node_scores=node_scores
         )

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.checks import as_tensor, check_finite, check_nonnegative, check_same_dtype, check_shape
+from zoo.inference.checks import as_dp_tensor, check_finite, check_nonnegative, check_same_dtype, check_shape
 from zoo.inference.numerics import safe_log, underflow_safe_exp
 
 #: the most entries a dense NT x S x S rule tensor may have when materialized for an exact fallback
@@ -30,7 +30,7 @@ MAX_DENSE_RULES = 1 << 27
 
 def _grammar_tensor(name: str, value: Tensor, shape: tuple, names: str) -> Tensor:
     """Check a (B x) ``shape`` tensor; return it with a batch axis (of size 1 when shared)."""
-    value = as_tensor(name, value)
+    value = as_dp_tensor(name, value)
     if value.dim() == len(shape):
         check_shape(name, value, shape, names)
         return value.unsqueeze(0)
@@ -146,7 +146,7 @@ class DenseGrammar(GrammarFactors):
     native_backend = Backend.EXACT
 
     def __init__(self, root: Tensor, rules: Tensor):
-        root, rules = as_tensor("root", root), as_tensor("rules", rules)
+        root, rules = as_dp_tensor("root", root), as_dp_tensor("rules", rules)
         check_same_dtype(type(self).__name__, root=root, rules=rules)
         self.root = self._check_root(root)
         NT = self.root.shape[-1]
@@ -189,8 +189,8 @@ class LowRankGrammar(GrammarFactors):
     native_backend = Backend.LOW_RANK
 
     def __init__(self, root: Tensor, rules: Tensor, head: Tensor, children: Tensor):
-        root, rules = as_tensor("root", root), as_tensor("rules", rules)
-        head, children = as_tensor("head", head), as_tensor("children", children)
+        root, rules = as_dp_tensor("root", root), as_dp_tensor("rules", rules)
+        head, children = as_dp_tensor("head", head), as_dp_tensor("children", children)
         check_same_dtype(type(self).__name__, root=root, rules=rules, head=head, children=children)
         dense = DenseGrammar(root, rules)
         self.root, self.rules = dense.root, dense.rules
@@ -242,7 +242,8 @@ class RankSpaceGrammar(GrammarFactors):
     native_backend = Backend.RANK_SPACE
 
     def __init__(self, root: Tensor, U: Tensor, V: Tensor, W: Tensor):
-        root, U, V, W = as_tensor("root", root), as_tensor("U", U), as_tensor("V", V), as_tensor("W", W)
+        root, U = as_dp_tensor("root", root), as_dp_tensor("U", U)
+        V, W = as_dp_tensor("V", V), as_dp_tensor("W", W)
         check_same_dtype(type(self).__name__, root=root, U=U, V=V, W=W)
         self.root = self._check_root(root)
         NT = self.num_nonterminals
@@ -268,8 +269,8 @@ class RankSpaceGrammar(GrammarFactors):
         (``guard.guarded``), the factors are exponentiated in float64: an entry below float32's range
         (a softmax's tail) keeps its value there, and the gradient with respect to its log (its expected
         count in the tree) stays finite where the gradient with respect to the entry overflows."""
-        root, log_U = as_tensor("root", root), as_tensor("log_U", log_U)
-        log_V, log_W = as_tensor("log_V", log_V), as_tensor("log_W", log_W)
+        root, log_U = as_dp_tensor("root", root), as_dp_tensor("log_U", log_U)
+        log_V, log_W = as_dp_tensor("log_V", log_V), as_dp_tensor("log_W", log_W)
         check_same_dtype(cls.__name__, root=root, log_U=log_U, log_V=log_V, log_W=log_W)
         grammar = cls(root, *(underflow_safe_exp(x) for x in (log_U, log_V, log_W)))
         G = grammar.grammar_batch
@@ -313,7 +314,7 @@ def terminal_scores(emission: Tensor, words: Tensor, lengths: Tensor | None = No
             (its rows of ``terms`` are 0).
         lengths: optional (B,) sentence lengths: then every word inside a length must be a word id.
     """
-    emission = as_tensor("emission", emission)
+    emission = as_dp_tensor("emission", emission)
     if not isinstance(words, Tensor) or words.is_floating_point() or words.dim() != 2:
         raise TypeError(f"words must be a B x T integer tensor, got {_describe(words)}")
     if emission.dim() not in (2, 3):

@@ -10,7 +10,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.checks import as_tensor, check_finite, check_lengths, check_same_dtype, check_sample_count
+from zoo.inference.checks import (
+    as_dp_tensor,
+    check_finite,
+    check_lengths,
+    check_same_dtype,
+    check_sample_count,
+)
 from zoo.inference.numerics import logsumexp
 from zoo.inference.tree.factors import GrammarFactors, RankSpaceGrammar
 from zoo.inference.tree.rank_space import sample_rank_space
@@ -33,7 +39,7 @@ def sample_sentences(
             "grammar must be a DenseGrammar, LowRankGrammar or RankSpaceGrammar, "
             f"got {type(grammar).__name__}"
         )
-    emission = as_tensor("emission", emission)
+    emission = as_dp_tensor("emission", emission)
     check_same_dtype("sample_sentences", **{"the grammar": grammar.root}, emission=emission)
     PT = grammar.num_preterminals
     if emission.dim() == 2:
