@@ -207,3 +207,15 @@ def test_the_global_proposal_is_the_incoming_mass_and_informative_for_normalized
         torch.testing.assert_close(factors.state_prior()[0], p.sum(0).log())  # incoming: column sums
         q = proposal_weights(factors.unary, factors.init, factors.state_prior, "global")
         assert q.std(-1).min() > 1e-3, f"{type(factors).__name__}: the global proposal is uniform"
+
+
+@pytest.mark.parametrize("proposal", ["local", "local+global"])
+def test_a_position_no_state_can_take_raises_the_exact_error(proposal):
+    """Every state's unary -inf at one position: the chain has zero probability. The local proposal
+    was NaN there and torch.multinomial failed ("probability tensor contains either inf, nan or
+    element < 0"); its row is now uniform and the estimate raises what the exact forward raises."""
+    unary = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0))
+    unary[1, 2] = float("-inf")
+    options = RDPOptions(1, 1, proposal=proposal, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="zero probability"):
+        LinearChain(DenseChain(unary, torch.randn(3, 3)), backend="randomized", options=options).log_partition

@@ -86,7 +86,7 @@ def test_no_segmentation_covers_the_sequence():
     dist = SemiMarkovChain(dense(duration=duration), torch.tensor([4, 3]))
     with pytest.raises(ValueError, match=r"no segmentation covers batch elements \[1\]"):
         dist.log_partition  # noqa: B018
-    for op in ("marginals", "argmax"):
+    for op in ("marginals", "argmax", "entropy"):  # entropy was 0
         with pytest.raises(ValueError, match="no segmentation covers"):
             getattr(SemiMarkovChain(dense(duration=duration), torch.tensor([4, 3])), op)
     with pytest.raises(ValueError, match="no segmentation covers"):

@@ -117,11 +117,17 @@ def proposal_weights(
         return unary.new_full((B, T, N), 1.0 / N)
     if proposal == "global":
         return torch.softmax(state_prior(), -1).unsqueeze(1).expand(B, T, N).clone()
-    q = torch.softmax(unary, -1)  # no B x T x N copy for the init: fix position 1 alone
-    q[:, 0] = torch.softmax(unary[:, 0] + init, -1)
+    q = _softmax(unary)  # no B x T x N copy for the init: fix position 1 alone
+    q[:, 0] = _softmax(unary[:, 0] + init)
     if proposal == "local+global":  # Eq. 34, in place: q is B x T x N, the largest buffer here
         q.mul_(0.5).add_(torch.softmax(state_prior(), -1).unsqueeze(1), alpha=0.5)
     return q
+
+
+def _softmax(x: Tensor) -> Tensor:
+    """softmax over the last axis; a row with no finite entry (a position no state can take: the
+    structure has zero probability there) is uniform, not NaN, so that states are still drawn."""
+    return torch.softmax(x, -1).nan_to_num_(nan=1.0 / x.shape[-1])
 
 
 class RandomizedLifecycle:

@@ -67,6 +67,8 @@ class SemiMarkovChain(StructuredDistribution):
     @cached_property
     def entropy(self) -> Tensor:
         """Entropy of the distribution over (segmentation, states): (B,)."""
+        if self.backend is not Backend.RANDOMIZED:
+            self.log_partition  # noqa: B018  (raises when no segmentation covers a sequence)
         return self.engine.entropy(self.factors, self.lengths)
 
     @cached_property

@@ -1,4 +1,4 @@
-"""What every inside algorithm shares: scaled vectors, width-batched child slices, CYK.
+"""What every inside algorithm shares: scaled vectors, width-batched child slices, CYK, the no-tree check.
 
 Inside scores are kept per width: ``chart[w]`` is B x (T-w+1) x K for the spans [i, i+w). The
 children of all spans of width w for split s are then two slices, ``chart[s][:, :n]`` (left, the
@@ -79,6 +79,21 @@ def span_diagonal(x: Tensor, width: int) -> Tensor:
     n = T - width + 1
     i = torch.arange(n, device=x.device)
     return x[:, i, i + width]
+
+
+def check_some_tree(log_z: Tensor, lengths: Tensor) -> Tensor:
+    """``log_z`` (B,), or a ValueError where a sentence has no tree of non-zero score (log Z = -inf):
+    every exact operation on such a sentence (marginals, entropy, argmax, samples, log_prob) would
+    otherwise return made-up values."""
+    dead = torch.isneginf(log_z.detach())
+    if bool(dead.any()):
+        idx = dead.nonzero().flatten().tolist()
+        raise ValueError(
+            f"no tree of batch elements {idx} (lengths {lengths[dead.to(lengths.device)].tolist()}) has a "
+            "non-zero score under this grammar: log Z = -inf; check the rules, roots and terminal scores "
+            "(e.g. a preterminal that can emit no word of the sentence)"
+        )
+    return log_z
 
 
 def mask_terms(terms: Tensor, lengths: Tensor) -> Tensor:

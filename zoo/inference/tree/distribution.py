@@ -101,15 +101,7 @@ class TreeDistribution(StructuredDistribution):
         """log Z: (B,). For the randomized backend, log of the unbiased estimate Z_hat (which may be
         -inf when every kept state dies); the other backends raise where no tree has a non-zero score."""
         log_z = self.engine.log_partition(*self._args, label_scores=self.node_scores)
-        dead = torch.isneginf(log_z.detach())
-        if self.backend != Backend.RANDOMIZED and bool(dead.any()):
-            idx = dead.nonzero().flatten().tolist()
-            raise ValueError(
-                f"no tree of batch elements {idx} (lengths {self.lengths[dead].tolist()}) has a non-zero "
-                "score under this grammar: log Z = -inf; check the rules, roots and terminal scores "
-                "(e.g. a preterminal that can emit no word of the sentence)"
-            )
-        return log_z
+        return self.engine.checked(log_z, self.lengths)
 
     @cached_property
     def span_marginals(self) -> Tensor:

@@ -19,7 +19,7 @@ from zoo.inference.engines import Engine, register_engine
 from zoo.inference.kinds import NATIVE
 from zoo.inference.numerics import needs_grad
 from zoo.inference.tree import exact
-from zoo.inference.tree.chart import mbr_tree
+from zoo.inference.tree.chart import check_some_tree, mbr_tree
 from zoo.inference.tree.entropy import entropy as tree_entropy
 from zoo.inference.tree.factors import DenseGrammar, GrammarFactors
 from zoo.inference.tree.sampling import sample_trees
@@ -42,6 +42,13 @@ class TreeEngine(Engine):
     def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None) -> Tensor:
         raise NotImplementedError
 
+    def checked(self, log_z: Tensor, lengths: Tensor) -> Tensor:
+        """``check_some_tree``: an exact backend raises where no tree has a non-zero score."""
+        return check_some_tree(log_z, lengths)
+
+    def _checked_log_partition(self, grammar, terms, lengths, **scores) -> Tensor:
+        return self.checked(self.log_partition(grammar, terms, lengths, **scores), lengths)
+
     # --- marginals by autograd --------------------------------------------------------------
     def _differentiable(self, grammar, terms) -> bool:
         return needs_grad(terms, *grammar.tensors())
@@ -50,7 +57,7 @@ class TreeEngine(Engine):
         """p(span [i, k) is a constituent): B x T x (T+1); width-1 spans are 1 within the length."""
         B, T, _ = terms.shape
         grad = probe_gradient(
-            lambda p: self.log_partition(grammar, terms, lengths, span_scores=p, label_scores=nodes),
+            lambda p: self._checked_log_partition(grammar, terms, lengths, span_scores=p, label_scores=nodes),
             (B, T, T + 1),
             terms,
             self._differentiable(grammar, terms),
@@ -63,7 +70,7 @@ class TreeEngine(Engine):
         """p(span [i, k) is a node labelled A): B x T x (T+1) x NT."""
         B, T, _ = terms.shape
         return probe_gradient(
-            lambda p: self.log_partition(
+            lambda p: self._checked_log_partition(
                 grammar, terms, lengths, label_scores=p if nodes is None else nodes + p
             ),
             (B, T, T + 1, grammar.num_nonterminals),
@@ -74,7 +81,7 @@ class TreeEngine(Engine):
     def preterminal_marginals(self, grammar, terms, lengths, nodes=None) -> Tensor:
         """p(leaf t is labelled P): B x T x PT."""
         return probe_gradient(
-            lambda p: self.log_partition(grammar, terms + p, lengths, label_scores=nodes),
+            lambda p: self._checked_log_partition(grammar, terms + p, lengths, label_scores=nodes),
             terms.shape,
             terms,
             self._differentiable(grammar, terms),
@@ -88,7 +95,7 @@ class TreeEngine(Engine):
     def log_prob(self, grammar, terms, lengths, trees: Tensor, nodes=None) -> Tensor:
         """log p(tree) = score - log Z, clamped at 0: (B,) or (S, B)."""
         score = tree_score(grammar, terms, lengths, trees, nodes)
-        log_z = self.log_partition(grammar, terms, lengths, label_scores=nodes)
+        log_z = self._checked_log_partition(grammar, terms, lengths, label_scores=nodes)
         return (score - log_z).clamp_max(0.0)
 
     # --- on the dense grammar ---------------------------------------------------------------

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from zoo.inference.numerics import finite_or_zero, safe_log
 from zoo.inference.semiring import Entropy
-from zoo.inference.tree.chart import matvec, split_weights, to_scaled
+from zoo.inference.tree.chart import check_some_tree, matvec, split_weights, to_scaled
 from zoo.inference.tree.cky import cky, leaf_block
 from zoo.inference.tree.exact import grammar_matmul, rule_sum, scaled_rules
 from zoo.inference.tree.factors import DenseGrammar
@@ -145,4 +145,6 @@ def entropy(
     """The entropy (B,) of p(tree | sentence), differentiable. terms: B x T x PT (masked past each
     length); label_scores: optional B x T x (T+1) x NT node log-scores."""
     top, _ = cky(EntropyRules(grammar, terms), grammar.root, lengths, label_scores=label_scores)
-    return Entropy.result(Entropy.sum(top, -1))
+    total = Entropy.sum(top, -1)  # log Z and the entropy
+    check_some_tree(total[0], lengths)
+    return Entropy.result(total)

@@ -301,6 +301,9 @@ class RandomizedEngine(RandomizedLifecycle, TreeEngine):
         "sample": (FALLBACK, "exact top-down sampling on the materialized rules"),
     }
 
+    def checked(self, log_z, lengths):
+        return log_z  # an estimate may be -inf (every kept label dead) without the grammar being wrong
+
     def draw(self, grammar, terms) -> KeptLabels:
         """The labels each span and each leaf keeps (``select_labels``)."""
         return select_labels(grammar, terms, self.options)

@@ -30,7 +30,7 @@ from torch import Tensor
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE, UNSUPPORTED
 from zoo.inference.numerics import safe_log
-from zoo.inference.tree.chart import Scaled, finite_max, span_diagonal, to_scaled
+from zoo.inference.tree.chart import Scaled, check_some_tree, finite_max, span_diagonal, to_scaled
 from zoo.inference.tree.engine import TreeEngine
 from zoo.inference.tree.exact import grammar_matmul
 from zoo.inference.tree.factors import RankSpaceGrammar
@@ -250,9 +250,13 @@ def sample_rank_space(grammar: RankSpaceGrammar, terms, lengths, n: int, generat
             values = (g - m.unsqueeze(-1)).exp().unsqueeze(1) @ grammar.U[grammar_of(b)].transpose(1, 2)
             return safe_log(values.squeeze(1)) + m.unsqueeze(-1)
 
+        def root_logits(b, length):
+            return grammar.root[grammar_of(b)] + inside(b, torch.zeros_like(b), length)
+
         def root(b, length):
-            logits = grammar.root[grammar_of(b)] + inside(b, torch.zeros_like(b), length)
-            return gumbel_argmax(logits, generator)
+            return gumbel_argmax(root_logits(b, length), generator)
+
+        check_some_tree(root_logits(torch.arange(B, device=terms.device), lengths).logsumexp(-1), lengths)
 
         def child(b, start, width, rank, log_factor):
             """The label of a child span given its parent's rank: M."""

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from zoo.inference.numerics import gumbel_noise
 from zoo.inference.tree import exact
-from zoo.inference.tree.chart import finite_max, mask_terms
+from zoo.inference.tree.chart import check_some_tree, finite_max, mask_terms
 from zoo.inference.tree.factors import DenseGrammar
 from zoo.inference.tree.guard import any_marked, guard_for
 
@@ -98,6 +98,8 @@ def sample_trees(
             terms, nodes = terms.double(), None if nodes is None else nodes.double()
             _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes)
         full = full_chart(chart, terms)
+        root_mass = grammar.root + full[torch.arange(B, device=terms.device), 0, lengths, :NT]
+        check_some_tree(root_mass.logsumexp(-1), lengths)
 
         def root(b, length):
             return gumbel_argmax(grammar.root[grammar_of(b)] + full[b, 0, length, :NT], generator)

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.semiring import Max
-from zoo.inference.tree.chart import backtrack
+from zoo.inference.tree.chart import backtrack, check_some_tree
 from zoo.inference.tree.cky import cky
 
 #: entries of the B x n x NT x K1 x K2 max-plus tensor built at once
@@ -82,5 +82,6 @@ def viterbi(
     with torch.no_grad():
         top, _ = cky(span_rules, root, lengths, label_scores=nodes)
         score, root_label = top.max(-1)
+    check_some_tree(score, lengths)  # the best score is -inf only where no tree is possible
     tree = backtrack(lambda w: span_rules.back[w], lengths, root_label, terms.shape[1])
     return score, tree
