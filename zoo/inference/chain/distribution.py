@@ -12,6 +12,7 @@ from zoo.inference.chain import engine, low_rank, randomized, rank_space  # noqa
 from zoo.inference.chain.factors import ChainFactors
 from zoo.inference.checks import check_label_sequences, check_lengths, check_sample_count
 from zoo.inference.distribution import StructuredDistribution
+from zoo.inference.inference_mode import autograd_ready
 from zoo.inference.rdp import RDPOptions
 
 
@@ -50,39 +51,47 @@ class LinearChain(StructuredDistribution):
         self.factors = self.engine.prepare(factors)
 
     @cached_property
+    @autograd_ready
     def log_partition(self) -> Tensor:
         """log Z: (B,). For the randomized backend, log of the unbiased estimate Z_hat."""
         return self.engine.log_partition(self.factors, self.lengths)
 
     @cached_property
+    @autograd_ready
     def marginals(self) -> Tensor:
         """p(z_t = i): B x T x N, zero past each length."""
         return self.engine.marginals(self.factors, self.lengths)
 
     @cached_property
+    @autograd_ready
     def pairwise_marginals(self) -> Tensor:
         """p(z_{t-1} = i, z_t = j) at [b, t-2, i, j]: B x (T-1) x N x N, zero past each length."""
         return self.engine.pairwise_marginals(self.factors, self.lengths)
 
     @cached_property
+    @autograd_ready
     def entropy(self) -> Tensor:
         """Entropy of the distribution over state sequences: (B,)."""
         return self.engine.entropy(self.factors, self.lengths)
 
     @cached_property
+    @autograd_ready
     def _viterbi(self) -> tuple[Tensor, Tensor]:
         return self.engine.argmax(self.factors, self.lengths)
 
+    @autograd_ready
     def log_prob(self, states: Tensor) -> Tensor:
         """log p(states): states B x T or S x B x T (entries past a length are ignored)."""
         states = check_label_sequences("states", states, self.factors.batch, self.factors.max_length)
         return self.engine.log_prob(self.factors, self.lengths, states)
 
+    @autograd_ready
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
         """n exact samples (forward filtering, backward sampling): n x B x T, -1 past each length."""
         check_sample_count(n)
         return self.engine.sample(self.factors, self.lengths, n, generator)
 
+    @autograd_ready
     def rsample(
         self, temperature: float = 1.0, generator: torch.Generator | None = None
     ) -> Tensor:

@@ -10,6 +10,7 @@ from torch import Tensor
 from zoo.inference.backend import Backend
 from zoo.inference.checks import check_label_sequences, check_lengths, check_sample_count
 from zoo.inference.distribution import StructuredDistribution
+from zoo.inference.inference_mode import autograd_ready
 from zoo.inference.rdp import RDPOptions
 from zoo.inference.semimarkov import exact, low_rank, randomized  # noqa: F401  (register the engines)
 from zoo.inference.semimarkov.factors import SemiMarkovFactors
@@ -49,22 +50,26 @@ class SemiMarkovChain(StructuredDistribution):
         self.factors = self.engine.prepare(factors)
 
     @cached_property
+    @autograd_ready
     def log_partition(self) -> Tensor:
         """log Z: (B,); for the randomized backend, log of the unbiased estimate Z_hat."""
         log_z = self.engine.log_partition(self.factors, self.lengths)
         return self.engine.checked(log_z, self.factors, self.lengths)
 
     @cached_property
+    @autograd_ready
     def segment_marginals(self) -> Tensor:
         """p(segment covering frames s..s+d-1 with state j) at [b, s, d-1, j]: B x T x D x N."""
         return self.engine.segment_marginals(self.factors, self.lengths)
 
     @cached_property
+    @autograd_ready
     def marginals(self) -> Tensor:
         """p(frame t lies in a segment with state j): B x T x N, zero past each length."""
         return self.engine.marginals(self.factors, self.lengths)
 
     @cached_property
+    @autograd_ready
     def entropy(self) -> Tensor:
         """Entropy of the distribution over (segmentation, states): (B,)."""
         if self.backend is not Backend.RANDOMIZED:
@@ -72,11 +77,13 @@ class SemiMarkovChain(StructuredDistribution):
         return self.engine.entropy(self.factors, self.lengths)
 
     @cached_property
+    @autograd_ready
     def _viterbi(self) -> tuple[Tensor, Tensor]:
         self.log_partition  # noqa: B018  (raises when no segmentation covers a sequence)
         return self.engine.argmax(self.factors, self.lengths)
 
     @cached_property
+    @autograd_ready
     def _rank_viterbi(self) -> tuple[Tensor, Tensor]:
         if self.backend is not Backend.RANK_SPACE:
             raise TypeError(
@@ -97,6 +104,7 @@ class SemiMarkovChain(StructuredDistribution):
         """Rank-space only: the log weight of ``rank_argmax`` (states summed out): (B,)."""
         return self._rank_viterbi[0]
 
+    @autograd_ready
     def log_prob(self, segmentation: Tensor) -> Tensor:
         """log p(segmentation): B x T or S x B x T -> (B,) or (S, B)."""
         segmentation = check_label_sequences(
@@ -104,6 +112,7 @@ class SemiMarkovChain(StructuredDistribution):
         )
         return self.engine.log_prob(self.factors, self.lengths, segmentation.to(self.lengths.device))
 
+    @autograd_ready
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
         """n exact samples: n x B x T segmentations."""
         check_sample_count(n)
@@ -111,6 +120,7 @@ class SemiMarkovChain(StructuredDistribution):
             self.log_partition  # noqa: B018
         return self.engine.sample(self.factors, self.lengths, n, generator)
 
+    @autograd_ready
     def rsample(self, temperature: float = 1.0, generator: torch.Generator | None = None) -> Tensor:
         """Relaxed segment indicators B x T x D x N (Gumbel-softmax backward sampling), differentiable."""
         self._check_temperature(temperature)

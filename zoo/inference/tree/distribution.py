@@ -17,6 +17,7 @@ from zoo.inference.checks import (
     check_shape,
 )
 from zoo.inference.distribution import StructuredDistribution
+from zoo.inference.inference_mode import autograd_ready
 from zoo.inference.tree import engine, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
 from zoo.inference.tree.chart import mask_terms
 from zoo.inference.tree.factors import GrammarFactors
@@ -97,6 +98,7 @@ class TreeDistribution(StructuredDistribution):
         return self.grammar, self.terms, self.lengths
 
     @cached_property
+    @autograd_ready
     def log_partition(self) -> Tensor:
         """log Z: (B,). For the randomized backend, log of the unbiased estimate Z_hat (which may be
         -inf when every kept state dies); the other backends raise where no tree has a non-zero score."""
@@ -104,37 +106,45 @@ class TreeDistribution(StructuredDistribution):
         return self.engine.checked(log_z, self.lengths)
 
     @cached_property
+    @autograd_ready
     def span_marginals(self) -> Tensor:
         """p(span [i, k) is a constituent) at [b, i, k]: B x T x (T+1)."""
         return self.engine.span_marginals(*self._args, self.node_scores)
 
     @cached_property
+    @autograd_ready
     def marginals(self) -> Tensor:
         """p(span [i, k) is a node labelled A) at [b, i, k, A]: B x T x (T+1) x NT."""
         return self.engine.marginals(*self._args, self.node_scores)
 
     @cached_property
+    @autograd_ready
     def preterminal_marginals(self) -> Tensor:
         """p(leaf t is labelled P) at [b, t, P]: B x T x PT."""
         return self.engine.preterminal_marginals(*self._args, self.node_scores)
 
     @cached_property
+    @autograd_ready
     def entropy(self) -> Tensor:
         """Entropy of the distribution over trees: (B,)."""
         return self.engine.entropy(*self._args, self.node_scores)
 
     @cached_property
+    @autograd_ready
     def _viterbi(self) -> tuple[Tensor, Tensor]:
         return self.engine.argmax(*self._args, self.node_scores)
 
+    @autograd_ready
     def mbr(self) -> Tensor:
         """Minimum Bayes risk tree (CKY over span marginals): B x (2T-1) x 2 long (start, end)."""
         return self.engine.mbr(*self._args, self.node_scores)
 
+    @autograd_ready
     def log_prob(self, trees: Tensor) -> Tensor:
         """log p(trees): trees B x (2T-1) x 3 or S x B x (2T-1) x 3 -> (B,) or (S, B)."""
         return self.engine.log_prob(*self._args, trees, self.node_scores)
 
+    @autograd_ready
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
         """n exact samples of p(tree | sentence): n x B x (2T-1) x 3."""
         check_sample_count(n)
