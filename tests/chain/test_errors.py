@@ -323,3 +323,19 @@ def test_one_bfloat16_potential_among_float32_is_accepted(name, arg):
 @pytest.mark.parametrize("name, arg", CHAIN_ARGS, ids=_ARG_IDS)
 def test_one_potential_on_another_device_is_refused(name, arg):
     assert_other_device_refused(*_chain_containers()[name], name, arg)
+
+
+def test_bool_lengths_are_refused():
+    """A bool tensor was read as lengths of 1 (True) with no error (audit)."""
+    from zoo.inference import DenseChain, LinearChain
+
+    with pytest.raises(TypeError, match="lengths must be integers, got a bool tensor"):
+        LinearChain(DenseChain(torch.randn(3, 4, 2), torch.randn(2, 2)), torch.tensor([True] * 3))
+
+
+def test_a_rank_space_shape_error_names_where_its_rank_comes_from():
+    """An emission of the wrong rank blamed U alone (audit): the message says R comes from emission."""
+    from zoo.inference import RankSpaceChain
+
+    with pytest.raises(ValueError, match=r"U must have shape N x R \(R from emission\)"):
+        RankSpaceChain(torch.rand(4), torch.rand(4, 2), torch.rand(4, 2), torch.randn(3, 5, 3))

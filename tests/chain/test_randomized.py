@@ -218,4 +218,4 @@ def test_a_position_no_state_can_take_raises_the_exact_error(proposal):
     unary[1, 2] = float("-inf")
     options = RDPOptions(1, 1, proposal=proposal, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="zero probability"):
-        LinearChain(DenseChain(unary, torch.randn(3, 3)), backend="randomized", options=options).log_partition
+        LinearChain(DenseChain(unary, torch.randn(3, 3)), backend="randomized", options=options).log_partition  # noqa: B018

@@ -192,3 +192,10 @@ def test_one_bfloat16_potential_among_float32_is_accepted(name, arg):
 @pytest.mark.parametrize("name, arg", SM_ARGS, ids=_ARG_IDS)
 def test_one_potential_on_another_device_is_refused(name, arg):
     assert_other_device_refused(*_sm_containers()[name], name, arg)
+
+
+def test_to_frame_states_takes_lengths_as_a_list():
+    """Lengths as a list (as the distributions take them) failed with an AttributeError (audit)."""
+    from zoo.inference.semimarkov import to_frame_states
+
+    assert to_frame_states(torch.tensor([[0, -1, 1, -1]]), [3]).tolist() == [[0, 0, 1, -1]]

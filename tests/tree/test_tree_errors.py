@@ -616,3 +616,9 @@ def test_the_randomized_estimate_of_a_sentence_without_a_tree_is_minus_infinity(
     terms[1, 1] = -INF
     log_z = TreeDistribution(dense(), terms, backend="randomized", options=RDPOptions(1, 1)).log_partition
     assert torch.isfinite(log_z[0]) and torch.isneginf(log_z[1])
+
+
+def test_a_rules_shape_error_names_where_its_nonterminal_count_comes_from():
+    """A root of 3 nonterminals with rules of 2 blamed rules alone (audit)."""
+    with pytest.raises(ValueError, match=r"rules must have shape NT x S x S \(NT from root\)"):
+        DenseGrammar(torch.randn(3), torch.randn(2, 5, 5))

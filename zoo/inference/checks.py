@@ -137,6 +137,8 @@ def check_lengths(lengths: Tensor | None, batch: int, max_len: int, device) -> T
         return torch.full((batch,), max_len, dtype=torch.long, device=device)
     if not isinstance(lengths, Tensor):
         lengths = torch.as_tensor(lengths)
+    if lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be integers, got a bool tensor {lengths.tolist()}")
     if lengths.is_floating_point():
         if not torch.equal(lengths, lengths.round()):
             raise ValueError(f"lengths must be integers, got {lengths.tolist()}")

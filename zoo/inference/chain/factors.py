@@ -409,7 +409,7 @@ class RankSpaceChain(ChainFactors):
             raise ValueError(f"emission must have shape B x T x R, got {tuple(emission.shape)}")
         check_finite("emission", emission)
         B, T, R = emission.shape
-        check_shape("U", U, (None, R), "N x R")
+        check_shape("U", U, (None, R), "N x R (R from emission)")
         N = U.shape[0]
         check_shape("V", V, (N, R), "N x R")
         check_nonnegative("U", U)

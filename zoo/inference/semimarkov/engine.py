@@ -48,6 +48,7 @@ def frames_from_segments(segments: Tensor) -> Tensor:
 def to_frame_states(segmentation: Tensor, lengths: Tensor | None = None) -> Tensor:
     """Segmentation (... x B x T, states at segment starts) -> per-frame states, -1 past each length."""
     T = segmentation.shape[-1]
+    lengths = None if lengths is None else torch.as_tensor(lengths)
     pos = torch.arange(T, device=segmentation.device)
     last = torch.where(segmentation >= 0, pos, -1).cummax(-1).values
     frames = segmentation.gather(-1, last.clamp_min(0))

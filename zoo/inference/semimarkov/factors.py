@@ -455,7 +455,7 @@ class EdgeSemiMarkov(SemiMarkovFactors):
         B, D, N = first.shape
         if edge.dim() != 5:
             raise ValueError(f"edge must have shape B x (T-1) x D x N x N, got {tuple(edge.shape)}")
-        check_shape("edge", edge, (B, None, D, N, N), "B x (T-1) x D x N x N")
+        check_shape("edge", edge, (B, None, D, N, N), "B x (T-1) x D x N x N (B, D, N from first)")
         check_finite("first", first)
         check_finite("edge", edge)
         self.first, self.edge = first, edge

@@ -35,7 +35,7 @@ class TreeDistribution(StructuredDistribution):
         options: ``RDPOptions`` for "randomized"; "state-space" for "rank-space" (optional).
         node_scores: optional B x T x (T+1) x NT log-scores added to the score of a tree for each
             of its nodes: [b, i, k, A] scores span [i, k) labelled A (a tree CRF's span scores;
-            Alg. 2's node potentials). Entries of width < 2 are ignored.
+            Alg. 2's node potentials). Entries of width < 2 are ignored (but must be finite or -inf).
 
     Shapes and formats are fixed in docs/tree-api.md: ``log_partition`` (B,), ``span_marginals``
     (B x T x (T+1)), ``marginals`` (B x T x (T+1) x NT), ``preterminal_marginals`` (B x T x PT),

@@ -150,7 +150,7 @@ class DenseGrammar(GrammarFactors):
         check_same_dtype(type(self).__name__, root=root, rules=rules)
         self.root = self._check_root(root)
         NT = self.root.shape[-1]
-        rules = _grammar_tensor("rules", rules, (NT, None, None), "NT x S x S")
+        rules = _grammar_tensor("rules", rules, (NT, None, None), "NT x S x S (NT from root)")
         S = rules.shape[-1]
         if rules.shape[-2] != S or S <= NT:
             raise ValueError(
