@@ -104,6 +104,20 @@ def test_the_pcfg_data_reads_a_datasets_source_too(tmp_path):
     reference.setup()
     for split in ("train", "valid", "test"):
         assert [list(x) for x in data.datasets[split].ids] == [list(x) for x in reference.datasets[split].ids]
+    assert data.predict_lines() == reference.predict_lines() == ([s.split() for s in TEXT["test"]], [1, 2], 2)
+
+
+def test_the_pcfg_data_counts_the_lines_it_leaves_out(tmp_path):
+    """A blank and a one-word row are left out, and the kept rows keep their row numbers (TreeWriter)."""
+    source = text_source(tmp_path / "source")  # each file ends with a blank line
+    with open(source["data_files"]["test"], "a") as f:
+        f.write("hello\nthe end\n")
+    data = PCFGDataModule(hf_dataset=source)
+    data.setup()
+    words, lines, count = data.predict_lines()
+    assert words == [s.split() for s in TEXT["test"]] + [["the", "end"]]
+    assert (lines, count) == ([1, 2, 5], 5)
+    assert [len(x) for x in data.datasets["test"].ids] == [4, 8, 3]
 
 
 def test_bad_sources_are_clear_errors(tmp_path):

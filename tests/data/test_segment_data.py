@@ -4,6 +4,7 @@ CrossTask files written by the tests in the real formats, the collator and the f
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -146,6 +147,28 @@ def test_npy_folder_errors(tmp_path):
     np.save(root / "test" / "seq0.npy", np.zeros((4, 5)))
     with pytest.raises(ValueError, match="same feature size"):
         NpyFolderDataModule(str(root)).setup()
+
+
+
+def test_npy_folder_errors_name_the_files(tmp_path):
+    """A file of another feature size, or with NaN / inf, is named (its path gives the split)."""
+    root = write_npy_folder(tmp_path, dims=5, labelled=False)
+    odd = root / "train" / "seq2.npy"
+    np.save(odd, np.zeros((4, 7), dtype=np.float32))
+    with pytest.raises(ValueError, match=re.escape(f"got 5 in 3 ({root / 'train' / 'seq0.npy'}, ") + ".*"
+                       + re.escape(f"and 7 in 1 ({odd})")):
+        NpyFolderDataModule(str(root)).setup()
+    rows = np.zeros((4, 5), dtype=np.float32)
+    rows[2, 1] = np.nan
+    np.save(odd, rows)
+    message = re.escape(f"{odd}: features must be finite, got NaN or inf in 1 frame(s) (first at frame 2)")
+    dm = NpyFolderDataModule(str(root), batch_size=8)
+    with pytest.raises(ValueError, match=message):
+        dm.fit_feature_transform(5)  # the frames zoo fit draws first
+    with pytest.raises(ValueError, match=message):
+        dm.fit_feature_transform(5, per_sequence=True)
+    with pytest.raises(ValueError, match=message):
+        list(dm.train_dataloader())
 
 
 def write_crosstask(root, dims=16, missing="v9"):

@@ -34,6 +34,13 @@ def test_encode_decode_round_trip_with_eos_and_unk():
     assert "cat" in vocab and "zebra" not in vocab
 
 
+def test_decode_drops_the_padding_of_sampled_words():
+    vocab = Vocabulary.build(LINES)
+    assert vocab.decode(torch.tensor([2, 4, -1, -1])) == vocab.decode([2, 4]) == ["the", "sat"]
+    with pytest.raises(IndexError, match="token id must be in 0..7, got -2"):
+        vocab.decode([2, -2])
+
+
 def test_min_count_and_max_size_map_rare_words_to_unk():
     vocab = Vocabulary.build(LINES, min_count=2)
     assert vocab.tokens == ["<eos>", "<unk>", "the", "cat", "sat"]

@@ -308,7 +308,7 @@ def test_batch_errors():
     model = make("categorical", "exact")
     with pytest.raises(KeyError, match="needs batch\\['tokens'\\]"):
         model.log_likelihood({"frames": torch.zeros(1, 2, K), "lengths": torch.tensor([2])})
-    with pytest.raises(ValueError, match="tokens must lie in 0..3"):
+    with pytest.raises(ValueError, match=r"token ids must lie in 0..3 \(0..vocab_size-1\) within"):
         model.log_likelihood({"tokens": torch.tensor([[1, 4]]), "lengths": torch.tensor([2])})
     music = make("bernoulli", "exact")
     with pytest.raises(ValueError, match="frames must have shape B x T x 3"):

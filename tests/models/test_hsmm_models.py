@@ -321,5 +321,5 @@ def test_bad_batches_are_named():
         m.log_likelihood(
             {"features": torch.zeros(1, 2, 2, dtype=torch.float64), "lengths": torch.tensor([3])}
         )
-    with pytest.raises(ValueError, match=r"must be finite, got NaN or inf in sequences \[0\]"):
+    with pytest.raises(ValueError, match=r"finite within each length, got NaN or inf in sequences \[0\]"):
         m.log_likelihood({"features": torch.full((1, 2, 2), float("nan")), "lengths": torch.tensor([2])})

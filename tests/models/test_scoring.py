@@ -3,6 +3,8 @@ asks for one (then the same values, with gradients to the inputs); training mode
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from family_batches import SMALL, batches
@@ -38,3 +40,16 @@ def test_eval_mode_scoring_builds_no_graph(name):
         torch.testing.assert_close(with_graph.detach(), scores)
         with_graph.sum().backward()
         assert wanted[float_input].grad is not None
+
+
+@pytest.mark.parametrize("name", list(families()))
+def test_requires_grad_builds_the_graph_in_eval_mode(name):
+    model, batch, _ = families()[name]
+    model.eval()
+    scores = model.log_likelihood(batch, torch.Generator().manual_seed(0))
+    with_graph = model.log_likelihood(batch, torch.Generator().manual_seed(0), requires_grad=True)
+    assert model.training is False and with_graph.requires_grad
+    torch.testing.assert_close(with_graph.detach(), scores)
+    with_graph.sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    assert "requires_grad" in str(inspect.signature(model.log_likelihood))

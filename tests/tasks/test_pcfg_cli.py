@@ -4,6 +4,7 @@ bracketed-tree and PTB-text files written by the tests; F1, MBR output, checkpoi
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ from cli_testlib import cpu_trainer, logged, predict
 
 from zoo.cli import main
 from zoo.data import PCFGDataModule, parse_bracketed
-from zoo.tasks import ParsingTask
+from zoo.models import PCFG
+from zoo.tasks import ParsingTask, TreeWriter
 from zoo.tasks.parsing import bracketed
 
 NOUNS = "cat dog mat rug bird".split()
@@ -115,14 +117,15 @@ def test_fit_validate_predict_reload(trees):
     assert f1 and all(0 <= v <= 1 for v in f1) and ppl and all(1 < v < 1e4 for v in ppl)
 
     out = tmp / "pred" / "trees.txt"
-    assert predict(path, ckpt, "zoo.tasks.TreeWriter", out) == 0
+    with pytest.warns(UserWarning, match="1 of 6 input lines have no tree.*: lines 6$"):
+        assert predict(path, ckpt, "zoo.tasks.TreeWriter", out) == 0
     lines = out.read_text().splitlines()
     dm = PCFGDataModule(**data["init_args"])
     gold = dm.sentences("test")[0]
-    assert len(lines) == len(gold) == 5
+    assert len(gold) == 5 and len(lines) == 6 and lines[5] == ""  # the test file's last tree has one word
     for line, words in zip(lines, gold):
         (tree,) = parse_bracketed(line)
-        assert tree.words() == [w if w in dm.vocab._index else "<unk>" for w in words]
+        assert tree.words() == words  # as read, unknown words included (not <unk>)
         assert len(tree.spans()) == len(words) - 1  # a binary tree: n - 1 constituents
 
     task = ParsingTask.load_from_checkpoint(ckpt).eval()
@@ -136,6 +139,30 @@ def test_fit_validate_predict_reload(trees):
     assert len(text) == 4 and [len(s.split()) for s in text] == [3, 5, 3, 5]
     assert task.model.vocab == dm.vocab  # kept by the checkpoint: samples decode without the data
     assert all(word in dm.vocab for sentence in text for word in sentence.split())
+
+
+def test_tree_writer_keeps_the_input_lines(tmp_path):
+    """Line i of the trees is line i of the input, with its own words; the lines the data leaves out (a
+    blank line, a one-word line) are empty and named in a warning."""
+    train, test = "the cat sat\na dog ran on the mat\nthe mat\n", "the cat sat\nhi\n\nthe zebra sat\n"
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"ptb.{split}.txt").write_text(test if split == "test" else train)
+    dm = PCFGDataModule(data_dir=str(tmp_path), batch_size=1)
+    dm.setup()
+    assert "zebra" not in dm.vocab
+    assert dm.predict_lines() == ([["the", "cat", "sat"], ["the", "zebra", "sat"]], [1, 4], 4)
+    torch.manual_seed(0)
+    task = ParsingTask(PCFG(dm.vocab_size, 2, 3, embedding_dim=8, hidden_dim=8)).eval()
+    task.model.vocab = dm.vocab
+    batches = reversed(list(dm.predict_dataloader()))  # the trees follow ``index``
+    predictions = [task.predict_step(b, i) for i, b in enumerate(batches)]
+    out = tmp_path / "trees.txt"
+    with pytest.warns(UserWarning, match=r"2 of 4 input lines have no tree.*: lines 2, 3$"):
+        TreeWriter(str(out)).write_on_epoch_end(SimpleNamespace(datamodule=dm), task, predictions, None)
+    lines = out.read_text().split("\n")
+    assert lines[1:3] == ["", ""] and lines[4:] == [""]  # one line an input line, each ending with \n
+    words = [parse_bracketed(lines[i])[0].words() for i in (0, 3)]
+    assert words == [["the", "cat", "sat"], ["the", "zebra", "sat"]]
 
 
 def test_curriculum_limits_and_drops_long_sentences(trees):

@@ -124,8 +124,9 @@ def check_local_files_are_utf8(source: dict[str, Any]) -> None:
             read_utf8(Path(str(name)))
 
 
-def load_sentences(source: dict[str, Any], split: str) -> list[list[str]]:
-    """The words of each non-blank line of ``split`` ("train", "valid" or "test") of ``source``."""
+def load_sentences(source: dict[str, Any], split: str, keep_blank: bool = False) -> list[list[str]]:
+    """The words of each non-blank line of ``split`` ("train", "valid" or "test") of ``source``
+    (``keep_blank``: of every line, a blank one as an empty list)."""
     data, source = load_split(source, split)
     column = source["column"]
     words = data.map(
@@ -134,7 +135,7 @@ def load_sentences(source: dict[str, Any], split: str) -> list[list[str]]:
         remove_columns=data.column_names,
         desc=f"words of {split}",
     )
-    return [w for w in words["words"] if w]
+    return [w for w in words["words"] if w or keep_blank]
 
 
 def load_token_ids(source: dict[str, Any], split: str, encode) -> list[list[int]]:

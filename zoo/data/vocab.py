@@ -17,6 +17,7 @@ __all__ = ["EOS", "UNK", "Coverage", "Vocabulary"]
 
 EOS = "<eos>"
 UNK = "<unk>"
+PADDING = -1  # the id past each length of sampled word ids (``decode`` drops it)
 
 
 class Vocabulary:
@@ -179,10 +180,11 @@ class Vocabulary:
         return ids
 
     def decode(self, ids: Iterable[int]) -> list[str]:
-        """Tokens of ``ids`` (ints or a 1-D tensor); an id outside ``0..size-1`` raises ``IndexError``."""
+        """Tokens of ``ids`` (ints or a 1-D tensor); -1 is padding (``PCFG.sample``'s words past each
+        length) and is dropped; any other id outside ``0..size-1`` raises ``IndexError``."""
         if hasattr(ids, "tolist"):
             ids = ids.tolist()
-        return [self.id_to_token(i) for i in ids]
+        return [self.id_to_token(i) for i in ids if i != PADDING]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data: ``{"tokens": [...], "eos": str, "unk": str | None}``."""

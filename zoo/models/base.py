@@ -49,19 +49,25 @@ def gradients_in_evaluation(batch: dict) -> Iterator[dict]:
 
 
 def scoring(method):
-    """For a family's ``log_likelihood(batch, ...)``: in eval mode it builds no autograd graph (runs
-    under ``torch.no_grad()``: less memory, and the engine's no-grad paths), unless a tensor of the
-    batch requires grad (gradients with respect to the inputs); in training mode it runs as written."""
+    """For a family's ``log_likelihood(batch, ...)``: it builds an autograd graph in training mode, when a
+    tensor of the batch requires grad (gradients with respect to the inputs), or when called with
+    ``requires_grad=True`` (gradients of a model in eval mode, such as ``from_pretrained``'s); otherwise
+    (eval mode) it runs under ``torch.no_grad()``: less memory, and the engine's no-grad paths."""
     import torch
 
     @functools.wraps(method)
-    def score(self, batch: dict, *args, **kwargs):
-        needs_graph = self.training or any(
-            isinstance(v, torch.Tensor) and v.requires_grad for v in batch.values()
+    def score(self, batch: dict, *args, requires_grad: bool = False, **kwargs):
+        needs_graph = (
+            requires_grad
+            or self.training
+            or any(isinstance(v, torch.Tensor) and v.requires_grad for v in batch.values())
         )
         with contextlib.nullcontext() if needs_graph else torch.no_grad():
             return method(self, batch, *args, **kwargs)
 
+    signature = inspect.signature(method)
+    flag = inspect.Parameter("requires_grad", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=bool)
+    score.__signature__ = signature.replace(parameters=[*signature.parameters.values(), flag])
     return score
 
 

@@ -19,6 +19,7 @@ with the PCFG's ``num_events`` = words + 1 the perplexity is REFERENCE §2's PCF
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,11 @@ class TreeWriter(BasePredictionWriter):
     """Writes ``ParsingTask.predict_step``'s bracketed MBR trees to ``output_path``, one a line, in
     corpus order when batches carry ``index`` (``zoo.data.PCFGDataModule`` does), else in batch order.
 
+    With a data module that has ``predict_lines()`` (``PCFGDataModule``), line i of the output is line i
+    of the input, its words as read (unknown words keep their spelling, not ``<unk>``); an input line
+    without a tree (blank, under 2 words, which the data leaves out) is an empty line, and a warning
+    lists their line numbers.
+
     Args:
         output_path: the file to write (its directory is created).
     """
@@ -210,15 +216,32 @@ class TreeWriter(BasePredictionWriter):
 
     def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
         batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
-        rows: list[tuple[int, str]] = []
+        data = getattr(trainer, "datamodule", None)
+        inputs = data.predict_lines() if callable(getattr(data, "predict_lines", None)) else None
+        trees: dict[int, str] = {}
         for out in batches:
             index = out.get("index")
             for b, tree in enumerate(out["bracketed"]):
-                rows.append((int(index[b]) if index is not None else len(rows), tree))
-        rows.sort(key=lambda r: r[0])
+                i = int(index[b]) if index is not None else len(trees)
+                trees[i] = tree if inputs is None else bracketed(out["trees"][b], inputs[0][i])
+        if inputs is None:
+            lines = [trees[i] for i in sorted(trees)]
+        else:
+            _, numbers, count = inputs
+            lines = [""] * count
+            for i, tree in trees.items():
+                lines[numbers[i] - 1] = tree
+            empty = [k + 1 for k, line in enumerate(lines) if not line]
+            if empty:
+                shown = ", ".join(map(str, empty[:20])) + (", ..." if len(empty) > 20 else "")
+                warnings.warn(
+                    f"{self.output_path}: {len(empty)} of {count} input lines have no tree, written as "
+                    f"empty lines (blank or under 2 words: the data leaves them out): lines {shown}",
+                    stacklevel=2,
+                )
         path = Path(self.output_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(tree + "\n" for _, tree in rows), encoding="utf-8")
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 __all__ = ["ParsingTask", "TreeWriter", "bracketed"]

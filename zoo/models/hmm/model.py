@@ -67,6 +67,7 @@ from zoo.models.arguments import (
 from zoo.models.base import ZooModel, renamed, scoring
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
 from zoo.models.evaluation import RandomizedEvaluation
+from zoo.models.inputs import batch_inputs, binary_frames, token_ids
 from zoo.models.layers import ResidualMLP, embedding_table
 from zoo.models.transitions import TRANSITION_HEADS, TRANSITION_LEGACY_KEYS
 
@@ -81,9 +82,10 @@ def _kept_count(total: int, p: float) -> int:
 class HMM(RandomizedEvaluation, ZooModel):
     """Base class of the neural HMMs; use ``CategoricalHMM`` or ``BernoulliHMM``.
 
-    Subclasses set ``observation_key`` (the batch key of the observations) and build
+    Subclasses set ``observation_key`` (the batch key of the observations), build
     ``self.emission`` (a module mapping C x D component vectors and the observations to
-    log-probabilities B x T x C).
+    log-probabilities B x T x C) and define ``checked(observations, lengths)``: the observations
+    checked within each length, padding replaced, and the lengths (``zoo.models.inputs``).
 
     Cost model: time ~ B T N^2 (exact), B T N R (low-rank), B T R^2 (rank-space), B T (K1 + K2) N
     (randomized), memory ~ B T N plus the N x V emission table: linear in the length, no evaluation
@@ -235,12 +237,8 @@ class HMM(RandomizedEvaluation, ZooModel):
 
     # --- inference --------------------------------------------------------------------------
     def _observations(self, batch: dict) -> tuple[Tensor, Tensor]:
-        for key in (self.observation_key, "lengths"):
-            if key not in batch:
-                raise KeyError(
-                    f"{type(self).__name__} needs batch[{key!r}]; the batch has keys {sorted(batch)}"
-                )
-        return batch[self.observation_key], batch["lengths"]
+        """The batch's checked observations (padding replaced) and lengths (``zoo.models.inputs``)."""
+        return self.checked(*batch_inputs(type(self).__name__, batch, self.observation_key))
 
     chain = renamed("chain", "posterior")
 
@@ -264,8 +262,10 @@ class HMM(RandomizedEvaluation, ZooModel):
 
     @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
-        """log p(x) per sequence: (B,), differentiable. For ``randomized`` in training (or in eval
-        when not ``evaluation_is_exact()``), the log of the unbiased RDP estimate of p(x)."""
+        """log p(x) per sequence: (B,). Differentiable in training mode; in eval mode only with
+        ``requires_grad=True`` or a batch tensor that requires grad (else it runs under no_grad:
+        ``zoo.models.base.scoring``). For ``randomized`` in training (or in eval when not
+        ``evaluation_is_exact()``), the log of the unbiased RDP estimate of p(x)."""
         return self.posterior(batch, generator).log_partition
 
     def forward(self, batch: dict) -> Tensor:
@@ -338,6 +338,10 @@ class CategoricalHMM(HMM):
         self.emission = CategoricalEmission(vocab_size, embedding_dim)
         self._initialize()
 
+    def checked(self, observations: Tensor, lengths) -> tuple[Tensor, Tensor]:
+        """Word ids in 0..V-1 within each length (``zoo.models.inputs.token_ids``)."""
+        return token_ids(observations, lengths, self.vocab_size)
+
 
 class BernoulliHMM(HMM):
     """A neural HMM over binary frames (polyphonic music): batch key ``frames`` B x T x K (0/1),
@@ -373,3 +377,7 @@ class BernoulliHMM(HMM):
         self.num_keys = num_keys
         self.emission = BernoulliEmission(num_keys, embedding_dim)
         self._initialize()
+
+    def checked(self, observations: Tensor, lengths) -> tuple[Tensor, Tensor]:
+        """Frames of 0 / 1 within each length (``zoo.models.inputs.binary_frames``)."""
+        return binary_frames(observations, lengths, self.num_keys)

@@ -52,6 +52,7 @@ from zoo.models.base import ZooModel, renamed, scoring
 from zoo.models.durations import duration_log_probs, duration_outputs
 from zoo.models.emissions import GaussianEmission
 from zoo.models.evaluation import RandomizedEvaluation
+from zoo.models.inputs import batch_inputs, checked_lengths
 from zoo.models.layers import ResidualMLP, embedding_table
 from zoo.models.projection import InputProjection
 from zoo.models.transitions import TRANSITION_HEADS, TRANSITION_LEGACY_KEYS
@@ -246,11 +247,8 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
     # --- inference --------------------------------------------------------------------------
     def features(self, batch: dict) -> tuple[Tensor, Tensor]:
         """The batch's frames as the Gaussians see them (B x T x F, projected when the model has an
-        input projection) and its lengths (B,)."""
-        for key in (self.observation_key, "lengths"):
-            if key not in batch:
-                raise KeyError(f"GaussianHSMM needs batch[{key!r}]; the batch has keys {sorted(batch)}")
-        features, lengths = batch[self.observation_key], batch["lengths"]
+        input projection; 0 past each length, whatever the padding held) and its lengths (B,)."""
+        features, lengths = batch_inputs("GaussianHSMM", batch, self.observation_key)
         if not torch.is_tensor(features) or not features.is_floating_point() or features.dim() != 3:
             raise ValueError(
                 "batch['features'] must be a float tensor B x T x F, got "
@@ -264,9 +262,13 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
                 f"batch['features'] must have {expected} dimensions per frame (the model's {where}), "
                 f"got shape {tuple(features.shape)}"
             )
+        lengths, inside = checked_lengths(features, lengths)
+        features = torch.where(inside.unsqueeze(-1), features, 0.0)  # padding may hold anything (NaN too)
         if not bool(torch.isfinite(features).all()):
             bad = (~torch.isfinite(features)).flatten(1).any(-1).nonzero().flatten().tolist()
-            raise ValueError(f"batch['features'] must be finite, got NaN or inf in sequences {bad}")
+            raise ValueError(
+                f"batch['features'] must be finite within each length, got NaN or inf in sequences {bad}"
+            )
         if self.input_projection is not None:
             features = self.input_projection(features, lengths)
         return features, lengths
@@ -288,8 +290,9 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
 
     @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
-        """log p(x) per sequence: (B,), differentiable (randomized in training: the log of the unbiased
-        estimate)."""
+        """log p(x) per sequence: (B,). Differentiable in training mode; in eval mode only with
+        ``requires_grad=True`` or a batch tensor that requires grad (else it runs under no_grad:
+        ``zoo.models.base.scoring``). Randomized in training: the log of the unbiased estimate."""
         return self.posterior(batch, generator).log_partition
 
     def forward(self, batch: dict) -> Tensor:

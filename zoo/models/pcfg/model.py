@@ -46,6 +46,7 @@ from zoo.inference.tree.randomized import TREE_PROPOSALS
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel, gradients_in_evaluation, renamed, scoring
 from zoo.models.evaluation import RandomizedEvaluation
+from zoo.models.inputs import batch_inputs, token_ids
 from zoo.models.layers import ResidualMLP
 from zoo.models.pcfg.rules import RULE_HEADS, RULE_LEGACY_KEYS
 
@@ -195,28 +196,16 @@ class PCFG(RandomizedEvaluation, ZooModel):
 
     # --- inference --------------------------------------------------------------------------
     def sentences(self, batch: dict) -> tuple[Tensor, Tensor]:
-        """The words (B x (T-1) long; ``<eos>`` and padding past each length are masked by the
-        engine) and their lengths n = lengths - 1 (B,) of a text batch."""
-        for key in (self.observation_key, "lengths"):
-            if key not in batch:
-                raise KeyError(f"PCFG needs batch[{key!r}]; the batch has keys {sorted(batch)}")
-        tokens, lengths = batch[self.observation_key], batch["lengths"]
-        if tokens.dim() != 2 or lengths.shape != tokens.shape[:1]:
-            raise ValueError(
-                f"batch['tokens'] must be B x T and batch['lengths'] (B,), got {tuple(tokens.shape)} "
-                f"and {tuple(lengths.shape)}"
-            )
+        """The words (B x (T-1) long, 0 past each sentence's words; ``<eos>`` is masked by the engine)
+        and their lengths n = lengths - 1 (B,) of a text batch. Ids past each length are padding and
+        may hold anything (-1 included); those within it must be word ids (``zoo.models.inputs``)."""
+        tokens, lengths = token_ids(*batch_inputs("PCFG", batch, self.observation_key), self.vocab_size)
         n = lengths - 1  # <eos> is the last token: the grammar generates the words before it
         if (n < 2).any():
             raise ValueError(
                 "a PCFG sentence needs at least 2 words before <eos> (a CNF tree's root is a "
                 f"nonterminal), got word counts {n.tolist()}: drop shorter sentences "
                 "(zoo.data.PCFGDataModule does, as Kim et al. 2019)"
-            )
-        if int(tokens.max()) >= self.vocab_size or int(tokens.min()) < 0:
-            raise ValueError(
-                f"token ids must lie in 0..vocab_size-1 = 0..{self.vocab_size - 1}, got "
-                f"{int(tokens.min())}..{int(tokens.max())}"
             )
         return tokens[:, : int(n.max())], n
 
@@ -232,9 +221,10 @@ class PCFG(RandomizedEvaluation, ZooModel):
 
     @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
-        """log p(words) = log Z of each sentence without ``<eos>``: (B,), differentiable. For
-        ``randomized`` in training (or in eval when not ``evaluation_is_exact()``), the log of the
-        unbiased estimate of p(words)."""
+        """log p(words) = log Z of each sentence without ``<eos>``: (B,). Differentiable in training
+        mode; in eval mode only with ``requires_grad=True`` (else it runs under no_grad:
+        ``zoo.models.base.scoring``). For ``randomized`` in training (or in eval when not
+        ``evaluation_is_exact()``), the log of the unbiased estimate of p(words)."""
         return self.posterior(batch, generator).log_partition
 
     def forward(self, batch: dict) -> Tensor:

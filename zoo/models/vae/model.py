@@ -25,6 +25,7 @@ from zoo.extras import imported
 from zoo.inference import LinearChain
 from zoo.models.arguments import check_int, check_positive, check_probability
 from zoo.models.base import ZooModel, gradients_in_evaluation, scoring, weights_will_follow
+from zoo.models.inputs import batch_inputs, token_ids
 from zoo.models.vae.decoder import LSTMDecoder
 from zoo.models.vae.importance import ImportanceEstimates, importance_sampled_estimates
 from zoo.models.vae.inference_network import CRFInferenceNetwork
@@ -196,28 +197,15 @@ class StructuredVAE(ZooModel):
 
     # --- inputs -----------------------------------------------------------------------------
     def _inputs(self, batch: dict) -> tuple[Tensor, Tensor]:
-        for key in ("tokens", "lengths"):
-            if key not in batch:
-                raise KeyError(f"StructuredVAE needs batch[{key!r}]; the batch has keys {sorted(batch)}")
-        tokens, lengths = batch["tokens"], batch["lengths"]
-        if tokens.dim() != 2 or tokens.dtype != torch.long:
-            raise ValueError(f"tokens must be a B x T long tensor, got {tuple(tokens.shape)} {tokens.dtype}")
-        B, T = tokens.shape
-        if lengths.shape != (B,) or ((lengths < 1) | (lengths > T)).any():
-            raise ValueError(f"lengths must be (B,) = ({B},) ints in 1..T = 1..{T}, got {lengths.tolist()}")
+        """The batch's token ids (0 past each length) and lengths, checked (``zoo.models.inputs``)."""
+        tokens, lengths = token_ids(*batch_inputs("StructuredVAE", batch, "tokens"), self.vocab_size)
         limit = self.encoder.config.n_positions
+        T = tokens.shape[1]
         if T > limit:
             raise ValueError(
                 f"sequences of {T} tokens exceed the encoder's {limit} positions (max_positions)"
             )
-        lengths = lengths.to(tokens.device)  # a collate function's lengths often stay on the CPU
-        valid = torch.arange(T, device=tokens.device) < lengths.unsqueeze(-1)
-        bad = valid & ((tokens < 0) | (tokens >= self.vocab_size))
-        if bad.any():
-            raise ValueError(
-                f"token ids must lie in 0..{self.vocab_size - 1} (vocab_size), got {tokens[bad][:5].tolist()}"
-            )
-        return torch.where(valid, tokens, 0), lengths
+        return tokens, lengths
 
     def encode(self, tokens: Tensor, lengths: Tensor) -> Tensor:
         """r_t: B x T x D, the projected GPT-2 states."""
@@ -261,11 +249,13 @@ class StructuredVAE(ZooModel):
             "words": words,
         }
 
-    @scoring
-    def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
+    def log_likelihood(
+        self, batch: dict, generator: torch.Generator | None = None, *, requires_grad: bool = False
+    ) -> Tensor:
         """log p(y) per sequence by importance sampling with q as the proposal: (B,); ``eval_samples``
-        samples of q computed exactly (``generator`` seeds them); for eval mode (no autograd graph there)."""
-        return self.importance_estimates(batch, generator).log_likelihood
+        samples of q computed exactly (``generator`` seeds them); for eval mode, where it builds no
+        autograd graph unless called with ``requires_grad=True`` (``importance_estimates``)."""
+        return self.importance_estimates(batch, generator, requires_grad=requires_grad).log_likelihood
 
     @scoring
     def importance_estimates(
