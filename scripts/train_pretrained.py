@@ -310,7 +310,8 @@ def choose_precision(folder: Path) -> dict:
         float16_storage_nll=rounded["nll"], storage_relative_change=abs(rounded["nll"] - full) / abs(full)
     )
     if notes["storage_relative_change"] < HALF_TOLERANCE:
-        save_pretrained(model, folder, storage_dtype="float16", **keep)
+        # overwrite: the old results.json (of the float32 weights) goes; finish measures these weights
+        save_pretrained(model, folder, storage_dtype="float16", overwrite=True, **keep)
     return notes
 
 

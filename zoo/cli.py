@@ -11,9 +11,9 @@
 
 * ``zoo capabilities``: the engine's structure x backend x operation table (Markdown).
 * ``zoo models [PATTERN] [--pretrained]``: the registered architectures (or pretrained ``arch.tag``).
-* ``zoo export CKPT OUT_DIR [--results JSON] [--storage-dtype float16]``: a ``zoo fit`` checkpoint as
-  a pretrained-model folder (config.json, model.safetensors, README.md card; the run's config.yaml as
-  training_config.yaml).
+* ``zoo export CKPT OUT_DIR [--results JSON] [--storage-dtype float16] [--overwrite]``: a ``zoo fit``
+  checkpoint as a pretrained-model folder (config.json, model.safetensors, README.md card; the run's
+  config.yaml as training_config.yaml); files it would replace in OUT_DIR need ``--overwrite``.
 * ``zoo card DIR [--results JSON] [--repo-id ID]``: re-render a folder's model card.
 * ``zoo push DIR REPO_ID [--revision BRANCH] [--private] [--token TOKEN]``: upload it to the Hub.
 * ``zoo state-usage CKPT --out usage.png``: the aggregated posterior's state usage of a trained
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import logging
 import re
@@ -63,6 +64,12 @@ def zoo_command(argv: list[str]) -> int:
     export.add_argument(
         "--max-shard-size",
         help="write weights larger than this (e.g. 15MB) in shards of at most this size (default: one file)",
+    )
+    export.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the checkpoint files already in OUT_DIR (default: refuse to replace any but an "
+        "earlier export's own)",
     )
     card = sub.add_parser("card", help="re-render the model card (README.md) of a pretrained-model folder")
     card.add_argument("directory")
@@ -130,7 +137,7 @@ def _export(args) -> int:
 
     folder = export_checkpoint(
         args.checkpoint, args.out_dir, args.results, args.training_config, storage_dtype=args.storage_dtype,
-        max_shard_size=args.max_shard_size,
+        max_shard_size=args.max_shard_size, overwrite=args.overwrite,
     )  # fmt: skip
     print(f"wrote {folder} ({', '.join(sorted(p.name for p in folder.iterdir()))})")
     return 0
@@ -239,11 +246,14 @@ def zoo_cli_class():
             model = config.get("model")
             self._absolute_paths(config)
             init_from = model.get("init_args", {}).get("init_from") if hasattr(model, "get") else None
-            if init_from:
-                local = self._check_init_from(init_from)
-                self._vocab_from_initial_weights(config.get("data"), init_from, local)
+            ckpt_path = config.get("ckpt_path")
+            weights = (init_from, self._check_init_from(init_from)) if init_from else None
+            if ckpt_path and Path(ckpt_path).is_file():  # not "best" / "last": Lightning's own names
+                weights = (str(Path(ckpt_path).resolve()), Path(ckpt_path))  # the weights that run
+            if weights is not None:
+                self._vocab_from_weights(config.get("data"), *weights)
             try:
-                with weights_follow() if config.get("ckpt_path") or init_from else contextlib.nullcontext():
+                with weights_follow() if ckpt_path or init_from else contextlib.nullcontext():
                     super().instantiate_classes()
             except ValueError as error:  # jsonargparse wraps the task's error in its own
                 cause = _checkpoint_error(error) if init_from else None
@@ -301,10 +311,11 @@ def zoo_cli_class():
                 raise InitFromError(f"init_from={init_from!r}: {error}") from None
 
         @staticmethod
-        def _vocab_from_initial_weights(data, init_from: str, local: Path) -> None:
-            """Fine-tuning keeps the initial weights' word ids: a text DataModule that takes
-            ``vocab_from`` and was given none uses ``init_from``'s vocabulary (zoo.data.text_vocab),
-            read from ``local``, its file or folder here."""
+        def _vocab_from_weights(data, source: str, local: Path) -> None:
+            """The weights keep their word ids: a text DataModule that takes ``vocab_from`` and was
+            given none uses the vocabulary of the weights' ``source`` (``--ckpt_path`` when resuming,
+            validating or testing, else ``init_from``; zoo.data.text_vocab), read from ``local``, its
+            file or folder here."""
             args = data.get("init_args") if hasattr(data, "get") else None
             if args is None or "vocab_from" not in args or args.get("vocab_from") is not None:
                 return
@@ -314,7 +325,7 @@ def zoo_cli_class():
                 load_vocab(local)
             except CheckpointError:
                 return  # weights without words (a music or segment model), or init_from's own error later
-            args["vocab_from"] = init_from
+            args["vocab_from"] = source
 
         def before_fit(self) -> None:
             self._no_results("fit")
@@ -358,6 +369,7 @@ def zoo_cli_class():
 
         def parse_arguments(self, parser, args) -> None:
             super().parse_arguments(parser, args)
+            self._check_model_spec(parser, sys.argv[1:] if args is None else args)
             subcommand = self.config.get("subcommand")
             path = self.config[subcommand].get("ckpt_path") if subcommand else None
             if not path or not Path(path).is_file():
@@ -373,6 +385,87 @@ def zoo_cli_class():
         def before_instantiate_classes(self) -> None:
             if self._held_ckpt_path is not None:
                 self.config[self.subcommand]["ckpt_path"] = self._held_ckpt_path
+
+        def _check_model_spec(self, parser, args) -> None:
+            """A model argument the model's class lacks is one line naming it and its close match:
+            jsonargparse takes a task's model spec that its class refuses as a plain dict (the task's
+            ``model`` may be one), dropping the recipe's class_path."""
+            subcommand = self.config.get("subcommand")
+            task = self.config[subcommand].get("model") if subcommand else self.config.get("model")
+            spec = task.get("init_args", {}).get("model") if hasattr(task, "get") else None
+            if not isinstance(spec, dict):  # none, or a Namespace jsonargparse checked against its class
+                return
+            from zoo.hub.registry import architecture, check_arguments
+
+            where = "model.init_args.model"
+            try:
+                if "architecture" in spec:
+                    arguments = set(spec) - {"architecture", "backend", "pretrained"}
+                    check_arguments(architecture(spec["architecture"]).class_path, arguments, where)
+                elif "class_path" in spec:
+                    check_arguments(spec["class_path"], spec.get("init_args") or {}, where)
+                else:
+                    self._lost_class_path(parser, args, spec, where)
+            except ValueError as error:
+                raise CommandError(str(error)) from None
+
+        def _lost_class_path(self, parser, args, spec: dict, where: str) -> None:
+            """ValueError for a spec that lost its class_path: its arguments are checked against the
+            class the command line names without them."""
+            from zoo.hub.registry import check_arguments
+
+            given = spec.get("init_args", spec) if set(spec) == {"init_args"} else spec
+            prefix = f"--{where}.init_args."
+            kept, skip = [], False
+            for word in args if isinstance(args, list) else ():
+                if skip or (word.startswith(prefix) and word[len(prefix):].split("=")[0] in given):
+                    skip = not skip and "=" not in word
+                    continue
+                kept.append(word)
+            try:
+                with contextlib.redirect_stderr(io.StringIO()):  # its usage message: ours follows
+                    parsed = parser.parse_args(kept)
+                subcommand = parsed.get("subcommand")
+                class_path = (parsed[subcommand] if subcommand else parsed)["model"]["init_args"]["model"][
+                    "class_path"
+                ]
+            except (SystemExit, KeyError, TypeError):
+                raise ValueError(
+                    f"{where}: the arguments {given} fit no model class; a misspelled one replaces the "
+                    "recipe's class_path and init_args: check their names"
+                ) from None
+            check_arguments(class_path, given, where)
+            raise ValueError(f"{where}.init_args {given} are not valid values for {class_path}'s arguments")
+
+        def _run_subcommand(self, subcommand: str) -> None:
+            """Weights from a checkpoint whose vocabulary size is not the data's: the one line that
+            says how to give the data their vocabulary (the checkpoint's arguments win over a recipe's)."""
+            try:
+                super()._run_subcommand(subcommand)
+            except ValueError as error:
+                hint = self._vocabulary_hint(subcommand)
+                if hint is None:
+                    raise
+                raise CommandError(hint) from error
+
+        def _vocabulary_hint(self, subcommand: str) -> str | None:
+            config = self.config[subcommand]
+            source = config.get("ckpt_path") or config["model"].get("init_args", {}).get("init_from")
+            args = config["data"].get("init_args") if hasattr(config.get("data"), "get") else None
+            wanted = getattr(self.datamodule, "vocab_size", None)
+            given = getattr(getattr(self.model, "model", None), "vocab_size", None)
+            if not source or args is None or "vocab_from" not in args or None in (wanted, given):
+                return None
+            if wanted == given:
+                return None
+            vocab_from = args.get("vocab_from")
+            why = f"{vocab_from} has {wanted} tokens" if vocab_from else f"{source} records no vocabulary"
+            return (
+                f"the weights of {source} have vocab_size = {given} but the data has {wanted} (the "
+                f"checkpoint's arguments win over the recipe's): give the data the weights' vocabulary "
+                f"with --data.init_args.vocab_from VOCAB (the vocab.json, .ckpt or pretrained folder "
+                f"they were trained with; {why})"
+            )
 
     return ZooCLI
 
@@ -424,7 +517,7 @@ def lightning_command(argv: list[str] | None) -> int:
     try:
         with quiet_lightning():
             zoo_cli(argv, save_config_kwargs={"overwrite": True})  # first: it names a missing extra
-    except InitFromError as error:
+    except CommandError as error:
         print(f"zoo: error: {error}", file=sys.stderr)
         return 2
     from zoo.tasks.distributed import close_process_group
@@ -460,7 +553,11 @@ def _checkpoint_error(error: BaseException) -> BaseException | None:
     return None
 
 
-class InitFromError(ValueError):
+class CommandError(ValueError):
+    """A ``zoo fit | validate | test | predict`` argument that cannot work: one line, no traceback."""
+
+
+class InitFromError(CommandError):
     """``init_from`` names no checkpoint, folder, tag or Hub repo that can be read."""
 
 

@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from zoo_testlib import example_batch, scores
 
 import zoo
+from zoo.hub.bundled import WEIGHTS
 from zoo.hub.pretrained import CheckpointError, load_into, read_config
 from zoo.models import BernoulliHMM, CategoricalHMM
 from zoo.tasks import LikelihoodTask
@@ -223,17 +224,60 @@ def test_nothing_loads_partially(saved):
     assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
 
 
-def test_resaving_replaces_files_of_an_earlier_save(tmp_path):
+def test_resaving_another_model_keeps_the_old_extras_unless_told(tmp_path):
     folder = tmp_path / "m"
     tiny().save_pretrained(
         folder, results={"dataset": "ptb", "metrics": {"test/ppl": 10.0}}, training_config="a: 1\n"
     )
-    assert (folder / "results.json").is_file() and (folder / "training_config.yaml").is_file()
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
     other = tiny("exact")
-    other.save_pretrained(folder)
-    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    with pytest.raises(FileExistsError, match="holds results.json, training_config.yaml of another model"):
+        other.save_pretrained(folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing written
+    other.save_pretrained(folder, training_config="b: 2\n", overwrite=True)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "README.md", "config.json", "model.safetensors", "training_config.yaml"
+    ]  # fmt: skip
     assert zoo.from_pretrained(folder).config == other.config
     assert not list(folder.glob(".*"))  # no temporary files left behind
+
+
+def test_resaving_the_same_model_keeps_its_results_training_config_and_curve(tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(WEIGHTS / "hmm_categorical_n512_d64.ptb_exact", folder)
+    names = ("results.json", "training_config.yaml", "learning_curve.png")
+    extras = {name: (folder / name).read_bytes() for name in names}
+    model = zoo.from_pretrained(folder)
+    model.save_pretrained(folder)
+    assert {n: (folder / n).read_bytes() for n in extras} == extras
+    card = (folder / "README.md").read_text()
+    assert "](learning_curve.png)" in card and "zoo fit --config training_config.yaml" in card
+    batch = example_batch(model)
+    assert torch.equal(scores(zoo.from_pretrained(folder), batch), scores(model, batch))
+
+
+def test_saving_into_a_folder_of_your_own_replaces_none_of_its_files(tmp_path):
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    own = {"README.md": "# my project\n", "results.json": "{}\n", "training_config.yaml": "x: 1\n",
+           "notes.txt": "mine\n"}  # fmt: skip
+    for name, text in own.items():
+        (folder / name).write_text(text)
+    model = zoo.create_model("hmm_categorical_n512_d64", backend="exact")
+    with pytest.raises(FileExistsError) as error:
+        model.save_pretrained(folder)
+    assert "is not a zoo pretrained-model folder" in str(error.value)
+    assert "README.md, results.json, training_config.yaml" in str(error.value) and "overwrite=True" in str(
+        error.value
+    )
+    assert {p.name: p.read_text() for p in folder.iterdir()} == own  # nothing written
+    (folder / "empty").mkdir()
+    (folder / "empty" / "notes.txt").write_text("mine\n")  # files a save never writes do not count
+    model.save_pretrained(folder / "empty")
+    assert (folder / "empty" / "notes.txt").read_text() == "mine\n"
+    model.save_pretrained(folder, overwrite=True)
+    assert (folder / "notes.txt").read_text() == "mine\n" and not (folder / "results.json").exists()
+    assert zoo.from_pretrained(folder).config == model.config
 
 
 def test_init_from_a_pretrained_folder_and_mismatches(tmp_path, saved):
@@ -297,3 +341,19 @@ def test_an_unreachable_hub_is_not_blamed_on_offline_mode(tmp_path, monkeypatch)
     with pytest.raises(CheckpointError, match=r"the Hub could not be reached \(no network\?\)") as error:
         zoo.from_pretrained("zoo-tests/missing", cache_dir=tmp_path)
     assert "HF_HUB_OFFLINE" not in str(error.value)
+
+
+def test_pushing_to_an_unreachable_hub_is_one_clear_error(tmp_path, monkeypatch, capsys):
+    from huggingface_hub import constants
+
+    from zoo.cli import main
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    message = r"org/x: the Hub \(http://127.0.0.1:9\) could not be reached \(no network\?\): .*was pushed"
+    with pytest.raises(ConnectionError, match=message):
+        tiny().push_to_hub("org/x", token="t")
+    folder = tiny().save_pretrained(tmp_path / "m")
+    assert main(["push", str(folder), "org/x", "--token", "t"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zoo push: error: org/x: the Hub") and err.count("\n") == 1

@@ -115,6 +115,21 @@ def test_clear_errors():
         zoo.create_model("pcfg_nt10_pt20_d64.ptb")
     with pytest.raises(ValueError, match="unknown backend|backend"):
         zoo.create_model("pcfg_nt10_pt20_d64", backend="fast")
+    with pytest.raises(
+        ValueError,
+        match=r"hmm_categorical_n512_d64 \(CategoricalHMM\) takes no argument 'num_state' "
+        r"\(did you mean 'num_states'\?\); its arguments: vocab_size, num_states, ",
+    ):  # fmt: skip
+        zoo.create_model("hmm_categorical_n512_d64", num_state=3)
+
+
+def test_a_tag_with_pretrained_false_is_its_model_with_fresh_weights():
+    tag = "hmm_categorical_n512_d64.ptb_exact"
+    trained = zoo.create_model(tag)  # a tag alone: its weights
+    fresh = zoo.create_model(tag, pretrained=False)
+    assert fresh.config == trained.config and fresh.config["backend"] == "exact" and fresh.training
+    assert not torch.equal(fresh.state_dict()["state_emb"], trained.state_dict()["state_emb"])
+    assert zoo.create_model(tag, pretrained=False, dropout=0.3).config == {**trained.config, "dropout": 0.3}
 
 
 def test_pretrained_hook_with_a_local_folder(tmp_path, monkeypatch, capsys):
@@ -135,8 +150,10 @@ def test_pretrained_hook_with_a_local_folder(tmp_path, monkeypatch, capsys):
         assert torch.equal(scores(loaded, batch), scores(model, batch))
     with pytest.raises(ValueError, match="trained with backend 'low-rank', not 'exact'"):
         zoo.create_model("pcfg_nt10_pt20_d64.test", backend="exact")
-    with pytest.raises(ValueError, match="no overrides with pretrained=True"):
+    with pytest.raises(ValueError, match=r"take no overrides, got \['rank'\] \(pretrained=False builds"):
         zoo.create_model("pcfg_nt10_pt20_d64.test", rank=4)
+    fresh = zoo.create_model("pcfg_nt10_pt20_d64.test", pretrained=False, rank=4)  # timm's random init
+    assert fresh.config == {**model.config, "rank": 4} and fresh.training
     with pytest.raises(ValueError, match="already registered"):
         register_pretrained(PretrainedTag("pcfg_nt10_pt20_d64.test", str(folder)))
     with pytest.raises(ValueError, match="unknown architecture"):

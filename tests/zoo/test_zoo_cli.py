@@ -70,7 +70,9 @@ def test_fit_test_export_load(trained, tmp_path, capsys, monkeypatch):
     exported = (folder / "training_config.yaml").read_text()
     assert "class_path: zoo.models.CategoricalHMM" in exported
     assert "default_root_dir" in config.read_text() and "default_root_dir" not in exported  # no machine path
-    model.save_pretrained(folder)  # a save without a curve removes the old one, and the card's image
+    model.save_pretrained(folder)  # the same model: its curve, results and training config stay
+    assert (folder / "learning_curve.png").is_file() and (folder / "results.json").is_file()
+    model.save_pretrained(folder, overwrite=True)  # a save without a curve removes it, and the card's image
     assert not (folder / "learning_curve.png").exists()
     assert "learning_curve.png" not in (folder / "README.md").read_text()
     with pytest.raises(ValueError, match="learning_curve must be a PNG image"):
@@ -119,6 +121,73 @@ def test_fine_tuning_keeps_the_vocabulary_of_the_initial_weights(trained, tmp_pa
     main([*args, "--model.init_args.init_from", str(checkpoint)])  # it recorded the data's vocabulary
     task = LikelihoodTask(zoo.from_pretrained(folder).spec(), init_from=str(folder))
     assert task.model.vocab == shuffled  # fine-tuning keeps the initial weights' vocabulary
+
+
+def test_export_replaces_no_file_it_would_lose_without_overwrite(trained, tmp_path, capsys):
+    _, checkpoint, results = trained
+    folder = tmp_path / "out"
+    assert main(["export", str(checkpoint), str(folder), "--results", str(results)]) == 0
+    assert main(["export", str(checkpoint), str(folder)]) == 0  # the same model again: its results stay
+    assert json.loads((folder / "results.json").read_text()) == json.loads(results.read_text())
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "README.md").write_text("# my notes\n")
+    capsys.readouterr()
+    assert main(["export", str(checkpoint), str(mine)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("zoo export: error: ") and "README.md" in err and "--overwrite" in err
+    assert "\n" not in err and sorted(p.name for p in mine.iterdir()) == ["README.md"]
+    assert main(["export", str(checkpoint), str(mine), "--overwrite"]) == 0
+    assert zoo.from_pretrained(mine).config == zoo.from_pretrained(folder).config
+
+
+def write_other_text(directory: Path) -> Path:
+    """ptb.{train,valid,test}.txt of 5 words none of which the trained fixture's data has."""
+    directory.mkdir()
+    for split in ("train", "valid", "test"):
+        (directory / f"ptb.{split}.txt").write_text("fox owl fox\nelk yak gnu owl\ngnu fox\n" * 4)
+    return directory
+
+
+def test_a_checkpoint_fine_tuned_on_other_text_tests_validates_and_resumes_on_it(trained, tmp_path, capsys):
+    """--ckpt_path gives the data the checkpoint's vocabulary, as init_from does (the recipe's
+    vocab_size is not the data's, and the checkpoint's arguments win)."""
+    config, checkpoint, _ = trained
+    data = ["--data.init_args.data_dir", str(write_other_text(tmp_path / "text"))]
+    command = ["--config", str(config), *data, "--trainer.limit_val_batches", "1", "--trainer.logger=false"]
+    fit = ["fit", *command, "--trainer.max_steps", "1", "--trainer.default_root_dir", str(tmp_path / "runs")]
+    assert main([*fit, "--model.init_args.init_from", str(checkpoint)]) == 0
+    (tuned,) = (tmp_path / "runs").rglob("*.ckpt")
+    results = tmp_path / "results.json"
+    assert main(["test", *command, "--ckpt_path", str(tuned), "--results", str(results)]) == 0
+    assert set(json.loads(results.read_text())["metrics"]) == {"test/nll", "test/ppl"}
+    assert main(["validate", *command, "--ckpt_path", str(tuned)]) == 0
+    assert main([*fit, "--ckpt_path", str(tuned), "--trainer.max_steps", "2"]) == 0  # resumed
+    # a checkpoint that records no vocabulary: the one line says how to give the data one
+    saved = torch.load(tuned, weights_only=True)
+    del saved["vocab"]
+    torch.save(saved, tmp_path / "no-vocab.ckpt")
+    capsys.readouterr()
+    assert main(["test", *command, "--ckpt_path", str(tmp_path / "no-vocab.ckpt")]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("zoo: error: ")]
+    assert "no-vocab.ckpt have vocab_size" in line and "records no vocabulary" in line
+    assert "--data.init_args.vocab_from" in line
+
+
+def test_a_misspelled_model_argument_is_one_line_naming_it(trained, capsys):
+    config, _, _ = trained
+    for option in (
+        ["--model.init_args.model.init_args.num_state", "10"],  # the recipe's class_path and args stay
+        ["--model.init_args.model.init_args.num_states", "7", "--model.init_args.model.init_args.dropuot=0"],
+        ["--model.init_args.model", '{"architecture": "hmm_categorical_n512_d64", "num_state": 3}'],
+    ):
+        assert main(["fit", "--config", str(config), *option]) == 2
+        err = capsys.readouterr().err
+        (line,) = [x for x in err.splitlines() if x.strip() and not x.startswith("Seed set to")]
+        misspelled = "dropuot" if "dropuot" in " ".join(option) else "num_state"
+        meant = {"dropuot": "dropout", "num_state": "num_states"}[misspelled]
+        assert line.startswith("zoo: error: model.init_args.model (CategoricalHMM) takes no argument ")
+        assert f"{misspelled!r} (did you mean {meant!r}?)" in line
 
 
 def test_command_errors(trained, tmp_path, capsys):

@@ -48,6 +48,7 @@ def export_checkpoint(
     storage_dtype: str | torch.dtype | None = None,
     learning_curve: str | os.PathLike | None = None,
     max_shard_size: int | str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write the model of a ``zoo fit`` checkpoint as a pretrained-model folder; returns its path.
 
@@ -58,6 +59,7 @@ def export_checkpoint(
         learning_curve: a PNG of the run's curves (default: drawn from the run's ``metrics.csv``, if
             found beside the checkpoint, titled with ``out_dir``'s name: ``zoo.plot``).
         max_shard_size: write weights larger than this in shards (``save_pretrained``; default: one file).
+        overwrite: replace the checkpoint files already in ``out_dir`` (``save_pretrained``).
     """
     checkpoint = Path(checkpoint)
     if not checkpoint.is_file():
@@ -97,5 +99,5 @@ def export_checkpoint(
             learning_curve = plot_learning_curves(metrics, curve, title=Path(out_dir).resolve().name)
         return save_pretrained(
             model, out_dir, results=results, training_config=text, storage_dtype=storage_dtype,
-            learning_curve=learning_curve, max_shard_size=max_shard_size,
+            learning_curve=learning_curve, max_shard_size=max_shard_size, overwrite=overwrite,
         )  # fmt: skip

@@ -23,8 +23,10 @@ model is returned. docs/zoo-api.md describes the format and its versions.
 
 from __future__ import annotations
 
+import enum
 import fnmatch
 import hashlib
+import inspect
 import json
 import os
 import tempfile
@@ -141,6 +143,7 @@ def save_pretrained(
     storage_dtype: str | torch.dtype | None = None,
     learning_curve: str | os.PathLike | None = None,
     max_shard_size: int | str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write ``model`` as a pretrained-model folder (module docstring) and return its path.
 
@@ -158,10 +161,14 @@ def save_pretrained(
         max_shard_size: weights larger than this (bytes, or a string such as ``"15MB"``) are written in
             shards of at most this size, Hugging Face's sharded layout (format 4): for a transfer or
             file-size limit. Default: one ``model.safetensors``.
-    The model's vocabulary (``model.vocab``, a text model's) is written as ``vocab.json``. Files of an
-    earlier save in the same folder are replaced; its ``results.json``, ``training_config.yaml``,
-    ``vocab.json`` and ``learning_curve.png`` are removed unless given again, so the folder describes
-    this model only.
+        overwrite: replace or remove every checkpoint file already in the folder (below).
+    The model's vocabulary (``model.vocab``, a text model's) is written as ``vocab.json``. Saved into
+    an earlier save's folder, it replaces that model's ``config.json``, weights, ``vocab.json`` and card;
+    its ``results.json``, ``training_config.yaml`` and ``learning_curve.png`` are kept where not given
+    again if the model is the same (class, arguments and weight values). Without ``overwrite``, a
+    FileExistsError lists the files the save would otherwise replace or remove: those extras of another
+    model, or any checkpoint file of a folder that is not a zoo checkpoint (e.g. your own README.md);
+    other files (notes, code) are never touched.
     """
     from zoo.hub.cards import read_results
     from zoo.hub.registry import architecture as registered
@@ -178,11 +185,13 @@ def save_pretrained(
         compute_dtype if storage_dtype is None else _dtype_name(parse_dtype(storage_dtype, "storage_dtype"))
     )
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     weights = {
         name: (t.to(parse_dtype(stored)) if t.is_floating_point() else t).detach().cpu().contiguous()
         for name, t in model.state_dict().items()
     }
+    extras = {RESULTS_NAME: results, TRAINING_CONFIG_NAME: training_config, LEARNING_CURVE_NAME: curve}
+    kept = set() if overwrite else _kept_extras(model, directory, weights, extras)
+    directory.mkdir(parents=True, exist_ok=True)
     weights_sha256, shards = _write_weights(directory, weights, max_shard_size)
     vocab_sha256 = _write_vocab(directory, model.vocab)
     class_path = public_class_path(model)
@@ -199,12 +208,11 @@ def save_pretrained(
         "vocab_sha256": vocab_sha256,
     }
     _write_json(directory / CONFIG_NAME, config)
-    for name, content in (
-        (RESULTS_NAME, results), (TRAINING_CONFIG_NAME, training_config), (LEARNING_CURVE_NAME, curve)
-    ):  # fmt: skip
+    for name, content in extras.items():
         path = directory / name
         if content is None:
-            path.unlink(missing_ok=True)
+            if name not in kept:
+                path.unlink(missing_ok=True)
         elif name == RESULTS_NAME:
             save_results(directory, content)
         elif name == LEARNING_CURVE_NAME:
@@ -213,6 +221,63 @@ def save_pretrained(
             _write_atomic(path, lambda p, text=content: Path(p).write_text(text))
     write_card(directory)
     return directory
+
+
+def _kept_extras(model: ZooModel, directory: Path, weights: dict[str, Tensor], given: dict) -> set[str]:
+    """The extras (``results.json`` ...) of an earlier save of this same model in ``directory`` that a
+    save not given them keeps; FileExistsError where the save would replace or remove a file that is
+    not an earlier save's of its own (save_pretrained's docstring)."""
+    files = directory.iterdir() if directory.is_dir() else ()
+    present = sorted(p.name for p in files if p.is_file() and _is_checkpoint_file(p.name))
+    if not present:
+        return set()
+    try:
+        config = read_config(directory)
+    except CheckpointError:
+        raise FileExistsError(
+            f"{directory} is not a zoo pretrained-model folder (no readable zoo {CONFIG_NAME}), and saving "
+            f"there would replace or remove {', '.join(present)}: save to another folder, or pass "
+            "overwrite=True (zoo export --overwrite) to replace them"
+        ) from None
+    absent = [name for name, content in given.items() if content is None and name in present]
+    if not absent or _same_model(model, directory, config, weights):
+        return set(absent)
+    raise FileExistsError(
+        f"{directory} holds {', '.join(absent)} of another model (other arguments or weights than this "
+        "one's), which this save would remove: pass this model's (results=, training_config=, "
+        "learning_curve=; zoo export --results ...), save to another folder, or pass overwrite=True "
+        "(zoo export --overwrite) to remove them"
+    )
+
+
+def _same_model(model: ZooModel, directory: Path, config: dict[str, Any], weights: dict[str, Tensor]) -> bool:
+    """Whether the folder's model is ``model``: class, arguments (defaults included) and weight values
+    (whatever dtype each was stored in)."""
+    from zoo.models.base import family_class
+
+    if config["class_path"] != public_class_path(model):
+        return False
+    defaults = {  # arguments added since the folder was saved take their defaults
+        name: p.default.value if isinstance(p.default, enum.Enum) else p.default  # zoo.Backend: its value
+        for name, p in inspect.signature(family_class(config["class_path"])).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    if json.dumps({**defaults, **config["init_args"]}, sort_keys=True, default=str) != json.dumps(
+        model.config, sort_keys=True, default=str
+    ):
+        return False
+    try:
+        saved = model.upgrade_state_dict(read_weights(directory, config))
+    except CheckpointError:
+        return False
+    return saved.keys() == weights.keys() and all(_same_values(saved[k], weights[k]) for k in weights)
+
+
+def _same_values(a: Tensor, b: Tensor) -> bool:
+    """Equal shapes and values (floating ones compared in float64: a float16-stored copy is equal)."""
+    if a.is_floating_point() and b.is_floating_point():
+        a, b = a.double(), b.double()
+    return a.shape == b.shape and torch.equal(a, b)
 
 
 def _write_weights(
@@ -698,6 +763,20 @@ def _is_checkpoint_file(name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in CHECKPOINT_PATTERNS)
 
 
+def _network_errors() -> tuple[type[Exception], ...]:
+    """The errors of a Hub request that got no answer (no network, DNS, proxy, timeout): the transport
+    errors of huggingface_hub's HTTP client (httpx before huggingface_hub 2, httpx2 since)."""
+    import importlib
+
+    errors = []
+    for name in ("httpx2", "httpx"):
+        try:
+            errors.append(importlib.import_module(name).TransportError)
+        except ImportError:
+            continue
+    return tuple(errors)
+
+
 def push_to_hub(
     source: ZooModel | str | os.PathLike,
     repo_id: str,
@@ -730,17 +809,21 @@ def push_to_hub(
             if name != CARD_NAME
         ]
         api = HfApi(token=token)
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        if revision is not None:
-            api.create_branch(repo_id, branch=revision, exist_ok=True)
-        stale = {f for f in api.list_repo_files(repo_id, revision=revision) if _is_checkpoint_file(f)} - set(
-            present
-        )
-        operations += [CommitOperationDelete(path_in_repo=name) for name in sorted(stale)]  # e.g. old results
-        return api.create_commit(
-            repo_id,
-            operations,
-            revision=revision,
-            commit_message=commit_message
-            or f"{config.get('architecture') or config['class_path']} (structured-zoo {zoo.__version__})",
-        )
+        try:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            if revision is not None:
+                api.create_branch(repo_id, branch=revision, exist_ok=True)
+            stale = {f for f in api.list_repo_files(repo_id, revision=revision) if _is_checkpoint_file(f)}
+            operations += [CommitOperationDelete(path_in_repo=name) for name in sorted(stale - set(present))]
+            return api.create_commit(
+                repo_id,
+                operations,
+                revision=revision,
+                commit_message=commit_message
+                or f"{config.get('architecture') or config['class_path']} (structured-zoo {zoo.__version__})",
+            )
+        except _network_errors() as error:
+            raise ConnectionError(
+                f"{repo_id}: the Hub ({api.endpoint}) could not be reached (no network?): {error}; nothing "
+                "was pushed: try again online"
+            ) from None

@@ -126,25 +126,56 @@ def model_config(name: str, backend: str | None = None, **overrides: Any) -> dic
     return {**arch.config, **arch.defaults, "backend": chosen, **arch.backends.get(chosen, {}), **overrides}
 
 
-def create_model(name: str, backend: str | None = None, pretrained: bool = False, **overrides: Any):
-    """A model of the registered architecture ``name`` (or ``arch.tag`` with ``pretrained=True``).
+def create_model(name: str, backend: str | None = None, pretrained: bool | None = None, **overrides: Any):
+    """A model of the registered architecture ``name`` (or of pretrained weights ``arch.tag``).
 
     Args:
         name: an architecture (``zoo.list_models()``), or ``arch.tag`` naming pretrained weights.
         backend: "exact", "low-rank", "rank-space" or "randomized"; default: the architecture's (or
             the pretrained weights').
-        pretrained: load the weights of ``arch.tag`` (or of the architecture's only tag).
-        overrides: constructor arguments replacing the architecture's (not with ``pretrained``).
+        pretrained: load the weights of ``arch.tag`` (or of the architecture's only tag). Default: a
+            tag's weights, an architecture's fresh weights. ``False`` with a tag: fresh weights of the
+            model the tag's weights belong to (its arguments and backend, then ``overrides``).
+        overrides: constructor arguments replacing the architecture's (not with pretrained weights).
     """
     from zoo.models.base import ZooModel
 
     arch_name, _, tag = name.partition(".")
-    if pretrained or tag:
+    if pretrained or (tag and pretrained is None):
         return _create_pretrained(name, arch_name, tag, backend, overrides)
     arch = architecture(arch_name)
-    return ZooModel.from_config(
-        {"class_path": arch.class_path, "init_args": model_config(name, backend, **overrides)}
-    )
+    check_arguments(arch.class_path, overrides, name)
+    if tag:
+        from zoo.hub.pretrained import read_config, resolve
+
+        entry = pretrained_tag(name)
+        init_args = read_config(resolve(entry.source, revision=entry.revision))["init_args"]
+        init_args = {**init_args, **({} if backend is None else {"backend": backend}), **overrides}
+    else:
+        init_args = model_config(name, backend, **overrides)
+    return ZooModel.from_config({"class_path": arch.class_path, "init_args": init_args})
+
+
+def check_arguments(class_path: str, names: Any, what: str) -> None:
+    """ValueError naming each of ``names`` that the model class at ``class_path`` takes no argument of,
+    with its close matches (``what``: the model's name in the message)."""
+    import inspect
+
+    from zoo.models.base import family_class
+
+    parameters = inspect.signature(family_class(class_path)).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    unknown = [name for name in names if name not in parameters]
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, list(parameters), n=1, cutoff=0.6)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ValueError(
+            f"{what} ({class_path.rsplit('.', 1)[-1]}) takes no argument {', '.join(hints)}; its "
+            f"arguments: {', '.join(parameters)}"
+        )
 
 
 def _create_pretrained(name: str, arch_name: str, tag: str, backend: str | None, overrides: dict):
@@ -163,8 +194,8 @@ def _create_pretrained(name: str, arch_name: str, tag: str, backend: str | None,
     entry = pretrained_tag(name)
     if overrides:
         raise ValueError(
-            f"pretrained weights fix the architecture: no overrides with pretrained=True, "
-            f"got {sorted(overrides)}"
+            f"{name}: pretrained weights fix the model's arguments, so they take no overrides, got "
+            f"{sorted(overrides)} (pretrained=False builds the model of {name} with fresh weights and them)"
         )
     model = from_pretrained(entry.source, revision=entry.revision)
     if match_architecture(public_class_path(model), model.config) != arch_name:
