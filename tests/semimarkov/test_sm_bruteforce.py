@@ -12,7 +12,7 @@ import os
 import pytest
 import sm_bruteforce as bf
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sm_strategies import ALL_COMBOS, DTYPE, build_dist, combo_id, grad_names, sm_specs, with_grad
 
@@ -49,6 +49,27 @@ def test_exact_quantity(operation, combo, data):
     reference, atol = QUANTITIES[operation]
     expected = torch.stack([torch.as_tensor(reference(spec, b), dtype=DTYPE) for b in range(spec.batch)])
     close(getattr(dist, operation), expected, operation, atol=atol)
+
+
+@pytest.mark.parametrize("operation", list(QUANTITIES))
+@pytest.mark.parametrize("combo", [c for c in ALL_COMBOS if c[0] != "edge"], ids=combo_id)
+@FAST
+@given(data=st.data())
+def test_forbidden_frames(operation, combo, data):
+    """-inf frame scores (a state forbidden at a frame, as a partial labelling makes): a segment's
+    emission is a difference of cumulative sums, which was -inf - (-inf) = NaN for every segment after
+    the first -inf (log Z, marginals and entropy NaN)."""
+    kind, backend = combo
+    spec = data.draw(sm_specs(kind))
+    key = "emission" if kind == "rankspace" else "unary"
+    scores = spec.args[key]
+    rare = st.sampled_from([False, False, False, True])  # most draws keep a segmentation
+    forbidden = torch.tensor(data.draw(st.lists(rare, min_size=scores.numel(), max_size=scores.numel())))
+    spec.args[key] = scores.masked_fill(forbidden.view(scores.shape), float("-inf"))
+    assume(all(math.isfinite(bf.log_partition(spec, b)) for b in range(spec.batch)))
+    reference, atol = QUANTITIES[operation]
+    expected = torch.stack([torch.as_tensor(reference(spec, b), dtype=DTYPE) for b in range(spec.batch)])
+    close(getattr(build_dist(spec, backend), operation), expected, operation, atol=atol)
 
 
 def random_segmentations(spec, S, g, fill):

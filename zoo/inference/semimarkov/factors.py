@@ -18,6 +18,8 @@ Every container checks its shapes and values at construction and materializes it
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -75,15 +77,48 @@ def _check_duration(duration: Tensor, batch: int, states: int, label: str = "N")
     return duration
 
 
-def cumulative(unary: Tensor) -> Tensor:
-    """C: B x (T+1) x K, C[:, t] = sum of unary over frames 0..t-1 (C[:, 0] = 0), in float64.
+class Cumulative(NamedTuple):
+    """Cumulative frame log-potentials C, B x (T+1) x K: ``sums`` (float64) of the finite entries of
+    frames 0..t-1 at [:, t], and ``dead`` (None where there is none) the count of -inf entries among
+    them. A segment's emission is ``span(end, start, dtype)``.
 
-    A segment's emission is a difference C[s + d] - C[s]; over hundreds of frames of Gaussian
-    log-likelihoods C reaches 1e5 to 1e6 nats, where float32's spacing alone is 0.01 to 0.1 nats,
-    so the sums are kept in float64 and each difference is cast back to the working dtype.
+    Over hundreds of frames of Gaussian log-likelihoods C reaches 1e5 to 1e6 nats, where float32's
+    spacing alone is 0.01 to 0.1 nats, so the sums are kept in float64 and each difference is cast
+    back to the working dtype. A -inf entry (a state forbidden at a frame) stays out of the sums: a
+    difference of sums holding it was -inf - (-inf) = NaN for every segment after it.
     """
-    C = unary.to(torch.float64).cumsum(1)
-    return torch.cat([C.new_zeros(C.shape[0], 1, C.shape[2]), C], 1)
+
+    sums: Tensor
+    dead: Tensor | None
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.sums.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.sums.device
+
+    def span(self, end: tuple, start: tuple, dtype: torch.dtype) -> Tensor:
+        """C[end] - C[start] in ``dtype`` for two indexings of C (the frames between them); -inf where
+        a frame in between is -inf."""
+        out = (self.sums[end] - self.sums[start]).to(dtype)
+        if self.dead is None:
+            return out
+        return out.masked_fill(self.dead[end] > self.dead[start], float("-inf"))
+
+
+def cumulative(unary: Tensor) -> Cumulative:
+    """The ``Cumulative`` of a B x T x K unary (C[:, 0] = 0)."""
+    dead = torch.isneginf(unary)
+    some_dead = bool(dead.any())
+    finite = torch.where(dead, 0.0, unary) if some_dead else unary
+    sums = finite.to(torch.float64).cumsum(1)
+    sums = torch.cat([sums.new_zeros(sums.shape[0], 1, sums.shape[2]), sums], 1)
+    if not some_dead:
+        return Cumulative(sums, None)
+    counts = dead.int().cumsum(1)
+    return Cumulative(sums, torch.cat([counts.new_zeros(counts.shape[0], 1, counts.shape[2]), counts], 1))
 
 
 class SemiMarkovFactors:
@@ -147,7 +182,7 @@ class FactorizedSemiMarkov(SemiMarkovFactors):
     def device(self):
         return self.unary.device
 
-    def cumulative(self) -> Tensor:
+    def cumulative(self) -> Cumulative:
         return cumulative(self.unary)
 
     def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
@@ -168,8 +203,7 @@ class FactorizedSemiMarkov(SemiMarkovFactors):
         raise NotImplementedError
 
     def segment_scores(self, b, s, d, prev, z):
-        C = self.cumulative()
-        emit = (C[b, s + d, z] - C[b, s, z]).to(self.unary.dtype)
+        emit = self.cumulative().span((b, s + d, z), (b, s, z), self.unary.dtype)
         dur = self.duration[b, z, d - 1]
         first = self.init[b, z]
         trans = self.transition_entries(prev.clamp_min(0), z)
@@ -234,7 +268,7 @@ class DenseSemiMarkov(FactorizedSemiMarkov):
         return EdgeSemiMarkov(first, edge)
 
 
-def segment_emissions(C: Tensor, D: int, dtype: torch.dtype) -> Tensor:
+def segment_emissions(C: Cumulative, D: int, dtype: torch.dtype) -> Tensor:
     """E: B x T x D x K in ``dtype``, E[b, s, d-1] = C[s + d] - C[s], -inf where s + d > T (small
     sizes only)."""
     B, T1, K = C.shape
@@ -242,7 +276,7 @@ def segment_emissions(C: Tensor, D: int, dtype: torch.dtype) -> Tensor:
     s = torch.arange(T, device=C.device).view(T, 1)
     e = s + torch.arange(1, D + 1, device=C.device).view(1, D)
     valid = e <= T
-    out = (C[:, e.clamp_max(T)] - C[:, s]).to(dtype)  # B x T x D x K
+    out = C.span((slice(None), e.clamp_max(T)), (slice(None), s), dtype)  # B x T x D x K
     return torch.where(valid.view(1, T, D, 1), out, float("-inf"))
 
 
@@ -409,7 +443,7 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
     def device(self):
         return self.emission.device
 
-    def cumulative(self) -> Tensor:
+    def cumulative(self) -> Cumulative:
         return cumulative(self.emission)
 
     def log_rank_weights(self) -> Tensor:
@@ -418,10 +452,10 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
         return emissions + self.duration.transpose(1, 2).unsqueeze(1)
 
     def segment_scores(self, b, s, d, prev, z):
-        C = self.cumulative()
         dur = self.duration[b]  # ... x R x D
         index = (d - 1).view(*d.shape, 1, 1).expand(*d.shape, self.rank, 1)
-        logw = (C[b, s + d] - C[b, s]).to(self.emission.dtype) + dur.gather(-1, index).squeeze(-1)  # ... x R
+        emit = self.cumulative().span((b, s + d), (b, s), self.emission.dtype)
+        logw = emit + dur.gather(-1, index).squeeze(-1)  # ... x R
         first_rank = self.start[b] @ self.U  # ... x R
         prev_rank = torch.where((prev < 0).unsqueeze(-1), first_rank, self.U[prev.clamp_min(0)])
         return logsumexp(safe_log(prev_rank) + safe_log(self.V[z]) + logw)

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.numerics import gumbel_noise
+from zoo.inference.semimarkov.factors import Cumulative
 from zoo.inference.semiring import Log, Semiring
 
 
@@ -38,7 +39,7 @@ class Problem:
     """The operands of one semi-Markov forward over K nodes.
 
     Attributes:
-        cum: B x (T+1) x K cumulative frame log-potentials (C[:, 0] = 0).
+        cum: the cumulative frame log-potentials, B x (T+1) x K (``factors.Cumulative``; C[:, 0] = 0).
         duration: B x K x D duration log-potentials.
         init: B x K log-potentials of the first segment's node.
         step: ``step(t, beta, live)`` -> B x K, the mass entering segments that start at frame t (log);
@@ -47,7 +48,7 @@ class Problem:
         final: K or B x K log end weights, or None.
     """
 
-    cum: Tensor
+    cum: Cumulative
     duration: Tensor
     init: Tensor
     step: Callable[[int, Tensor], Tensor]
@@ -58,7 +59,7 @@ class Problem:
         return self.cum.shape[1] - 1
 
 
-def segment_windows(cum: Tensor, D: int, dtype: torch.dtype, probe: Tensor | None = None) -> Tensor:
+def segment_windows(cum: Cumulative, D: int, dtype: torch.dtype, probe: Tensor | None = None) -> Tensor:
     """The emission (plus probe) of every segment by its end: B x T x D x K, [:, t-1, i] for the segment
     of duration d = D - i ending at frame t (starting at t - d; rows with t - d < 0 are never read).
 
@@ -70,7 +71,7 @@ def segment_windows(cum: Tensor, D: int, dtype: torch.dtype, probe: Tensor | Non
     ends = torch.arange(1, T + 1, device=cum.device).view(T, 1)
     durations = torch.arange(D, 0, -1, device=cum.device).view(1, D)
     starts = (ends - durations).clamp_min(0)  # T x D
-    out = (cum[:, 1:].unsqueeze(2) - cum[:, starts]).to(dtype)
+    out = cum.span((slice(None), slice(1, None), None), (slice(None), starts), dtype)
     if probe is not None:  # probe B x T x D x K: segment (start, duration, node)
         out = out + probe[:, starts, (durations - 1).expand(T, D)]
     return out
@@ -130,8 +131,8 @@ def factorized_choice(problem: Problem, ends: Tensor, columns: Callable[[Tensor]
         s = t.unsqueeze(-1) - dd  # S x B x D
         valid, sc = s >= 0, s.clamp_min(0)
         jj = j.unsqueeze(-1).expand(S, B, D)
-        emit = cum[b, t.unsqueeze(-1).expand(S, B, D), jj] - cum[b, sc, jj]
-        seg = emit.to(dur.dtype) + dur[b, jj, dd - 1]
+        emit = cum.span((b, t.unsqueeze(-1).expand(S, B, D), jj), (b, sc, jj), dur.dtype)
+        seg = emit + dur[b, jj, dd - 1]
         prev = ends[b, sc] + columns(j).unsqueeze(-2)  # S x B x D x K
         first = init[b, jj]  # S x B x D
         slot0 = torch.arange(K, device=cum.device) == 0
