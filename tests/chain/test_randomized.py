@@ -219,3 +219,23 @@ def test_a_position_no_state_can_take_raises_the_exact_error(proposal):
     options = RDPOptions(1, 1, proposal=proposal, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="zero probability"):
         LinearChain(DenseChain(unary, torch.randn(3, 3)), backend="randomized", options=options).log_partition  # noqa: B018
+
+
+@pytest.mark.parametrize("proposal", ["local", "local+global"])
+def test_an_empty_tail_is_estimated_unbiasedly_with_finite_entropy(proposal):
+    """4 of 6 states forbidden at every position and k1 = 2: the local proposal leaves the tail without
+    mass, and select_states raised "the proposal gives no mass to the states outside its top k1"
+    (audit). The K2 draws there are placeholders of weight 0: the estimate is unbiased, its entropy
+    and gradients finite (a -inf log weight once made the carried entropy NaN)."""
+    g = torch.Generator().manual_seed(0)
+    unary = torch.randn(1, 5, 6, generator=g, dtype=torch.float64)
+    unary[..., 2:] = float("-inf")
+    transition = torch.randn(6, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    exact = LinearChain(DenseChain(unary, transition)).log_partition
+    options = [RDPOptions(2, 1, proposal, torch.Generator().manual_seed(s)) for s in range(300)]
+    runs = [LinearChain(DenseChain(unary, transition), backend="randomized", options=o) for o in options]
+    ratio = torch.stack([d.log_partition for d in runs]).detach().exp() / exact.detach().exp()
+    assert abs(ratio.mean() - 1) < 4 * ratio.std() / math.sqrt(len(runs)) + 1e-12
+    assert torch.isfinite(runs[0].entropy).all()
+    (grad,) = torch.autograd.grad(runs[0].log_partition.sum(), transition)
+    assert torch.isfinite(grad).all()

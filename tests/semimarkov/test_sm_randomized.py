@@ -135,3 +135,18 @@ def test_marginals_estimate_sums_to_one_and_same_seed_same_estimate():
     a = estimate(f, 2, 2, seed=15)
     torch.testing.assert_close(a.marginals.sum(-1), torch.ones(3, T, dtype=F64))
     torch.testing.assert_close(a.log_partition, estimate(f, 2, 2, seed=15).log_partition)
+
+
+def test_an_empty_tail_gives_finite_estimates_and_entropy():
+    """3 of 6 states forbidden at every frame, k1 = 3 of the local proposal: the tail has no mass, its
+    K2 draws are placeholders of weight 0 (select_states raised before), and the entropy they carry
+    stays finite (a -inf log weight made it NaN)."""
+    g = torch.Generator().manual_seed(0)
+    unary = torch.randn(1, 6, 6, generator=g, dtype=torch.float64)
+    unary[..., 3:] = float("-inf")
+    factors = DenseSemiMarkov(unary, torch.randn(6, 6, generator=g, dtype=torch.float64),
+                              torch.randn(6, 3, generator=g, dtype=torch.float64))
+    options = RDPOptions(3, 1, "local", torch.Generator().manual_seed(1))
+    dist = SemiMarkovChain(factors, backend="randomized", options=options)
+    torch.testing.assert_close(dist.log_partition, SemiMarkovChain(factors).log_partition)
+    assert torch.isfinite(dist.entropy).all() and torch.isfinite(dist.marginals).all()

@@ -71,7 +71,9 @@ def select_states(
     """Top-K1 of q plus K2 i.i.d. draws from q's renormalized tail (Eq. 5-7), per position.
 
     ``q`` (B x T x N) is overwritten (it becomes the tail proposal), to keep the memory at one
-    B x T x N buffer.
+    B x T x N buffer. Where the tail has no mass (the states outside the top K1 have q = 0: forbidden,
+    or below the float range of the kept ones), the K2 draws there are placeholders of weight 0 (log
+    weight -inf): the tail's estimate is 0, exact where its states contribute 0.
     """
     B, T, N = q.shape
     if k1 + k2 > N:
@@ -81,17 +83,13 @@ def select_states(
     if k2 > 0:
         tail = q.scatter_(-1, top, 0.0)
         mass = tail.sum(-1, keepdim=True)
-        if (mass <= 0).any():
-            raise ValueError(
-                "the proposal gives no mass to the states outside its top k1; "
-                "use a proposal with full support or k2 = 0"
-            )
-        tail.div_(mass)
+        empty = mass <= 0
+        tail = torch.where(empty, 1.0, tail).div_(torch.where(empty, N, mass))  # placeholders: uniform
         rows = tail.view(-1, N).split(SAMPLING_ROWS)  # multinomial copies its input: bound it
         drawn = [torch.multinomial(r, k2, replacement=True, generator=generator) for r in rows]
         drawn = torch.cat(drawn).view(B, T, k2)
         index.append(drawn)
-        log_w.append(-(k2 * tail.gather(-1, drawn)).log())
+        log_w.append((-(k2 * tail.gather(-1, drawn)).log()).masked_fill_(empty, float("-inf")))
     return KeptStates(torch.cat(index, -1), torch.cat(log_w, -1))
 
 

@@ -153,7 +153,7 @@ class Entropy:
     @staticmethod
     def carry(value: Tensor, entropy: Tensor) -> Tensor:
         """value with ``entropy`` added to its entropies (the randomized estimators' log weights)."""
-        return torch.stack((value[0], value[1] + entropy))
+        return torch.stack((value[0], value[1] + finite_or_zero(entropy)))  # -inf: a weight-0 state
 
 
 Semiring = type[Log] | type[Max] | type[Entropy]

@@ -17,6 +17,7 @@ from torch import Tensor
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.logmatmul import Matrix, entropy_step, log_matmul
+from zoo.inference.numerics import finite_or_zero
 from zoo.inference.rdp import KeptStates, SequenceLifecycle
 from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine, dense_problem
@@ -43,7 +44,8 @@ class RandomizedStep:
         idx = self.kept.index[:, t - 1]
         log_w = self.kept.log_weights[:, t - 1]
         vals = beta.gather(-1, idx) + log_w
-        return entropy_step(vals, H.gather(-1, idx) + log_w, Matrix.from_log(self.rows(idx)), live)
+        carried = H.gather(-1, idx) + finite_or_zero(log_w)  # -inf: a placeholder of weight 0
+        return entropy_step(vals, carried, Matrix.from_log(self.rows(idx)), live)
 
 
 def _rows_of(transition: Tensor):
@@ -91,7 +93,7 @@ class RandomizedEngine(SequenceLifecycle, SemiMarkovEngine):
         problem.step = RandomizedStep(_rows_of(dense.transition), self.kept_states(factors))
         return forward(problem, lengths, semiring=Entropy)[0].to(factors.unary.dtype)
 
-    def log_prob(self, factors, lengths, seg):
+    def log_prob(self, factors, lengths, seg, log_z=None):  # exact: never the estimate's log Z
         return ExactEngine().log_prob(factors.dense(), lengths, seg)
 
     def argmax(self, factors, lengths):
