@@ -21,13 +21,15 @@ and ``entropy``, which ``step`` dispatches to: ``MatrixStep``, the guarded produ
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 from zoo.inference.logmatmul import Matrix, entropy_step, log_matmul
 from zoo.inference.numerics import NEG, finite_or_zero, logsumexp
 
-MAX_CHUNK = 2**24  # elements of one block in the max-product transition
+MAX_CHUNK = 2**18  # elements of one block in the max-product transition (1 MiB in float32: in cache)
 
 
 class MatrixStep:
@@ -50,14 +52,22 @@ class MatrixStep:
         """The step and the conditional entropies it carries (``logmatmul.entropy_step``)."""
         return entropy_step(x, H, self.matrix, live)
 
-    def max(self, t: int, x: Tensor, live: Tensor | None = None) -> Tensor:
-        """max_i x[i] + log M[i, j], in chunks of columns."""
+    @functools.cached_property
+    def _log_columns(self) -> Tensor:
+        """log M^T (... x K x K): row j holds column j. A shared matrix is transposed once for every
+        step (contiguous); a per-position one is a transposed view (a copy a step would cost more)."""
         M = self.matrix.log
+        return M.T.contiguous() if M.dim() == 2 else M.transpose(-1, -2)
+
+    def max(self, t: int, x: Tensor, live: Tensor | None = None) -> Tensor:
+        """max_i x[i] + log M[i, j], in chunks of columns, each reduced along its contiguous last
+        axis (the reduction across rows was 4-8x slower at K = 1024-2048)."""
+        columns = self._log_columns
         B, K = x.shape
         chunk = max(1, MAX_CHUNK // max(1, B * K))
         out = []
         for j in range(0, K, chunk):
-            out.append((x.unsqueeze(-1) + M[..., j : j + chunk]).amax(-2))
+            out.append((x.unsqueeze(-2) + columns[..., j : j + chunk, :]).amax(-1))
         return torch.cat(out, -1)
 
 
