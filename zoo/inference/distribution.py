@@ -11,6 +11,7 @@ from torch import Tensor
 
 from zoo.inference.backend import Backend
 from zoo.inference.engines import make_engine
+from zoo.inference.numerics import needs_grad
 
 
 class StructuredDistribution:
@@ -53,6 +54,19 @@ class StructuredDistribution:
     def max_score(self) -> Tensor:
         """score(argmax): (B,)."""
         return self._viterbi[0]
+
+    def _known_log_partition(self) -> Tensor | None:
+        """log Z if ``log_partition`` was computed already, for an operation that divides by it
+        (``log_prob``); None for the randomized backend (its ``log_prob`` divides by the exact log Z,
+        not the estimate) and where that value has no graph but one is being built now."""
+        log_z = self.__dict__.get("log_partition")
+        if log_z is None or self.backend is Backend.RANDOMIZED:
+            return None
+        return None if needs_grad(*self._potentials()) and not log_z.requires_grad else log_z
+
+    def _potentials(self) -> list:
+        """The tensors the distribution is a function of (a subclass's factors)."""
+        raise NotImplementedError
 
     @staticmethod
     def _check_temperature(temperature: float) -> None:

@@ -50,6 +50,9 @@ class LinearChain(StructuredDistribution):
         )
         self.factors = self.engine.prepare(factors)
 
+    def _potentials(self) -> list:
+        return list(vars(self.factors).values())
+
     @cached_property
     @autograd_ready
     def log_partition(self) -> Tensor:
@@ -83,7 +86,7 @@ class LinearChain(StructuredDistribution):
     def log_prob(self, states: Tensor) -> Tensor:
         """log p(states): states B x T or S x B x T (entries past a length are ignored)."""
         states = check_label_sequences("states", states, self.factors.batch, self.factors.max_length)
-        return self.engine.log_prob(self.factors, self.lengths, states)
+        return self.engine.log_prob(self.factors, self.lengths, states, self._known_log_partition())
 
     @autograd_ready
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:

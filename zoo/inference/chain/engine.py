@@ -129,10 +129,13 @@ class ChainEngine(Engine):
         """H by the forward in the entropy semiring on the dense form; differentiable."""
         return exact.forward(factors.dense(), lengths, Entropy)[0]
 
-    def log_prob(self, factors: ChainFactors, lengths: Tensor, states: Tensor) -> Tensor:
-        """log p(states) = score - log Z, clamped at 0 so round-off never gives log p > 0."""
-        log_p = sequence_score(factors, states, lengths) - self.log_partition(factors, lengths)
-        return log_p.clamp_max(0.0)
+    def log_prob(
+        self, factors: ChainFactors, lengths: Tensor, states: Tensor, log_z: Tensor | None = None
+    ) -> Tensor:
+        """log p(states) = score - log Z, clamped at 0 so round-off never gives log p > 0; ``log_z``:
+        this engine's log Z where it is known (computed here otherwise)."""
+        log_z = self.log_partition(factors, lengths) if log_z is None else log_z
+        return (sequence_score(factors, states, lengths) - log_z).clamp_max(0.0)
 
     def argmax(self, factors: ChainFactors, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """Viterbi on the dense form, the max-product forward and the walk back: (best score (B,),

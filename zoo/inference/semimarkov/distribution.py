@@ -49,6 +49,9 @@ class SemiMarkovChain(StructuredDistribution):
         self.lengths = check_lengths(lengths, factors.batch, factors.max_length, factors.device)
         self.factors = self.engine.prepare(factors)
 
+    def _potentials(self) -> list:
+        return list(vars(self.factors).values())
+
     @cached_property
     @autograd_ready
     def log_partition(self) -> Tensor:
@@ -110,7 +113,8 @@ class SemiMarkovChain(StructuredDistribution):
         segmentation = check_label_sequences(
             "segmentation", segmentation, self.factors.batch, self.factors.max_length
         )
-        return self.engine.log_prob(self.factors, self.lengths, segmentation.to(self.lengths.device))
+        segmentation = segmentation.to(self.lengths.device)
+        return self.engine.log_prob(self.factors, self.lengths, segmentation, self._known_log_partition())
 
     @autograd_ready
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:

@@ -133,8 +133,11 @@ class SemiMarkovEngine(Engine):
         """p(frame t in a segment with state j): B x T x N."""
         return frames_from_segments(self.segment_marginals(factors, lengths))
 
-    def log_prob(self, factors, lengths: Tensor, seg: Tensor) -> Tensor:
-        log_z = self.checked(self.log_partition(factors, lengths), factors, lengths)
+    def log_prob(self, factors, lengths: Tensor, seg: Tensor, log_z: Tensor | None = None) -> Tensor:
+        """log p(seg) = score - log Z, clamped at 0; ``log_z``: this engine's (checked) log Z where it
+        is known (computed here otherwise)."""
+        if log_z is None:
+            log_z = self.checked(self.log_partition(factors, lengths), factors, lengths)
         return (segmentation_score(factors, seg, lengths) - log_z).clamp_max(0.0)
 
     def entropy(self, factors, lengths: Tensor) -> Tensor:

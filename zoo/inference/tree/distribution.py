@@ -19,7 +19,7 @@ from zoo.inference.checks import (
 from zoo.inference.distribution import StructuredDistribution
 from zoo.inference.inference_mode import autograd_ready
 from zoo.inference.tree import engine, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
-from zoo.inference.tree.chart import mask_terms
+from zoo.inference.tree.chart import mask_terms, mbr_tree
 from zoo.inference.tree.factors import GrammarFactors
 
 
@@ -97,6 +97,9 @@ class TreeDistribution(StructuredDistribution):
     def _args(self):
         return self.grammar, self.terms, self.lengths
 
+    def _potentials(self) -> list:
+        return [*self.grammar.tensors(), self.terms, self.node_scores]
+
     @cached_property
     @autograd_ready
     def log_partition(self) -> Tensor:
@@ -136,13 +139,18 @@ class TreeDistribution(StructuredDistribution):
 
     @autograd_ready
     def mbr(self) -> Tensor:
-        """Minimum Bayes risk tree (CKY over span marginals): B x (2T-1) x 2 long (start, end)."""
-        return self.engine.mbr(*self._args, self.node_scores)
+        """Minimum Bayes risk tree (CKY over span marginals): B x (2T-1) x 2 long (start, end). From
+        ``span_marginals`` where they were computed already (the engine computes them otherwise)."""
+        known = self.__dict__.get("span_marginals")
+        if known is None:
+            return self.engine.mbr(*self._args, self.node_scores)
+        with torch.no_grad():
+            return mbr_tree(known, self.lengths)
 
     @autograd_ready
     def log_prob(self, trees: Tensor) -> Tensor:
         """log p(trees): trees B x (2T-1) x 3 or S x B x (2T-1) x 3 -> (B,) or (S, B)."""
-        return self.engine.log_prob(*self._args, trees, self.node_scores)
+        return self.engine.log_prob(*self._args, trees, self.node_scores, self._known_log_partition())
 
     @autograd_ready
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:

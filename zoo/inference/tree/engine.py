@@ -92,10 +92,12 @@ class TreeEngine(Engine):
         with torch.no_grad():
             return mbr_tree(self.span_marginals(grammar, terms, lengths, nodes), lengths)
 
-    def log_prob(self, grammar, terms, lengths, trees: Tensor, nodes=None) -> Tensor:
-        """log p(tree) = score - log Z, clamped at 0: (B,) or (S, B)."""
+    def log_prob(self, grammar, terms, lengths, trees: Tensor, nodes=None, log_z=None) -> Tensor:
+        """log p(tree) = score - log Z, clamped at 0: (B,) or (S, B); ``log_z``: this engine's (checked)
+        log Z where it is known (computed here otherwise)."""
         score = tree_score(grammar, terms, lengths, trees, nodes)
-        log_z = self._checked_log_partition(grammar, terms, lengths, label_scores=nodes)
+        if log_z is None:
+            log_z = self._checked_log_partition(grammar, terms, lengths, label_scores=nodes)
         return (score - log_z).clamp_max(0.0)
 
     # --- on the dense grammar ---------------------------------------------------------------

@@ -321,5 +321,5 @@ class RandomizedEngine(RandomizedLifecycle, TreeEngine):
         grammar = grammar.rows(None, torch.float64)
         return inside(grammar, terms.double(), lengths, kept, *wide).to(terms.dtype)
 
-    def log_prob(self, grammar, terms, lengths, trees, nodes=None):
+    def log_prob(self, grammar, terms, lengths, trees, nodes=None, log_z=None):  # exact, not the estimate's
         return exact_engine(grammar).log_prob(grammar, terms, lengths, trees, nodes)
