@@ -29,6 +29,7 @@ import json
 import logging
 import re
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
@@ -257,9 +258,12 @@ def zoo_cli_class():
                     super().instantiate_classes()
             except ValueError as error:  # jsonargparse wraps the task's error in its own
                 cause = _checkpoint_error(error) if init_from else None
-                if cause is None:
+                if cause is not None:
+                    raise InitFromError(f"init_from={init_from!r}: {cause}") from None
+                refusal = _argument_refusal(error)
+                if refusal is None:
                     raise
-                raise InitFromError(f"init_from={init_from!r}: {cause}") from None
+                raise CommandError(f"{refusal} (a value given to a class of the recipe)") from None
             trainer_config = config.get("trainer")
             if hasattr(trainer_config, "get") and trainer_config.get("logger") in (None, True):
                 self._log_metrics_csv()
@@ -503,13 +507,37 @@ def quiet_lightning():
 
 def zoo_cli(argv: list[str] | None, **kwargs):
     """The zoo's LightningCLI on ``argv`` (None: sys.argv): any task and data module of a config, the
-    task's own optimizers; ``kwargs`` go to LightningCLI (``run=False``: build the objects only)."""
+    task's own optimizers, a run's folder kept (``keep_run_config_class``); ``kwargs`` go to
+    LightningCLI (``run=False``: build the objects only)."""
     pl = imported("lightning.pytorch", "train", "zoo fit / validate / test / predict")
+    kwargs.setdefault("save_config_callback", keep_run_config_class())
 
     return zoo_cli_class()(
         pl.LightningModule, pl.LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
         args=argv, auto_configure_optimizers=False, **kwargs,
     )  # fmt: skip
+
+
+def keep_run_config_class():
+    """LightningCLI's ``SaveConfigCallback`` that keeps a run's folder: ``zoo fit`` into a folder that
+    holds a run's config.yaml (``--trainer.logger false``, a fixed logger version) refuses unless it
+    resumes that run (``--ckpt_path``), and validate / test / predict keep a config.yaml there."""
+    from lightning.pytorch.cli import SaveConfigCallback
+
+    class KeepRunConfig(SaveConfigCallback):
+        def setup(self, trainer, pl_module, stage: str) -> None:
+            path = Path(trainer.log_dir) / self.config_filename
+            exists = trainer.strategy.broadcast(path.is_file() if trainer.is_global_zero else False)
+            if exists and stage == "fit" and not self.config.get("ckpt_path"):
+                raise CommandError(
+                    f"{path.parent} holds a run ({path.name}, its checkpoints) that this fit would "
+                    "overwrite: give this run another --trainer.default_root_dir (or logger version), or "
+                    "resume that run with --ckpt_path CKPT"
+                )
+            if not exists or stage == "fit":
+                super().setup(trainer, pl_module, stage)
+
+    return KeepRunConfig
 
 
 def lightning_command(argv: list[str] | None) -> int:
@@ -550,6 +578,20 @@ def _checkpoint_error(error: BaseException) -> BaseException | None:
         if isinstance(error, CheckpointError):
             return error
         error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def _argument_refusal(error: BaseException) -> ValueError | None:
+    """The ValueError a zoo class raised on an argument's value (``backend='fast'``, ``num_states=0``)
+    at the root of the errors jsonargparse wraps it in (2-3 chained tracebacks and a dump of the
+    config), if that is what ``error`` is."""
+    seen = 0
+    while (error.__cause__ or error.__context__) is not None and seen < 20:  # bounded against cycles
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    frames = traceback.extract_tb(error.__traceback__)
+    package = str(Path(__file__).parent)
+    if isinstance(error, ValueError) and frames and frames[-1].filename.startswith(package):
+        return error
     return None
 
 

@@ -1,12 +1,17 @@
-"""A training run resumed from a mid-epoch checkpoint sees exactly the batches, in the same order, that
-an uninterrupted run sees (ResumableLoader), and ends with the same weights."""
+"""A training run resumed from a mid-epoch checkpoint, or from one written when a run stopped (max_steps,
+an epoch's end), sees exactly the batches, in the same order and at the same steps, that an uninterrupted
+run sees (ResumableLoader, LikelihoodTask.on_load_checkpoint), logs the same steps, tokens and
+continuing seconds, and ends with the same weights."""
 
 from __future__ import annotations
+
+import csv
 
 import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
 
 from zoo.data import PTBDataModule
 from zoo.models import CategoricalHMM
@@ -20,7 +25,8 @@ class Interrupted(Exception):
 
 
 class RecordBatches(pl.Callback):
-    """The (epoch, tokens) of every training batch run; raises ``Interrupted`` before step ``stop_at``."""
+    """The (epoch, step, tokens) of every training batch run; raises ``Interrupted`` before step
+    ``stop_at``."""
 
     def __init__(self, stop_at: int | None = None):
         self.stop_at, self.batches = stop_at, []
@@ -28,7 +34,7 @@ class RecordBatches(pl.Callback):
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         if trainer.global_step == self.stop_at:
             raise Interrupted  # a crash: the last checkpoint is the one after the previous step
-        self.batches.append((trainer.current_epoch, batch["tokens"].clone()))
+        self.batches.append((trainer.current_epoch, trainer.global_step, batch["tokens"].clone()))
 
 
 @pytest.fixture(scope="module")
@@ -49,17 +55,36 @@ def text(tmp_path_factory):
     return folder
 
 
-def fit(text, root, record, ckpt_path=None):
+def fit(text, root, record, ckpt_path=None, checkpoints=None, validate=False, **limits):
     torch.manual_seed(0)
     data = PTBDataModule(data_dir=str(text), batch_tokens=40, seed=3)
     task = LikelihoodTask(
         CategoricalHMM(len(WORDS) + 2, 4, backend="exact", embedding_dim=8, hidden_dim=8, dropout=0.0)
     )
-    checkpoints = ModelCheckpoint(dirpath=root, every_n_train_steps=1, save_last=True)
-    quiet = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
-    trainer = pl.Trainer(max_epochs=2, callbacks=[record, checkpoints], accelerator="cpu", **quiet)
+    checkpoints = checkpoints or ModelCheckpoint(dirpath=root, every_n_train_steps=1, save_last=True)
+    quiet = dict(enable_progress_bar=False, enable_model_summary=False)
+    quiet["limit_val_batches"] = None if validate else 0
+    trainer = pl.Trainer(
+        callbacks=[record, checkpoints], accelerator="cpu", logger=CSVLogger(root, name="log", version=0),
+        log_every_n_steps=1, **(limits or dict(max_epochs=2)), **quiet,
+    )  # fmt: skip
     trainer.fit(task, data, ckpt_path=ckpt_path)
     return task, trainer
+
+
+def logged(root, name="train/tokens"):
+    """The (step, value) rows of ``name`` that the run in ``root`` logged."""
+    with open(root / "log" / "version_0" / "metrics.csv") as file:
+        return [(int(row["step"]), float(row[name])) for row in csv.DictReader(file) if row.get(name)]
+
+
+def assert_same_run(straight, resumed, stop, task, again):
+    """The resumed run trains the straight run's batches from ``stop`` on, at the same epochs and
+    steps, and ends with its weights."""
+    assert [(e, s) for e, s, _ in resumed.batches] == [(e, s) for e, s, _ in straight.batches[stop:]]
+    assert all(torch.equal(a, b) for (*_, a), (*_, b) in zip(resumed.batches, straight.batches[stop:]))
+    for (name, want), got in zip(task.state_dict().items(), again.state_dict().values()):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
 
 
 @pytest.mark.parametrize("stop_at", [5, "first of epoch 2"])
@@ -73,7 +98,42 @@ def test_a_resumed_run_sees_the_batches_of_a_straight_run(text, tmp_path, stop_a
         fit(text, tmp_path / "crashed", RecordBatches(stop_at=stop))
     resumed = RecordBatches()
     again, _ = fit(text, tmp_path / "resumed", resumed, ckpt_path=tmp_path / "crashed" / "last.ckpt")
-    assert [e for e, _ in resumed.batches] == [e for e, _ in straight.batches[stop:]]
-    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(resumed.batches, straight.batches[stop:]))
-    for (name, want), got in zip(task.state_dict().items(), again.state_dict().values()):
-        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
+    assert_same_run(straight, resumed, stop, task, again)
+
+
+@pytest.mark.parametrize("stopped_by", ["max_steps mid-epoch", "epoch end"])
+def test_a_stopped_run_goes_on_as_a_straight_run(text, tmp_path, stopped_by):
+    """The checkpoint a run writes when it stops (Lightning marks its epoch processed, not completed)
+    resumed with a larger max_steps: the rest of a cut-short epoch, then the next epochs' shuffles, at
+    the straight run's steps (Lightning alone trained nothing, skipped the epoch's rest, or ran the
+    next epoch's shuffle one step late)."""
+    first = dict(max_epochs=3, max_steps=5) if stopped_by == "max_steps mid-epoch" else dict(max_epochs=1)
+    latest = ModelCheckpoint(dirpath=tmp_path / "stopped")  # Lightning's default: at the epoch's end
+    _, trainer = fit(text, tmp_path / "stopped", RecordBatches(), checkpoints=latest, validate=True, **first)
+    stop, per_epoch = trainer.global_step, trainer.num_training_batches
+    limits = dict(max_epochs=3, max_steps=2 * per_epoch + 3)
+    straight, resumed = RecordBatches(), RecordBatches()
+    task, trainer = fit(text, tmp_path / "straight", straight, validate=True, **limits)
+    again, trainer_again = fit(
+        text, tmp_path / "resumed", resumed, ckpt_path=latest.best_model_path, validate=True, **limits
+    )
+    assert len(resumed.batches) == 2 * per_epoch + 3 - stop
+    assert_same_run(straight, resumed, stop, task, again)
+    assert logged(tmp_path / "resumed") == logged(tmp_path / "straight")[stop:]
+    if stopped_by == "max_steps mid-epoch":  # the resumed epoch's end steps the scheduler (Lightning's not)
+        schedulers = (t.lr_scheduler_configs[0].scheduler.state_dict() for t in (trainer, trainer_again))
+        assert next(schedulers) == next(schedulers)
+
+
+def test_tokens_and_seconds_go_on_across_a_resume(text, tmp_path):
+    """A step-based checkpoint counts the batch it is written after (its callback runs before the
+    task's on_train_batch_end), and the first step after the resume adds its seconds."""
+    fit(text, tmp_path / "straight", RecordBatches(), max_steps=5)
+    with pytest.raises(Interrupted):
+        fit(text, tmp_path / "crashed", RecordBatches(stop_at=3))
+    progress_from = tmp_path / "crashed" / "last.ckpt"
+    progress = torch.load(progress_from, weights_only=True)["zoo_progress"]
+    assert logged(tmp_path / "straight")[2] == (2, progress["events"])  # the tokens of 3 batches
+    fit(text, tmp_path / "resumed", RecordBatches(), ckpt_path=progress_from, max_steps=5)
+    assert logged(tmp_path / "resumed") == logged(tmp_path / "straight")[3:]
+    assert logged(tmp_path / "resumed", "train/seconds")[0][1] > progress["seconds"]

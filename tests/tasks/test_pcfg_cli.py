@@ -163,6 +163,16 @@ def test_tree_writer_keeps_the_input_lines(tmp_path):
     assert lines[1:3] == ["", ""] and lines[4:] == [""]  # one line an input line, each ending with \n
     words = [parse_bracketed(lines[i])[0].words() for i in (0, 3)]
     assert words == [["the", "cat", "sat"], ["the", "zebra", "sat"]]
+    # one batch (the sentence on line 4) not predicted, as past --trainer.limit_predict_batches: it is
+    # named as such, not among the lines the data left out (audit)
+    with pytest.warns(UserWarning) as caught:
+        TreeWriter(str(out)).write_on_epoch_end(SimpleNamespace(datamodule=dm), task, predictions[1:], None)
+    assert [str(w.message).split(": ", 1)[1] for w in caught] == [
+        "2 of 4 input lines have no tree, written as empty lines (blank or under 2 words: the data leaves "
+        "them out): lines 2, 3",
+        "1 of 4 input lines have no tree, written as empty lines (not predicted, e.g. past "
+        "--trainer.limit_predict_batches): lines 4",
+    ]
 
 
 def test_curriculum_limits_and_drops_long_sentences(trees):
@@ -182,7 +192,10 @@ def test_curriculum_limits_and_drops_long_sentences(trees):
     kept = task.training_step(batch, 0)  # epoch 0: limit 3 words, the 5-word sentence is dropped
     only = task.model.log_likelihood({"tokens": batch["tokens"][:1, :4], "lengths": batch["lengths"][:1]})
     torch.testing.assert_close(kept, -only.sum() / 4)
+    assert int(task._batch_events) == 4  # what train/tokens adds: the kept sentence's events, not all 10
+    task._batch_events = 0
     assert task.training_step({"tokens": batch["tokens"][1:], "lengths": batch["lengths"][1:]}, 0) is None
+    assert task._batch_events == 0  # a batch the curriculum leaves out adds no tokens
 
 
 def test_bracketed_strings():

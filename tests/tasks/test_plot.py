@@ -91,4 +91,35 @@ def test_with_tensorboard_installed_the_run_still_writes_metrics_csv(tmp_path, m
     )
     assert "val/nll" in read_curves(find_metrics(tmp_path))
     (checkpoint,) = tmp_path.rglob("*.ckpt")
-    assert checkpoint.parent.parent == find_metrics(tmp_path).parent  # lightning_logs/version_0/
+    assert checkpoint.parent.parent == find_metrics(tmp_path)[-1].parent  # lightning_logs/version_0/
+
+
+def _version(root, n, rows, mtime, resumed=None):
+    """lightning_logs/version_n/metrics.csv of ``rows`` (epoch, step, loss, tokens, seconds, val/nll), and
+    its config.yaml (``resumed``: the checkpoint it resumed)."""
+    import os
+
+    folder = root / "lightning_logs" / f"version_{n}"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"ckpt_path: {resumed}\n" if resumed else "seed_everything: 0\n")
+    path = folder / "metrics.csv"
+    lines = ["epoch,step,train/loss,train/tokens,train/seconds,val/nll"]
+    lines += [",".join("" if x is None else str(x) for x in row) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def test_a_resumed_run_is_one_curve_and_an_evaluation_after_it_is_passed_over(tmp_path):
+    """zoo plot read only the newest metrics.csv: after a zoo test into the same folder it failed ("holds
+    no train/loss"), and after a resume it drew the resumed part alone (audit)."""
+    rows = [(0, 2, 5.0, 200, 2, None), (0, 4, 4.0, 400, 4, 6.0), (0, 6, 3.5, 600, 6, None)]
+    first = _version(tmp_path, 0, rows, 1)
+    _version(tmp_path, 1, [(0, 2, 9.0, 200, 2, None)], 2)  # another run from scratch
+    checkpoint = first.parent / "checkpoints" / "epoch=0-step=5.ckpt"
+    resumed = _version(tmp_path, 2, [(0, 6, 3.4, 600, 6, None), (0, 8, 3.0, 800, 8, 5.0)], 3, checkpoint)
+    _version(tmp_path, 3, [(0, 8, None, None, None, 5.0)], 4, resumed.parent / "checkpoints" / "b.ckpt")
+    assert find_metrics(tmp_path) == [first, resumed]
+    curves = read_curves(find_metrics(tmp_path))
+    assert [(p[0], p[3]) for p in curves["train/loss"]] == [(2, 5.0), (4, 4.0), (6, 3.4), (8, 3.0)]
+    assert [(p[0], p[3]) for p in curves["val/nll"]] == [(4, 6.0), (8, 5.0)]

@@ -190,6 +190,20 @@ def test_a_misspelled_model_argument_is_one_line_naming_it(trained, capsys):
         assert f"{misspelled!r} (did you mean {meant!r}?)" in line
 
 
+def test_a_value_a_model_refuses_is_one_line(trained, capsys):
+    """A value the model's constructor refuses was 2-3 chained jsonargparse tracebacks (126 lines) ending
+    in a dump of the config, the model's own message in the middle (audit)."""
+    config, _, _ = trained
+    for option, message in (
+        ("backend=fast", "unknown backend 'fast'; expected one of"),
+        ("num_states=0", "num_states must be an int >= 1, got 0"),
+    ):
+        assert main(["fit", "--config", str(config), f"--model.init_args.model.init_args.{option}"]) == 2
+        err = capsys.readouterr().err
+        (line,) = [x for x in err.splitlines() if x.strip() and not x.startswith("Seed set to")]
+        assert line.startswith(f"zoo: error: {message}"), line
+
+
 def test_command_errors(trained, tmp_path, capsys):
     config, checkpoint, _ = trained
     bogus = tmp_path / "bogus.ckpt"

@@ -134,6 +134,7 @@ class LikelihoodTask(pl.LightningModule):
         )
         self._text = False  # whether the evaluated batches are text (perplexity is reported then)
         self._events_seen, self._seconds, self._last_step_end = 0, 0.0, None  # learning-curve axes
+        self._batch_events = 0  # the events of the batch being trained (training_step sets them)
         self.seed_metrics = torch.nn.ModuleDict(
             {
                 stage: torch.nn.ModuleList(NegativeLogLikelihood() for _ in range(eval_seeds))
@@ -172,21 +173,40 @@ class LikelihoodTask(pl.LightningModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         log_p = self(batch)
         events = self.model.num_events(batch)
+        self._batch_events = events.sum()
         loss = -log_p.sum() / events.sum()
         self.log("train/loss", loss, prog_bar=True, batch_size=len(log_p))
         return loss
 
     def on_train_batch_end(self, outputs, batch: dict[str, Tensor], batch_idx: int) -> None:
-        """Log the training events seen so far (this process's times the number of processes) and the
-        training seconds, so a run's learning curves can be drawn against tokens and time
-        (``zoo plot``); both go on across a resumed run."""
-        now = time.perf_counter()
-        self._seconds += now - (self._last_step_end or now)
-        self._last_step_end = now
+        """Log the events trained on so far (this process's times the number of processes: a batch
+        that trains nothing, e.g. one the curriculum leaves out, adds none) and the training seconds,
+        so a run's learning curves can be drawn against tokens and time (``zoo plot``); both go on
+        across a resumed run."""
+        self._events_seen, self._seconds = self._progress()
+        self._batch_events, self._last_step_end = 0, time.perf_counter()
         # a tensor on the batch's device: no host synchronization a step (the logger reads it)
-        self._events_seen = self._events_seen + self.model.num_events(batch).sum() * self.trainer.world_size
-        self.log("train/tokens", self._events_seen.float(), batch_size=1)
+        self.log("train/tokens", torch.as_tensor(self._events_seen).float(), batch_size=1)
         self.log("train/seconds", self._seconds, batch_size=1)
+
+    def _progress(self) -> tuple[Tensor | int, float]:
+        """Events and seconds trained up to now, with the batch being trained (one whose
+        ``on_train_batch_end`` has not run: a checkpoint callback's runs before the task's)."""
+        return (
+            self._events_seen + self._batch_events * self.trainer.world_size,
+            self._seconds + time.perf_counter() - self._last_step_end,
+        )
+
+    def on_train_start(self) -> None:
+        """Start the clock (a run resumed mid-epoch starts no epoch). A resumed run goes on as an
+        uninterrupted one: its epoch's end steps the learning-rate scheduler (its validation is this
+        run's), and one resumed at an epoch's end starts the next epoch afresh (Lightning, with
+        ``max_steps``, would restart the finished epoch's loop: an empty step, the logged steps one off)."""
+        self._last_step_end = time.perf_counter()
+        loop = self.trainer.fit_loop
+        loop._restarting = False  # its setter keeps it True under max_steps
+        if loop.epoch_loop.batch_progress.current.ready == 0:
+            loop.epoch_loop.restarting = False
 
     def on_train_epoch_start(self) -> None:
         self._last_step_end = time.perf_counter()  # validation and data set-up are not training time
@@ -278,13 +298,20 @@ class LikelihoodTask(pl.LightningModule):
         it rebuilds the task; and the model's vocabulary, if any (plain values, for ``zoo export``)."""
         checkpoint["zoo_task"] = f"{type(self).__module__}.{type(self).__qualname__}"
         checkpoint["hyper_parameters"]["_class_path"] = checkpoint["zoo_task"]
-        checkpoint["zoo_progress"] = {"events": int(self._events_seen), "seconds": self._seconds}
+        events, seconds = self._events_seen, self._seconds
+        trainer = self._trainer
+        batches = trainer.fit_loop.epoch_loop.batch_progress.current if trainer is not None else None
+        if trainer is not None and trainer.training and batches.processed > batches.completed:
+            events, seconds = self._progress()  # written within a batch's on_train_batch_end
+        checkpoint["zoo_progress"] = {"events": int(events), "seconds": seconds}
         if self.model.vocab is not None:
             checkpoint["vocab"] = self.model.vocab.to_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Give the model the vocabulary the checkpoint recorded (it must be the data's, if set up),
-        and take up the events and seconds trained so far."""
+        take up the events and seconds trained so far, and resume a run stopped early as a run
+        without the stop goes on (``resume_stopped_epoch``)."""
+        resume_stopped_epoch(checkpoint.get("loops", {}).get("fit_loop"))
         progress = checkpoint.get("zoo_progress", {})
         self._events_seen, self._seconds = progress.get("events", 0), progress.get("seconds", 0.0)
         if checkpoint.get("vocab") is not None:
@@ -310,6 +337,26 @@ class LikelihoodTask(pl.LightningModule):
                 "strict": False,
             },
         }
+
+
+def resume_stopped_epoch(fit_loop: dict[str, Any] | None) -> None:
+    """Lightning's fit-loop state in a checkpoint written at the end of training or of an epoch (its
+    epoch ``processed`` but not ``completed``) as a resume must read it: an epoch cut short (by
+    ``max_steps``, ``max_time``, a stop) not processed, so the rest of it is trained; an epoch run to
+    its end completed, with no batch of the next one run. Lightning would otherwise skip the rest of
+    a cut-short epoch, or, with ``max_steps``, run an empty epoch and the next epoch's shuffle."""
+    epochs = (fit_loop or {}).get("epoch_progress")
+    batches = (fit_loop or {}).get("epoch_loop.batch_progress")
+    if not epochs or not batches or epochs["current"]["processed"] != epochs["current"]["completed"] + 1:
+        return
+    if not batches["is_last_batch"]:
+        for count in epochs.values():
+            count["processed"] -= 1
+        return
+    for count in epochs.values():
+        count["completed"] = count["processed"]
+    batches["current"] = dict.fromkeys(batches["current"], 0)
+    batches["is_last_batch"] = False
 
 
 def device_memory(device: torch.device) -> int:

@@ -203,8 +203,8 @@ class TreeWriter(BasePredictionWriter):
 
     With a data module that has ``predict_lines()`` (``PCFGDataModule``), line i of the output is line i
     of the input, its words as read (unknown words keep their spelling, not ``<unk>``); an input line
-    without a tree (blank, under 2 words, which the data leaves out) is an empty line, and a warning
-    lists their line numbers.
+    without a tree (blank, under 2 words, which the data leaves out; or not predicted, past
+    ``limit_predict_batches``) is an empty line, and a warning for each cause lists their line numbers.
 
     Args:
         output_path: the file to write (its directory is created).
@@ -231,14 +231,19 @@ class TreeWriter(BasePredictionWriter):
             lines = [""] * count
             for i, tree in trees.items():
                 lines[numbers[i] - 1] = tree
-            empty = [k + 1 for k, line in enumerate(lines) if not line]
-            if empty:
-                shown = ", ".join(map(str, empty[:20])) + (", ..." if len(empty) > 20 else "")
-                warnings.warn(
-                    f"{self.output_path}: {len(empty)} of {count} input lines have no tree, written as "
-                    f"empty lines (blank or under 2 words: the data leaves them out): lines {shown}",
-                    stacklevel=2,
-                )
+            kept = set(numbers)
+            for why, missing in (
+                ("blank or under 2 words: the data leaves them out", sorted(set(range(1, count + 1)) - kept)),
+                ("not predicted, e.g. past --trainer.limit_predict_batches",
+                 sorted(numbers[i] for i in range(len(numbers)) if i not in trees)),
+            ):  # fmt: skip
+                if missing:
+                    shown = ", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else "")
+                    warnings.warn(
+                        f"{self.output_path}: {len(missing)} of {count} input lines have no tree, written "
+                        f"as empty lines ({why}): lines {shown}",
+                        stacklevel=2,
+                    )
         path = Path(self.output_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
