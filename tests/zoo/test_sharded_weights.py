@@ -125,3 +125,14 @@ def test_bad_shard_lists_are_config_errors(sharded, shards, version, message):
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match=message):
         read_config(folder)
+
+
+def test_a_tensor_larger_than_the_shard_size_is_a_clear_error(tmp_path):
+    """A shard holds whole tensors: one larger than the limit got a shard of its own over it, silently
+    (audit: a 5 MB shard under --max-shard-size 2MB). Now an error naming it, and nothing written."""
+    model = tiny()
+    name, biggest = max(model.state_dict().items(), key=lambda kv: kv[1].numel())
+    size = biggest.numel() * biggest.element_size()
+    with pytest.raises(ValueError, match=rf"is smaller than a tensor.*{name} \({size:,} bytes\)"):
+        model.save_pretrained(tmp_path / "model", max_shard_size=size - 1)
+    assert not (tmp_path / "model").exists()

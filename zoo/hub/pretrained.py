@@ -191,6 +191,8 @@ def save_pretrained(
     }
     extras = {RESULTS_NAME: results, TRAINING_CONFIG_NAME: training_config, LEARNING_CURVE_NAME: curve}
     kept = set() if overwrite else _kept_extras(model, directory, weights, extras)
+    if max_shard_size is not None:
+        _check_each_fits(weights, max_shard_size)
     directory.mkdir(parents=True, exist_ok=True)
     weights_sha256, shards = _write_weights(directory, weights, max_shard_size)
     vocab_sha256 = _write_vocab(directory, model.vocab)
@@ -278,6 +280,23 @@ def _same_values(a: Tensor, b: Tensor) -> bool:
     if a.is_floating_point() and b.is_floating_point():
         a, b = a.double(), b.double()
     return a.shape == b.shape and torch.equal(a, b)
+
+
+def _check_each_fits(weights: dict[str, Tensor], max_shard_size: int | str) -> None:
+    """ValueError where one tensor alone exceeds ``max_shard_size``: a shard holds whole tensors, and
+    huggingface_hub's splitter would give it a shard of its own over the limit, silently."""
+    from huggingface_hub.serialization._base import parse_size_to_int
+
+    limit = parse_size_to_int(max_shard_size) if isinstance(max_shard_size, str) else int(max_shard_size)
+    over = {name: t.numel() * t.element_size() for name, t in weights.items()}
+    over = {name: size for name, size in over.items() if size > limit}
+    if over:
+        listing = ", ".join(f"{name} ({size:,} bytes)" for name, size in sorted(over.items()))
+        raise ValueError(
+            f"max_shard_size={max_shard_size!r} ({limit:,} bytes) is smaller than a tensor, and a shard "
+            f"holds whole tensors: {listing}; give at least {max(over.values()):,} bytes, or store the "
+            "weights narrower (storage_dtype='float16')"
+        )
 
 
 def _write_weights(
