@@ -8,6 +8,7 @@
 #   scripts/device_tree.sh restore   track them again exactly as HEAD has them (run before any commit:
 #                                    a commit made while they are hidden deletes them)
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac  # usage above
 cd "$(git rev-parse --show-toplevel)"
 exclude=.git/info/exclude
 line=/zoo/weights/

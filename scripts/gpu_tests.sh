@@ -8,6 +8,10 @@
 # Logs go to $OUT (or ./gpu-test-logs). Usage: scripts/gpu_tests.sh (on a machine that takes at most 64 MiB
 # of the checkout, first scripts/device_tree.sh hide: the bundled weights are over it)
 set -u
+if [ $# -gt 0 ]; then  # it takes no arguments: --help (or anything) prints the comment above
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+fi
 out=${OUT:-gpu-test-logs}
 mkdir -p "$out"
 suite() {  # name, seconds, workers, pytest arguments...

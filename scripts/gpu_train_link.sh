@@ -17,6 +17,9 @@
 #   scripts/gpu_train_link.sh recipes/hmm/ptb-rank-space.yaml 00:00:06:40
 #   scripts/gpu_train_link.sh recipes/hmm/ptb-rank-space.yaml 00:00:06:40 link1/export
 set -u
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }  # the comment above
+case "${1:-}" in -h | --help) usage; exit 0 ;; esac
+if [ $# -lt 2 ]; then usage >&2; exit 2; fi
 recipe=$1 max_time=$2 init=${3:--}
 shift $(($# < 3 ? $# : 3))
 out=${OUT:-gpu-link} trainer=${TRAINER:-recipes/trainer/gpu.yaml}
