@@ -22,7 +22,7 @@ installed is reported as such, not run.
 
 Usage (from the repository root):
     python scripts/bench_chain.py            # the full run (about 30 minutes on 2 cores)
-    python scripts/bench_chain.py --quick    # a small smoke test (under 2 minutes)
+    python scripts/bench_chain.py --quick    # a small smoke test (about 2 minutes on our 2-core CPU)
     python scripts/bench_chain.py --only 4 5 6  # some tables alone (the peer baselines: a few minutes)
     python scripts/bench_chain.py --write    # also write docs/benchmarks.md (every table: no --only)
 """
@@ -1144,7 +1144,9 @@ def table8(plan: Plan) -> Section:
 # --- report --------------------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a small run, as a smoke test (under 2 minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="a small run, as a smoke test (about 2 minutes on a 2-core CPU)"
+    )
     parser.add_argument("--write", action="store_true", help=f"also write the report to {DOCS}")
     parser.add_argument(
         "--only", nargs="+", type=int, choices=sorted(TABLES), metavar="TABLE",
