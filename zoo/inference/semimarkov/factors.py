@@ -111,14 +111,15 @@ class Cumulative(NamedTuple):
 def cumulative(unary: Tensor) -> Cumulative:
     """The ``Cumulative`` of a B x T x K unary (C[:, 0] = 0)."""
     dead = torch.isneginf(unary)
-    some_dead = bool(dead.any())
-    finite = torch.where(dead, 0.0, unary) if some_dead else unary
-    sums = finite.to(torch.float64).cumsum(1)
-    sums = torch.cat([sums.new_zeros(sums.shape[0], 1, sums.shape[2]), sums], 1)
-    if not some_dead:
-        return Cumulative(sums, None)
-    counts = dead.int().cumsum(1)
-    return Cumulative(sums, torch.cat([counts.new_zeros(counts.shape[0], 1, counts.shape[2]), counts], 1))
+    if not bool(dead.any()):
+        return Cumulative(_running_sums(unary.to(torch.float64)), None)
+    finite = torch.where(dead, 0.0, unary).to(torch.float64)
+    return Cumulative(_running_sums(finite), _running_sums(dead.int()))
+
+
+def _running_sums(x: Tensor) -> Tensor:
+    """B x (T+1) x K: the sums of x (B x T x K) over frames 0..t-1 at [:, t], 0 first."""
+    return torch.nn.functional.pad(x.cumsum(1), (0, 0, 1, 0))
 
 
 class SemiMarkovFactors:

@@ -98,11 +98,14 @@ def sample_trees(
             terms, nodes = terms.double(), None if nodes is None else nodes.double()
             _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes)
         full = full_chart(chart, terms)
-        root_mass = grammar.root + full[torch.arange(B, device=terms.device), 0, lengths, :NT]
-        check_some_tree(root_mass.logsumexp(-1), lengths)
+
+        def root_logits(b, length):
+            return grammar.root[grammar_of(b)] + full[b, 0, length, :NT]
 
         def root(b, length):
-            return gumbel_argmax(grammar.root[grammar_of(b)] + full[b, 0, length, :NT], generator)
+            return gumbel_argmax(root_logits(b, length), generator)
+
+        check_some_tree(root_logits(torch.arange(B, device=terms.device), lengths).logsumexp(-1), lengths)
 
         def expand(b, i, k, label):
             mid = (i.unsqueeze(-1) + s).clamp_max(T)  # M x (T-1)
