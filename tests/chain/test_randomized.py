@@ -209,6 +209,31 @@ def test_the_global_proposal_is_the_incoming_mass_and_informative_for_normalized
         assert q.std(-1).min() > 1e-3, f"{type(factors).__name__}: the global proposal is uniform"
 
 
+@pytest.mark.parametrize("proposal", ["global", "local+global"])
+def test_the_global_prior_of_a_crf_reads_only_inside_each_length(proposal):
+    """Per-position transitions padded with -inf past a length: the global prior was the mean of the
+    incoming log-masses over every position, -inf for every state of the padded sequence, and
+    torch.multinomial failed on its NaN proposal ("invalid multinomial distribution"). It is now the
+    mean mass over the transitions inside each length, whatever the padding holds."""
+    g = torch.Generator().manual_seed(0)
+    B, T, N = 3, 5, 6
+    unary, transition = torch.randn(B, T, N, generator=g), torch.randn(B, T - 1, N, N, generator=g)
+    lengths = torch.tensor([2, 5, 1])
+    inside = DenseChain(unary, transition).state_prior(lengths)
+    expected = transition[0, :1].logsumexp(-2).logsumexp(0)  # one transition inside the first length
+    torch.testing.assert_close(inside[0], expected)
+    torch.testing.assert_close(inside[1], transition[1].logsumexp(-2).logsumexp(0) - math.log(T - 1))
+    assert (inside[2] == 0).all()  # no transition: uniform
+    estimates = []
+    for pad in (float("-inf"), 1e3):
+        padded = transition.clone()
+        padded[0, 1:], padded[2] = pad, pad
+        torch.testing.assert_close(DenseChain(unary, padded).state_prior(lengths), inside)
+        options = RDPOptions(2, 2, proposal=proposal, generator=torch.Generator().manual_seed(0))
+        estimates.append(LinearChain(DenseChain(unary, padded), lengths, "randomized", options).log_partition)
+    torch.testing.assert_close(estimates[0], estimates[1])
+
+
 @pytest.mark.parametrize("proposal", ["local", "local+global"])
 def test_a_position_no_state_can_take_raises_the_exact_error(proposal):
     """Every state's unary -inf at one position: the chain has zero probability. The local proposal

@@ -131,8 +131,11 @@ def _extremes(value: Tensor) -> tuple[float, float]:
     return tuple(torch.stack(torch.aminmax(value.detach())).tolist())
 
 
-def check_lengths(lengths: Tensor | None, batch: int, max_len: int, device) -> Tensor:
-    """Return lengths as a long tensor of shape (B,), each in 1..T; None means all T."""
+def check_lengths(
+    lengths: Tensor | None, batch: int, max_len: int, device, shortest: int = 1, why: str = ""
+) -> Tensor:
+    """Return lengths as a long tensor of shape (B,), each in shortest..T (``why``: the reason for a
+    shortest above 1, said in the error); None means all T."""
     if lengths is None:
         return torch.full((batch,), max_len, dtype=torch.long, device=device)
     if not isinstance(lengths, Tensor):
@@ -145,10 +148,9 @@ def check_lengths(lengths: Tensor | None, batch: int, max_len: int, device) -> T
     lengths = lengths.to(device=device, dtype=torch.long)
     if lengths.shape != (batch,):
         raise ValueError(f"lengths must have shape (B,) = ({batch},), got {tuple(lengths.shape)}")
-    if (lengths < 1).any() or (lengths > max_len).any():
-        raise ValueError(
-            f"lengths must lie in 1..T = 1..{max_len}, got {lengths.tolist()}"
-        )
+    if (lengths < shortest).any() or (lengths > max_len).any():
+        bounds = f"{shortest}..T = {shortest}..{max_len}"
+        raise ValueError(f"lengths must lie in {bounds}{why}, got {lengths.tolist()}")
     return lengths
 
 

@@ -22,8 +22,9 @@ class Engine:
     factor_types: tuple = ()
     capabilities: dict[str, tuple[str, str]] = {}
 
-    def prepare(self, factors):
-        """The factors this backend consumes; TypeError naming the containers it takes otherwise."""
+    def prepare(self, factors, lengths=None):
+        """The factors this backend consumes; TypeError naming the containers it takes otherwise.
+        ``lengths`` (B,): a sequence's, where the backend reads the factors before an operation."""
         if not isinstance(factors, self.factor_types):
             wanted = " or ".join(t.__name__ for t in self.factor_types)
             raise TypeError(f"the {self.name!r} backend needs {wanted}, got {type(factors).__name__}")

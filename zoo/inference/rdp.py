@@ -114,11 +114,11 @@ def proposal_weights(
     if proposal == "uniform":
         return unary.new_full((B, T, N), 1.0 / N)
     if proposal == "global":
-        return torch.softmax(state_prior(), -1).unsqueeze(1).expand(B, T, N).clone()
+        return _softmax(state_prior()).unsqueeze(1).expand(B, T, N).clone()
     q = _softmax(unary)  # no B x T x N copy for the init: fix position 1 alone
     q[:, 0] = _softmax(unary[:, 0] + init)
     if proposal == "local+global":  # Eq. 34, in place: q is B x T x N, the largest buffer here
-        q.mul_(0.5).add_(torch.softmax(state_prior(), -1).unsqueeze(1), alpha=0.5)
+        q.mul_(0.5).add_(_softmax(state_prior()).unsqueeze(1), alpha=0.5)
     return q
 
 
@@ -152,15 +152,15 @@ class RandomizedLifecycle:
 class SequenceLifecycle(RandomizedLifecycle):
     """The lifecycle of the randomized engines over sequences of positions (chains; semi-Markov
     boundaries): the kept states come from ``proposal_weights`` of the factors' unary, init and state
-    prior, drawn when the engine prepares its factors."""
+    prior (read inside each length), drawn when the engine prepares its factors."""
 
-    def draw(self, factors) -> KeptStates:
+    def draw(self, factors, lengths: Tensor | None = None) -> KeptStates:
         """Index sets B x T x K (a semi-Markov chain's row t-1 is its boundary at frame t)."""
         o = self.options
-        q = proposal_weights(factors.unary, factors.init, factors.state_prior, o.proposal)
+        q = proposal_weights(factors.unary, factors.init, lambda: factors.state_prior(lengths), o.proposal)
         return select_states(q, o.k1, o.k2, o.generator)
 
-    def prepare(self, factors):
-        factors = super().prepare(factors)
-        self.kept_states(factors)
+    def prepare(self, factors, lengths=None):
+        factors = super().prepare(factors, lengths)
+        self.kept_states(factors, lengths)
         return factors

@@ -48,7 +48,7 @@ class LinearChain(StructuredDistribution):
         self.lengths = check_lengths(
             lengths, factors.batch, factors.max_length, factors.unary.device
         )
-        self.factors = self.engine.prepare(factors)
+        self.factors = self.engine.prepare(factors, self.lengths)
 
     def _potentials(self) -> list:
         return list(vars(self.factors).values())

@@ -8,7 +8,7 @@ A backend (``ChainEngine`` subclass) supplies two primitives on its own factors:
 From these the base class derives every operation, once, for all backends: marginals (gradient of
 log Z w.r.t. a zero unary probe), pairwise marginals (the same on a per-position probe of the dense
 form), entropy (the forward in the entropy semiring on the dense form, ``exact.forward``), log_prob,
-Viterbi (the max-product forward on the dense form and the walk back), exact forward-filtering
+Viterbi (the max-plus forward on the dense form with back-pointers, ``viterbi``), exact forward-filtering
 backward-sampling with the Gumbel-max trick, and the Gumbel-softmax relaxed sample.
 A backend overrides an operation only where it has a better algorithm, and declares in
 ``capabilities`` how each operation is computed (the README's capability table is generated from it).
@@ -21,10 +21,11 @@ from torch import Tensor
 
 from zoo.inference.chain import exact
 from zoo.inference.chain.factors import ChainFactors, DenseChain
+from zoo.inference.chain.viterbi import best_paths
 from zoo.inference.engines import Engine, register_engine
 from zoo.inference.kinds import NATIVE
 from zoo.inference.numerics import gumbel_noise, needs_grad
-from zoo.inference.semiring import Entropy, Max
+from zoo.inference.semiring import Entropy
 
 
 def gumbel_backward(
@@ -34,11 +35,8 @@ def gumbel_backward(
     num_samples: int,
     temperature: float | None,
     generator: torch.Generator | None,
-    noise: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
-    """Backward sampling from forward variables with Gumbel noise (exact FFBS via Gumbel-max); without
-    ``noise``, from max-product forward variables, the Viterbi walk back (each state the best
-    predecessor of the next).
+    """Backward sampling from forward variables with Gumbel noise (exact FFBS via Gumbel-max).
 
     Args:
         log_alphas: B x T x K log forward variables.
@@ -61,7 +59,7 @@ def gumbel_backward(
         inner = lengths - 1 > t  # B
         if t < T - 1 and bool(inner.any()):
             logits = torch.where(inner.view(1, B, 1), logits + column(t + 2, nxt), logits)
-        noisy = logits + gumbel_noise((S, B, K), log_alphas, generator) if noise else logits
+        noisy = logits + gumbel_noise((S, B, K), log_alphas, generator)
         pick = noisy.argmax(-1)
         active = (lengths - 1 >= t).view(1, B)
         hard[:, :, t] = torch.where(active, pick, -1)
@@ -81,7 +79,7 @@ def sequence_score(factors: ChainFactors, states: Tensor, lengths: Tensor) -> Te
         raise ValueError(f"states must lie in 0..N-1 = 0..{N - 1} within each length")
     unary = factors.unary.expand(*z.shape, N).gather(-1, z.unsqueeze(-1)).squeeze(-1)
     init = factors.init.expand(*z.shape[:-1], N).gather(-1, z[..., :1]).squeeze(-1)
-    score = init + (unary * valid).sum(-1)
+    score = init + torch.where(valid, unary, 0).sum(-1)  # not unary * valid: -inf past a length
     if T > 1:
         trans = factors.transition_entries(z[..., :-1], z[..., 1:])
         score = score + torch.where(valid[:, 1:], trans, 0).sum(-1)
@@ -138,13 +136,10 @@ class ChainEngine(Engine):
         return (sequence_score(factors, states, lengths) - log_z).clamp_max(0.0)
 
     def argmax(self, factors: ChainFactors, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """Viterbi on the dense form, the max-product forward and the walk back: (best score (B,),
-        states B x T)."""
-        dense = factors.dense()
-        score, deltas = exact.forward(dense, lengths, Max)
-        with torch.no_grad():
-            best, _ = gumbel_backward(deltas, dense.transition_columns, lengths, 1, None, None, noise=False)
-        return score, best[0]
+        """Viterbi on the dense form (``viterbi.best_paths``): (best score (B,), states B x T). The score
+        is the best path's, summed from the factors: its gradient is the path's indicator."""
+        states = best_paths(factors.dense(), lengths)
+        return sequence_score(factors, states, lengths), states
 
     def sample(
         self, factors: ChainFactors, lengths: Tensor, n: int, generator=None
@@ -186,8 +181,8 @@ class ExactEngine(ChainEngine):
         "rsample": (NATIVE, "Gumbel-softmax backward sampling"),
     }
 
-    def prepare(self, factors: ChainFactors) -> DenseChain:
-        return super().prepare(factors).dense()
+    def prepare(self, factors: ChainFactors, lengths: Tensor | None = None) -> DenseChain:
+        return super().prepare(factors, lengths).dense()
 
     def log_partition(self, factors, lengths, twice_differentiable=False):
         if twice_differentiable:

@@ -5,9 +5,10 @@
 * ``log_forward``: the same forward with plain autograd; handles per-position B x (T-1) x N x N
   potentials without allocating more than one position's block at a time, and is twice
   differentiable.
-* ``forward``: the forward in a semiring (``zoo.inference.semiring``): ``Max`` for Viterbi (the engine
-  walks back through its values), ``Entropy`` for the entropy (Fu et al. 2022, Alg. 3: each state's
-  conditional entropy of the prefix, never a difference of two large numbers), ``Log`` for log Z.
+* ``forward``: the forward in a semiring (``zoo.inference.semiring``): ``Entropy`` for the entropy
+  (Fu et al. 2022, Alg. 3: each state's conditional entropy of the prefix, never a difference of two
+  large numbers), ``Log`` for log Z, ``Max`` for the best score (Viterbi with back-pointers:
+  ``viterbi``).
 
 Shapes: B batch, T positions, N states. Every function takes ``lengths`` (B,), 1 <= length <= T.
 """

@@ -127,10 +127,11 @@ class ChainFactors:
         """
         raise NotImplementedError
 
-    def state_prior(self) -> Tensor:
+    def state_prior(self, lengths: Tensor | None = None) -> Tensor:
         """B x N log-weights of the transition mass each state receives (the "global" RDP proposal,
         Fu et al. 2022 Eq. 34's prior: states that take more mass score higher; the outgoing mass
-        would be uniform for every locally normalized model, an HMM's rows summing to one)."""
+        would be uniform for every locally normalized model, an HMM's rows summing to one).
+        ``lengths`` (B,): per-position potentials past a length are padding and never read."""
         raise NotImplementedError
 
     def dense(self) -> DenseChain:
@@ -210,13 +211,18 @@ class DenseChain(ChainFactors):
         t = torch.arange(Tm1, device=rows.device).view(1, Tm1, 1, 1)
         return self.transition[b, t, r, c]
 
-    def state_prior(self) -> Tensor:
-        """Incoming log-mass of each state (averaged over positions when per position)."""
+    def state_prior(self, lengths: Tensor | None = None) -> Tensor:
+        """Incoming log-mass of each state; per position, its mean mass over the transitions inside
+        each length (0, uniform, for a sequence without one): a state forbidden at some positions
+        keeps the mass it takes at the others."""
         if self.shared:
             return self.transition.logsumexp(0).expand(self.batch, self.num_states)
-        if self.max_length == 1:
-            return torch.zeros_like(self.init)
-        return self.transition.logsumexp(-2).mean(1)
+        B, T, N = self.unary.shape
+        steps = torch.full((B,), T - 1, device=self.unary.device) if lengths is None else lengths - 1
+        inside = torch.arange(T - 1, device=steps.device) < steps.unsqueeze(-1)  # B x (T-1)
+        incoming = self.transition.logsumexp(-2).masked_fill(~inside.unsqueeze(-1), float("-inf"))
+        prior = incoming.logsumexp(1) - steps.clamp_min(1).to(incoming.dtype).log().unsqueeze(-1)
+        return torch.where(steps.unsqueeze(-1) > 0, prior, 0.0)
 
     def dense(self) -> DenseChain:
         return self
@@ -259,7 +265,7 @@ class EmbeddingChain(ChainFactors):
     def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
         return self.states[rows] @ self.states[cols].transpose(-1, -2)
 
-    def state_prior(self) -> Tensor:
+    def state_prior(self, lengths: Tensor | None = None) -> Tensor:
         l1 = self.states.abs().sum(-1)
         return (l1 / l1.sum()).log().expand(self.batch, self.num_states)
 
@@ -374,7 +380,7 @@ class LowRankChain(ChainFactors):
         inner = self._log_inner(self.left[rows], self.right[cols], self.log_rank_weights)
         return self.log_scale[rows].unsqueeze(-1) + inner
 
-    def state_prior(self) -> Tensor:
+    def state_prior(self, lengths: Tensor | None = None) -> Tensor:
         mass = self.right @ self.scaled_left().sum(0)  # sum_i c_i L_i . R_j
         return safe_log(mass).expand(self.batch, self.num_states)
 
@@ -471,7 +477,7 @@ class RankSpaceChain(ChainFactors):
     def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
         return self.low_rank_view().transition_blocks(rows, cols)
 
-    def state_prior(self) -> Tensor:
+    def state_prior(self, lengths: Tensor | None = None) -> Tensor:
         return safe_log(self.V @ self.U.sum(0)).expand(self.batch, self.num_states)  # sum_i,r U[i,r] V[j,r]
 
     def dense(self) -> DenseChain:

@@ -36,8 +36,8 @@ class LowRankEngine(ChainEngine):
         "rsample": (NATIVE, "Gumbel-softmax FFBS, N x R products"),
     }
 
-    def prepare(self, factors):
-        factors = super().prepare(factors)
+    def prepare(self, factors, lengths=None):
+        factors = super().prepare(factors, lengths)
         return factors.low_rank_view() if isinstance(factors, RankSpaceChain) else factors
 
     def log_partition(self, factors, lengths, twice_differentiable=False):

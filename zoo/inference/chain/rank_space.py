@@ -95,8 +95,8 @@ class RankSpaceEngine(LowRankEngine):
         "rsample": (FALLBACK, "Gumbel-softmax FFBS on the state chain, O(T N R)"),
     }
 
-    def prepare(self, factors):
-        return ChainEngine.prepare(self, factors)
+    def prepare(self, factors, lengths=None):
+        return ChainEngine.prepare(self, factors, lengths)
 
     def log_partition(self, factors, lengths, twice_differentiable=False):
         if not isinstance(factors, RankSpaceChain):  # a state chain (a unary probe was added)

@@ -47,7 +47,7 @@ class SemiMarkovChain(StructuredDistribution):
     ):
         self._choose_engine(factors, backend, options)
         self.lengths = check_lengths(lengths, factors.batch, factors.max_length, factors.device)
-        self.factors = self.engine.prepare(factors)
+        self.factors = self.engine.prepare(factors, self.lengths)
 
     def _potentials(self) -> list:
         return list(vars(self.factors).values())

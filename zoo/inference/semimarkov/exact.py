@@ -129,8 +129,8 @@ class ExactEngine(SemiMarkovEngine):
         "rsample": (NATIVE, "Gumbel-softmax backward sampling"),
     }
 
-    def prepare(self, factors):
-        return super().prepare(factors).dense()
+    def prepare(self, factors, lengths=None):
+        return super().prepare(factors, lengths).dense()
 
     def log_partition(self, factors, lengths, probe=None):
         if isinstance(factors, EdgeSemiMarkov):

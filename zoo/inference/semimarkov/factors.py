@@ -198,9 +198,9 @@ class FactorizedSemiMarkov(SemiMarkovFactors):
         """log trans(prev, :): ... x N for ... long indices."""
         raise NotImplementedError
 
-    def state_prior(self) -> Tensor:
+    def state_prior(self, lengths: Tensor | None = None) -> Tensor:
         """B x N log incoming transition mass of each state (the "global" RDP proposal; see the
-        chain's ``ChainFactors.state_prior``)."""
+        chain's ``ChainFactors.state_prior``); the transitions are shared, so ``lengths`` is unused."""
         raise NotImplementedError
 
     def segment_scores(self, b, s, d, prev, z):
@@ -253,7 +253,7 @@ class DenseSemiMarkov(FactorizedSemiMarkov):
     def transition_rows(self, prev):
         return self.transition[prev]
 
-    def state_prior(self):
+    def state_prior(self, lengths=None):
         return self.transition.logsumexp(0).expand(self.batch, self.num_states)
 
     def dense(self) -> DenseSemiMarkov:
@@ -369,7 +369,7 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
             return rows
         return rows.scatter(-1, prev.unsqueeze(-1), float("-inf"))
 
-    def state_prior(self):
+    def state_prior(self, lengths=None):
         mass = self.right @ self.scaled_left().sum(0)  # sum_i c_i L_i . R_j
         if not self.self_transitions:
             mass = mass - self.log_scale.exp() * self.diagonal()

@@ -78,12 +78,8 @@ class TreeDistribution(StructuredDistribution):
                 f"sentences need at least 2 words (a CNF tree's root is a nonterminal), got T = {T}"
             )
         check_finite("terms", terms)
-        self.lengths = check_lengths(lengths, B, T, terms.device)
-        if (self.lengths < 2).any():
-            raise ValueError(
-                "sentences need at least 2 words (a CNF tree's root is a nonterminal), "
-                f"got lengths {self.lengths.tolist()}"
-            )
+        why = " (sentences need at least 2 words: a CNF tree's root is a nonterminal)"
+        self.lengths = check_lengths(lengths, B, T, terms.device, shortest=2, why=why)
         self._choose_engine(grammar, backend, options)
         self.grammar = self.engine.prepare(grammar)
         self.terms = mask_terms(terms, self.lengths)

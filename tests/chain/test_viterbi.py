@@ -1,0 +1,121 @@
+"""The chain's Viterbi (``zoo.inference.chain.viterbi``) against a plain float64 max-plus reference:
+shared and per-position transitions, ragged lengths, chunked reductions, forbidden paths, ties, and the
+best score's gradient."""
+
+import pytest
+import torch
+
+import zoo.inference.chain.viterbi as viterbi
+from zoo.inference import DenseChain, LinearChain
+
+NEG_INF = float("-inf")
+
+
+def reference_max_scores(unary, transition, init, lengths):
+    """max over paths of each chain's score, by the textbook recursion on B x N x N sums (float64)."""
+    unary, transition, init = (x.double() for x in (unary, transition, init))
+    B, T, N = unary.shape
+    best = []
+    for b in range(B):
+        x = init + unary[b, 0]
+        for t in range(1, int(lengths[b])):
+            step = transition if transition.dim() == 2 else transition[b, t - 1]
+            x = (x[:, None] + step).amax(0) + unary[b, t]
+        best.append(x.max())
+    return torch.stack(best)
+
+
+def path_scores(unary, transition, init, states, lengths):
+    scores = []
+    for b in range(unary.shape[0]):
+        z = states[b, : int(lengths[b])].tolist()
+        score = init[z[0]].double() + sum(unary[b, t, s].double() for t, s in enumerate(z))
+        for t in range(1, len(z)):
+            step = transition if transition.dim() == 2 else transition[b, t - 1]
+            score = score + step[z[t - 1], z[t]].double()
+        scores.append(score)
+    return torch.stack(scores)
+
+
+def random_chain(B, T, N, shared, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    unary = torch.randn(B, T, N, generator=g, dtype=dtype)
+    shape = (N, N) if shared else (B, T - 1, N, N)
+    return unary, torch.randn(*shape, generator=g, dtype=dtype), torch.randn(N, generator=g, dtype=dtype)
+
+
+def check_best(unary, transition, init, lengths, atol=1e-4):
+    dist = LinearChain(DenseChain(unary, transition, init), lengths)
+    states = dist.argmax
+    T = unary.shape[1]
+    for b, L in enumerate(lengths.tolist()):
+        assert (states[b, L:] == -1).all() and (states[b, :L] >= 0).all(), states[b]
+    best = reference_max_scores(unary, transition, init, lengths)
+    torch.testing.assert_close(path_scores(unary, transition, init, states, lengths), best, atol=atol, rtol=0)
+    torch.testing.assert_close(dist.max_score.double(), best, atol=atol, rtol=0)
+    assert states.shape == (unary.shape[0], T)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("lengths", [[6, 6, 6], [6, 1, 4], [3, 5, 2]])
+def test_best_paths_match_the_reference(shared, lengths):
+    check_best(*random_chain(3, 6, 5, shared), torch.tensor(lengths))
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_chunked_reductions_give_the_same_paths(shared, monkeypatch):
+    """MAX_CHUNK smaller than one row: every column is its own chunk (the large-N path)."""
+    unary, transition, init = random_chain(2, 7, 9, shared, seed=1)
+    lengths = torch.tensor([7, 4])
+    whole = LinearChain(DenseChain(unary, transition, init), lengths).argmax
+    monkeypatch.setattr(viterbi, "MAX_CHUNK", 5)
+    assert torch.equal(LinearChain(DenseChain(unary, transition, init), lengths).argmax, whole)
+    check_best(unary, transition, init, lengths)
+
+
+def test_forbidden_transitions_and_a_fixed_start():
+    """A left-to-right chain (i -> i or i + 1) that starts in state 0, with emissions hundreds of nats
+    apart in float32: the best path stays inside the topology."""
+    B, T, N = 2, 40, 4
+    g = torch.Generator().manual_seed(2)
+    unary = -500 + 200 * torch.randn(B, T, N, generator=g)
+    step = torch.arange(N)[None] - torch.arange(N)[:, None]
+    allowed = (step == 0) | (step == 1)
+    transition = torch.where(allowed, -1.0, NEG_INF)
+    init = torch.tensor([0.0, NEG_INF, NEG_INF, NEG_INF])
+    lengths = torch.tensor([40, 13])
+    check_best(unary, transition, init, lengths, atol=0.05)  # sums of |score| ~ 2e4 in float32
+    states = LinearChain(DenseChain(unary, transition, init), lengths).argmax
+    steps = states[0, 1:] - states[0, :-1]
+    assert states[0, 0] == 0 and ((steps == 0) | (steps == 1)).all()
+
+
+def test_ties_give_a_best_path():
+    unary = torch.zeros(2, 5, 3)
+    check_best(unary, torch.zeros(3, 3), torch.zeros(3), torch.tensor([5, 2]))
+
+
+def test_a_chain_with_no_path_raises_and_padding_does_not_count():
+    unary, transition, init = random_chain(2, 4, 3, shared=True)
+    unary[1, 3] = NEG_INF  # past the second chain's length: ignored
+    lengths = torch.tensor([4, 3])
+    check_best(unary, transition, init, lengths)
+    unary[0, 2] = NEG_INF  # inside the first chain: no path survives
+    dist = LinearChain(DenseChain(unary, transition, init), lengths)
+    for operation in ("argmax", "max_score"):
+        with pytest.raises(ValueError, match="zero probability"):
+            getattr(dist, operation)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_best_score_gradient_is_the_best_path(shared):
+    unary, transition, init = (x.requires_grad_() for x in random_chain(2, 5, 4, shared, seed=3))
+    lengths = torch.tensor([5, 3])
+    dist = LinearChain(DenseChain(unary, transition, init), lengths)
+    dist.max_score.sum().backward()
+    states = dist.argmax
+    expected = torch.zeros_like(unary)
+    for b, L in enumerate(lengths.tolist()):
+        expected[b, torch.arange(L), states[b, :L]] = 1.0
+    assert torch.equal(unary.grad, expected)
+    assert init.grad.sum() == 2 and transition.grad.sum() == (5 - 1) + (3 - 1)
