@@ -13,9 +13,10 @@ before a call, after freed heap memory went back to the OS (malloc_trim); the ma
 calls is reported. Blocks of 128 KiB or more are mmapped (MALLOC_MMAP_THRESHOLD_), so freed tensors leave
 RSS at once and the peak measures live memory, not allocator slack. Linux only.
 
-Tables 4 to 6 time peer libraries (the ``bench`` extra, plus supar, see README "Set-up") on one thread:
+Tables 4 to 6 and 9 time peer libraries (the ``bench`` extra, plus supar, see README "Set-up") on one thread:
 pytorch-crf's and supar's linear-chain CRFs (log Z + backward) and pomegranate's ``DenseHMM`` forward
-(log Z under ``torch.no_grad()``). Their calls take milliseconds, so each shape's methods share one
+(log Z under ``torch.no_grad()``), and the Viterbi decoders of pytorch-crf, supar and torch-struct
+(table 9). Their calls take milliseconds, so each shape's methods share one
 process and take turns (``benchlib.measure_interleaved``), on the same potentials, back to back with
 glibc's default allocator settings, as a caller's loop runs them. A peer that is not
 installed is reported as such, not run.
@@ -23,7 +24,7 @@ installed is reported as such, not run.
 Usage (from the repository root):
     python scripts/bench_chain.py            # the full run (about 30 minutes on 2 cores)
     python scripts/bench_chain.py --quick    # a small smoke test (about 2 minutes on our 2-core CPU)
-    python scripts/bench_chain.py --only 4 5 6  # some tables alone (the peer baselines: a few minutes)
+    python scripts/bench_chain.py --only 4 5 6 9  # some tables alone (the peer baselines: a few minutes)
     python scripts/bench_chain.py --write    # also write docs/benchmarks.md (every table: no --only)
 """
 
@@ -447,7 +448,11 @@ PEERS = {  # case: (distribution name, import name)
     "pytorch-crf": ("pytorch-crf", "torchcrf"),
     "supar": ("supar", "supar"),
     "pomegranate": ("pomegranate", "pomegranate"),
+    "pytorch-crf viterbi": ("pytorch-crf", "torchcrf"),
+    "supar viterbi": ("supar", "supar"),
+    "torch-struct viterbi": ("torch-struct", "torch_struct"),
 }
+VITERBI_CASES = ("zoo viterbi", "pytorch-crf viterbi", "supar viterbi", "torch-struct viterbi")
 
 
 def peer_installed(case: str) -> bool:
@@ -560,6 +565,63 @@ def pomegranate_step(job: Job) -> Callable[[], None]:
     return step
 
 
+
+# --- Viterbi decoding (table 9): the best path of the same tagging CRF in each library ------------------
+def path_scores(unary: Tensor, transition: Tensor, init: Tensor, paths: Tensor) -> Tensor:
+    """(B,) scores of B x T state paths under a CRF: init + unaries + transitions (end scores 0)."""
+    scores = init[paths[:, 0]] + unary.gather(2, paths[..., None]).squeeze(2).sum(1)
+    return scores + transition[paths[:, :-1], paths[:, 1:]].sum(1)
+
+
+def zoo_viterbi(unary: Tensor, transition: Tensor, init: Tensor) -> Tensor:
+    with torch.no_grad():
+        return LinearChain(DenseChain(unary, transition, init)).argmax
+
+
+def pytorch_crf_viterbi(crf, emissions: Tensor, mask: Tensor) -> Tensor:
+    with torch.no_grad():
+        return torch.tensor(crf.decode(emissions, mask))  # its public decode: a list of B lists of tags
+
+
+def supar_viterbi(scores: Tensor, trans: Tensor) -> Tensor:
+    """supar's argmax: the autograd gradient of its max (so its scores need grad)."""
+    from supar.structs import LinearChainCRF
+
+    return LinearChainCRF(scores, trans).argmax
+
+
+def torch_struct_viterbi(edges: Tensor) -> Tensor:
+    """torch-struct's argmax (one-hot edges, from the gradient of its max), as states: z_1 from the first
+    edge's z_n axis, z_2 .. z_T from every edge's z_{n+1} axis."""
+    from torch_struct import LinearChainCRF
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*arg_constraints")
+        parts = LinearChainCRF(edges).argmax
+    return torch.cat([parts[:, :1].sum(2).argmax(-1), parts.sum(3).argmax(-1)], 1)
+
+
+def viterbi_inputs(case: str, unary: Tensor, transition: Tensor, init: Tensor) -> tuple[Callable, tuple]:
+    """The decoder of ``case`` and its inputs: the CRF of these potentials in its library's layout."""
+    if case == "zoo viterbi":
+        return zoo_viterbi, (unary, transition, init)
+    if case == "pytorch-crf viterbi":
+        return pytorch_crf_viterbi, pytorch_crf_inputs(unary, transition, init)
+    if case == "supar viterbi":
+        import supar.structs  # noqa: F401  (imported here, not in the warm-up call)
+
+        return supar_viterbi, tuple(x.requires_grad_() for x in supar_inputs(unary, transition, init))
+    return torch_struct_viterbi, (torch_struct_potentials(unary, transition, init).requires_grad_(),)
+
+
+def viterbi_step(case: str) -> Callable[[Job], Callable[[], None]]:
+    def build(job: Job) -> Callable[[], None]:
+        decode, inputs = viterbi_inputs(case, *leaf_potentials(MODELS["crf"], job.shape, grad=False))
+        return lambda: decode(*inputs)
+
+    return build
+
+
 CASES: dict[str, Callable[[Job], Callable[[], None]]] = {
     "zoo": zoo_step,
     "torch-struct": torch_struct_step,
@@ -573,6 +635,7 @@ CASES: dict[str, Callable[[Job], Callable[[], None]]] = {
     "rank-space streamed": rank_space_forward_step(streamed=True),
     "packed": forced_products_step(force=True),
     "torch.mm": forced_products_step(force=False),
+    **{case: viterbi_step(case) for case in VITERBI_CASES},
 }
 
 
@@ -1141,6 +1204,80 @@ def table8(plan: Plan) -> Section:
     return Section(text, [verdict(name, worst if worst < math.inf else math.nan, 0.9, detail)], measured)
 
 
+
+TABLE9_NOTE = (
+    "One thread. Median wall time of one Viterbi decoding of table 4's tagging CRF (the best path of every "
+    "sequence, full lengths) and its peak RSS growth; ratios against `exact` at the same N. Exact runs "
+    "`LinearChain(DenseChain(unary, transition, init)).argmax` (B x T states) under `torch.no_grad()`; "
+    "pytorch-crf its public `CRF.decode(emissions, mask)` (a list of tag lists, made a tensor) under "
+    "`torch.no_grad()`; supar `LinearChainCRF(scores, trans).argmax` and torch-struct "
+    "`LinearChainCRF(edges).argmax` (one-hot edges, turned into states), each the autograd gradient of "
+    "its max, so their inputs need grad. torch-struct runs where its scan's B x (T/2) x N^3 sums fit in "
+    "{limit:g} GB. {interleaved}"
+)
+VITERBI_TORCH_STRUCT_LIMIT = 2e9  # bytes of torch-struct's scan (``footprint``) above which table 9 skips it
+
+
+def viterbi_cases(shape: Shape) -> tuple[str, ...]:
+    fits = footprint(Job("torch-struct", shape)) <= VITERBI_TORCH_STRUCT_LIMIT
+    return tuple(case for case in VITERBI_CASES if fits or case != "torch-struct viterbi")
+
+
+def check_viterbi(plan: Plan) -> str:
+    """Each installed peer's best paths against exact's at every shape of table 9, in float32: the score of
+    each path must equal exact's max score; exits if one does not."""
+    found = []
+    for case in VITERBI_CASES[1:]:
+        if not peer_installed(case):
+            found.append(f"{peer_label(case)}: not installed")
+            continue
+        error = scale = 0.0
+        same = total = 0
+        for N in plan.crf_sizes:
+            shape = Shape(*plan.crf_batch, N)
+            if case not in viterbi_cases(shape):
+                continue
+            torch.manual_seed(0)
+            potentials = leaf_potentials(MODELS["crf"], shape, grad=False)
+            best = LinearChain(DenseChain(*potentials))
+            ours = best.argmax
+            decode, inputs = viterbi_inputs(case, *potentials)
+            theirs = decode(*inputs).detach()
+            error = max(error, (path_scores(*potentials, theirs) - best.max_score).abs().max().item())
+            scale = max(scale, best.max_score.abs().max().item())
+            same, total = same + (theirs == ours).all(1).sum().item(), total + shape.B
+        if not error <= PEER_TOLERANCE[torch.float32] * scale:
+            raise SystemExit(f"Viterbi check failed: {case}'s best paths score {error:.3g} off exact's")
+        found.append(
+            f"{peer_label(case)}: max |path score - exact max score| = {error:.2g} (|max score| up to "
+            f"{scale:.0f}), the same path as exact in {same} of {total} sequences"
+        )
+    return "Peer Viterbi check (table 9's shapes, float32): " + "; ".join(found) + "."
+
+
+def table9(plan: Plan) -> Section:
+    """Viterbi decoding on one thread: exact against pytorch-crf, supar and torch-struct."""
+    B, T = plan.crf_batch
+    labels = {"zoo viterbi": "exact", **{case: peer_label(case) for case in VITERBI_CASES[1:]}}
+    results = {}
+    for N in plan.crf_sizes:
+        shape = Shape(B, T, N)
+        group = run_group(Job("", shape, "crf", threads=1, grad=False, cases=viterbi_cases(shape)), plan)
+        results[N] = {labels[case]: m for case, m in group.items()}
+    rows = [
+        [str(N), name, *cells(m, res["exact"], 1e-3, MB)]
+        for N, res in results.items()
+        for name, m in res.items()
+    ]
+    note = TABLE9_NOTE.format(limit=VITERBI_TORCH_STRUCT_LIMIT / GB, interleaved=interleaved_note(plan))
+    text = paragraphs(
+        f"### Table 9: Viterbi decoding, one thread, B = {B}, T = {T}, float32",
+        note,
+        table(["N", "method", "time (ms)", "time / exact", "peak (MB)", "peak / exact"], rows),
+    )
+    return Section(text, [], [m for res in results.values() for m in res.values()])
+
+
 # --- report --------------------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1150,7 +1287,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help=f"also write the report to {DOCS}")
     parser.add_argument(
         "--only", nargs="+", type=int, choices=sorted(TABLES), metavar="TABLE",
-        help="run only these tables (4 5 6: the peer baselines); not with --write",
+        help="run only these tables (4 5 6 9: the peer baselines); not with --write",
     )  # fmt: skip
     args = parser.parse_args()
     if args.only and args.write:
@@ -1162,6 +1299,8 @@ def main() -> None:
     checks = [check_log_partition()]
     if {4, 5} & set(tables):
         checks.append(check_peers(plan, set(tables)))
+    if 9 in tables:
+        checks.append(check_viterbi(plan))
     with tempfile.TemporaryDirectory(prefix="bench_chain_") as copy:
         version = snapshot_zoo(Path(copy))
         sys.path.insert(0, copy)  # ahead of the editable install's finder, in every spawned configuration
@@ -1191,7 +1330,7 @@ def main() -> None:
 
 
 TABLES: dict[int, Callable[[Plan], Section]] = {
-    1: table1, 2: table2, 3: table3, 4: table4, 5: table5, 6: table6, 7: table7, 8: table8
+    1: table1, 2: table2, 3: table3, 4: table4, 5: table5, 6: table6, 7: table7, 8: table8, 9: table9
 }
 
 
