@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -40,6 +41,13 @@ def test_karpathy_splits(tmp_path):
     assert read_coco_karpathy(path, "test") == ["a plate of food", "a sandwich on a plate"]
 
 
+def test_a_karpathy_sentence_without_tokens_is_tokenized_as_the_others(tmp_path):
+    """Its raw text, lower-cased without punctuation, as Karpathy's tokens are (audit)."""
+    images = [{"split": "test", "sentences": [{"tokens": [], "raw": "To car, next park."}]}]
+    (tmp_path / "dataset_coco.json").write_text(json.dumps({"images": images}))
+    assert read_coco_karpathy(tmp_path / "dataset_coco.json", "test") == ["to car next park"]
+
+
 def test_karpathy_bad_files_are_clear_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="dataset_coco.json"):
         read_coco_karpathy(tmp_path / "missing.json", "train")
@@ -64,7 +72,10 @@ def test_text_source_batches(tmp_path, cache):
                          ("test", ["a mat", "hi"])):  # fmt: skip
         (tmp_path / f"{split}.txt").write_text("\n".join(lines) + "\n")
     data = CaptionsDataModule("text", str(tmp_path), max_words=3, batch_size=8, tokenizer_cache=cache)
-    data.setup()
+    message = rf"source='text' \({tmp_path}\) train split: 1 of 3 captions left out \(first at caption 3\): "
+    with pytest.warns(UserWarning, match=message + "over max_words = 3 words, in evaluations too$") as caught:
+        data.setup()
+    assert len(caught) == 1  # the other splits lose none
     assert len(data.datasets["train"]) == 2  # "one two three four" has 4 words > max_words
     batch = next(iter(data.val_dataloader()))
     assert batch["tokens"][0, : batch["lengths"][0]].tolist() == [64, 3290, 50256]  # "a dog" + eos
@@ -84,7 +95,9 @@ def test_empty_captions_are_a_clear_error(tmp_path, cache):
 
 def test_short_ptb_default(cache):
     data = CaptionsDataModule(max_words=6, max_sentences=50, batch_size=16, tokenizer_cache=cache)
-    sentences = data.sentences("test")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # what max_words leaves out is not news: it defines ptb-short
+        sentences = data.sentences("test")
     assert len(sentences) == 50 and all(1 <= len(s.split()) <= 6 for s in sentences)
     assert read_captions("ptb-short", "test")[0].split()[0] == "no"  # PTB's test split, in order
     data.setup()

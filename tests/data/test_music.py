@@ -3,6 +3,7 @@
 import importlib.util
 import math
 import pickle
+import re
 from fractions import Fraction
 
 import pytest
@@ -196,8 +197,9 @@ def test_pickle_reader_real_format(tmp_path):
     ],
 )
 def test_pickle_reader_errors(tmp_path, data, message):
-    with pytest.raises(ValueError, match=message):
-        read_music_pickle(write_pickle(tmp_path / "bad.pickle", data))
+    path = write_pickle(tmp_path / "bad.pickle", data)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: .*{message}"):  # the path as given
+        read_music_pickle(path)
 
 
 def test_pickle_reader_missing_or_unreadable(tmp_path):

@@ -215,6 +215,16 @@ def test_blank_lines_are_no_sentences(tmp_path):
     for split, text in texts.items():
         (tmp_path / f"ptb.{split}.txt").write_text(text)
     data = PTBDataModule(data_dir=str(tmp_path))
-    with pytest.warns(UserWarning, match=r"ptb.test.txt: 2 blank line\(s\) left out \(first at line 2\)"):
+    with pytest.warns(UserWarning, match=r"ptb.test.txt: 2 of 4 lines left out \(first at line 2\): blank"):
         data.setup()
     assert len(data.datasets["test"]) == 2
+
+
+def test_the_end_token_as_a_word_is_warned_about(tmp_path):
+    texts = {"train": "a cat sat\n", "valid": "a cat\n", "test": "a cat\na <eos> sat\n"}
+    for split, text in texts.items():
+        (tmp_path / f"ptb.{split}.txt").write_text(text)
+    message = r"test split: 1 sentence\(s\) hold the word '<eos>', the vocabulary's end token, .*sentence 2\)"
+    with pytest.warns(UserWarning, match=message) as caught:
+        PTBDataModule(data_dir=str(tmp_path)).setup()
+    assert len(caught) == 1

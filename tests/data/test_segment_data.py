@@ -140,6 +140,10 @@ def test_npy_folder_errors(tmp_path):
     np.save(root / "train" / "seq0.labels.npy", np.zeros(6))
     with pytest.raises(ValueError, match="expected one integer label"):
         NpyFolderDataModule(str(root)).setup()
+    np.save(root / "train" / "seq0.labels.npy", np.array([0, 1, -5, 1, -7, 0]))
+    message = r"labels.npy: expected labels >= -1 \(-1: unknown\), got -5 at frame 2 \(2 frame\(s\) below"
+    with pytest.raises(ValueError, match=message):
+        NpyFolderDataModule(str(root)).setup()
     (root / "train" / "seq0.labels.npy").unlink()
     np.save(root / "test" / "seq0.npy", np.zeros((2, 3, 4)))
     with pytest.raises(ValueError, match="expected a numeric frames x dims array"):
@@ -201,7 +205,8 @@ def test_crosstask_reads_features_annotations_and_splits(tmp_path, caplog):
     dm = CrossTaskDataModule(**files, valid_fraction=0.2, batch_size=4)
     with caplog.at_level("WARNING"):
         dm.setup()
-    assert "1 of 11 videos have no features" in caplog.text
+    assert "1 of 11 videos have no features" in caplog.text and caplog.text.rstrip().endswith("skipped: v9")
+    assert "annotated step" not in caplog.text  # no overlap, none past a video's end
     assert [len(dm.datasets[s]) for s in ("train", "valid", "test")] == [8, 2, 2]
     assert dm.classes == [("23521", 1), ("23521", 3), ("59684", 2)] and dm.num_classes == 4
     assert dm.input_dim == 16
@@ -238,3 +243,27 @@ def test_crosstask_errors(tmp_path):
     (tmp_path / "videos_val.csv").write_bytes("23521,t0,caf\xe9\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"videos_val.csv is not UTF-8 text: line 1"):
         CrossTaskDataModule(**files).setup()
+
+
+def test_crosstask_warns_of_overlapping_steps_and_steps_past_the_end(tmp_path, caplog):
+    """A frame in two steps takes the later line's step, a step past the video's 12 frames is cut there
+    (wholly past: no frame): each said once per split, naming the file and line (audit)."""
+    files = write_crosstask(tmp_path)
+    annotations = tmp_path / "annotations"
+    (annotations / "23521_t0.csv").write_text("1,2.0,6\n3,4,9.0\n")
+    (annotations / "59684_t1.csv").write_text("2,10,15\n2,20,30\n")
+    dm = CrossTaskDataModule(**files, valid_fraction=0.2)
+    with caplog.at_level("WARNING"):
+        dm.setup()
+    assert dm.datasets["test"][0]["labels"].tolist() == [0, 0, 1, 1, 2, 2, 2, 2, 2, 0, 0, 0]
+    assert dm.datasets["test"][1]["labels"].tolist() == [0] * 10 + [3, 3]
+    test = [r.getMessage() for r in caplog.records if r.getMessage().startswith("CrossTask test split")]
+    assert test == [
+        "CrossTask test split: 1 annotated step(s) overlap an earlier step of their video and take the "
+        f"frames they share (the later line wins): {annotations / '23521_t0.csv'}, line 2 (frames 4..5)",
+        "CrossTask test split: 2 annotated step(s) end past their video's last frame, which cuts them (a "
+        f"wrong frames_per_second or feature file?): {annotations / '59684_t1.csv'}, line 1 (ends at 15 s, "
+        f"cut at the features' 12 s), {annotations / '59684_t1.csv'}, line 2 (from 20 s, wholly past the "
+        "features' 12 s)",
+    ]
+    assert not any(r.getMessage().startswith("CrossTask train split") for r in caplog.records)

@@ -100,3 +100,15 @@ def test_the_default_budget_is_the_device_memory(monkeypatch):
         )._check_budget(text_batch(2000), "validation", 0)
         is None
     )  # no budget
+
+
+def test_predict_refuses_what_test_refuses():
+    """``zoo predict`` (the TreeWriter's parses) has the up-front guard of validation and test (audit)."""
+    task = ParsingTask(pcfg())
+    untouchable(task.model)
+    with pytest.raises(ValueError, match="predict batch 2 holds a sequence of 5,001 events, over max_eval_"):
+        task.predict_step(text_batch(5001), 2)
+    budget = LikelihoodTask(CategoricalHMM(6, 3, embedding_dim=8, hidden_dim=8), max_eval_memory="100KiB")
+    untouchable(budget.model)
+    with pytest.raises(ValueError, match=r"predict batch 0 \(2 sequences of up to 2,000 events\) would take"):
+        budget.predict_step(text_batch(2000), 0)

@@ -18,6 +18,7 @@ from test_segment_data import write_crosstask, write_npy_folder  # noqa: E402
 
 from zoo.cli import main  # noqa: E402
 from zoo.data import SmartwatchDataModule  # noqa: E402
+from zoo.hub.bundled import bundled_folders  # noqa: E402
 from zoo.tasks import SegmentationTask  # noqa: E402
 
 SMARTWATCH = {"class_path": "zoo.data.SmartwatchDataModule", "init_args": {"window": 100, "batch_size": 4}}
@@ -132,6 +133,22 @@ def test_npy_folder_fast_dev_run_without_projection(tmp_path):
     }
     path = recipe(tmp_path, data, "low-rank", input_dim=None, feature_dim=3)
     assert main(["fit", "--config", str(path), "--trainer.fast_dev_run", "1"]) == 0
+
+
+def test_fine_tuning_on_features_of_another_width_names_the_pretrained_width(tmp_path):
+    """Setting input_dim cannot help when init_from's weights fix it: the error says so (audit)."""
+    name = "hsmm_gaussian_n8_dur32_in12_f12_d32.smartwatch_exact"
+    config = bundled_folders()[name] / "training_config.yaml"
+    message = (
+        f"the data have 3 features per frame but the model expects 12 \\(input_dim\\): the pretrained model "
+        f"of init_from='{name}' takes 12-dim features, so give it those, or train from scratch \\(without "
+        "init_from\\) with model.init_args.model.init_args.input_dim: 3$"
+    )
+    folder = str(write_npy_folder(tmp_path))
+    data = ["--data", "zoo.data.NpyFolderDataModule", "--data.init_args.data_dir", folder]
+    with pytest.raises(ValueError, match=message):
+        main(["fit", "--config", str(config), "--model.init_args.init_from", name, *data,
+              "--trainer.default_root_dir", str(tmp_path / "runs"), "--trainer.max_steps", "1"])  # fmt: skip
 
 
 def test_errors(tmp_path):

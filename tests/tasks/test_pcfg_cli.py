@@ -117,7 +117,7 @@ def test_fit_validate_predict_reload(trees):
     assert f1 and all(0 <= v <= 1 for v in f1) and ppl and all(1 < v < 1e4 for v in ppl)
 
     out = tmp / "pred" / "trees.txt"
-    with pytest.warns(UserWarning, match="1 of 6 input lines have no tree.*: lines 6$"):
+    with pytest.warns(UserWarning, match="1 of 6 input trees have no parse.*: trees 6$"):
         assert predict(path, ckpt, "zoo.tasks.TreeWriter", out) == 0
     lines = out.read_text().splitlines()
     dm = PCFGDataModule(**data["init_args"])
@@ -157,7 +157,7 @@ def test_tree_writer_keeps_the_input_lines(tmp_path):
     batches = reversed(list(dm.predict_dataloader()))  # the trees follow ``index``
     predictions = [task.predict_step(b, i) for i, b in enumerate(batches)]
     out = tmp_path / "trees.txt"
-    with pytest.warns(UserWarning, match=r"2 of 4 input lines have no tree.*: lines 2, 3$"):
+    with pytest.warns(UserWarning, match=r"2 of 4 input lines have no parse.*: lines 2, 3$"):
         TreeWriter(str(out)).write_on_epoch_end(SimpleNamespace(datamodule=dm), task, predictions, None)
     lines = out.read_text().split("\n")
     assert lines[1:3] == ["", ""] and lines[4:] == [""]  # one line an input line, each ending with \n
@@ -168,9 +168,9 @@ def test_tree_writer_keeps_the_input_lines(tmp_path):
     with pytest.warns(UserWarning) as caught:
         TreeWriter(str(out)).write_on_epoch_end(SimpleNamespace(datamodule=dm), task, predictions[1:], None)
     assert [str(w.message).split(": ", 1)[1] for w in caught] == [
-        "2 of 4 input lines have no tree, written as empty lines (blank or under 2 words: the data leaves "
+        "2 of 4 input lines have no parse, written as empty lines (blank or under 2 words: the data leaves "
         "them out): lines 2, 3",
-        "1 of 4 input lines have no tree, written as empty lines (not predicted, e.g. past "
+        "1 of 4 input lines have no parse, written as empty lines (not predicted, e.g. past "
         "--trainer.limit_predict_batches): lines 4",
     ]
 

@@ -10,7 +10,8 @@ followed by ``<|endoftext|>`` (50256), which is counted as a token; padding id 0
   train / restval / val / test; ``sentences[*].tokens``, joined by spaces): train = train + restval;
 * ``"text"``: one caption a line, in ``{path}/train.txt``, ``valid.txt``, ``test.txt``.
 
-``max_words`` filters every split of every source (MSCOCO captions rarely exceed 20 words);
+``max_words`` filters every split of every source (MSCOCO captions rarely exceed 20 words), with a
+warning per split that counts the captions it leaves out (but for ``ptb-short``, which it defines);
 ``max_sentences`` keeps the first sentences of each split (small CPU runs).
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import string
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.gpt2_tokenizer import GPT2_VOCAB_SIZE, gpt2_tokenizer
 from zoo.data.hf_source import load_sentences, load_token_ids, replacing
+from zoo.data.left_out import warn_left_out
 from zoo.data.utf8 import read_utf8
 
 __all__ = ["SOURCES", "CaptionsDataModule", "read_captions", "read_coco_karpathy", "read_caption_lines"]
@@ -37,7 +40,8 @@ KARPATHY_SPLITS = {"train": ("train", "restval"), "valid": ("val",), "test": ("t
 
 
 def read_coco_karpathy(path: str | os.PathLike, split: str) -> list[str]:
-    """The captions of ``split`` in Karpathy's ``dataset_coco.json``, each its tokens joined by spaces."""
+    """The captions of ``split`` in Karpathy's ``dataset_coco.json``, each its tokens joined by spaces
+    (a sentence whose ``tokens`` are empty: its ``raw`` text, tokenized the same way, ``karpathy_tokens``)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no MSCOCO Karpathy-split file at {path} (expected dataset_coco.json)")
@@ -53,9 +57,14 @@ def read_coco_karpathy(path: str | os.PathLike, split: str) -> list[str]:
             raise ValueError(f"{path}: every image needs 'split' and 'sentences', got {str(image)[:200]}")
         if image["split"] in KARPATHY_SPLITS[split]:
             for sentence in image["sentences"]:
-                tokens = sentence.get("tokens") or sentence.get("raw", "").split()
+                tokens = sentence.get("tokens") or karpathy_tokens(sentence.get("raw", ""))
                 captions.append(" ".join(tokens))
     return captions
+
+
+def karpathy_tokens(raw: str) -> list[str]:
+    """A raw caption's words as Karpathy's ``tokens`` are: lower-cased, punctuation removed."""
+    return raw.lower().translate(str.maketrans("", "", string.punctuation)).split()
 
 
 def read_caption_lines(directory: str | os.PathLike, split: str) -> list[str]:
@@ -145,7 +154,12 @@ class CaptionsDataModule(SequenceDataModule):
             lines = [" ".join(words) for words in load_sentences(self.hf_dataset, split)]
         else:
             lines = read_captions(self.source, split, self.path)
-        kept = [s for s in lines if s and (self.max_words is None or len(s.split()) <= self.max_words)]
+        too_long = [self.max_words is not None and len(s.split()) > self.max_words for s in lines]
+        long = [i + 1 for i, is_long in enumerate(too_long) if is_long]
+        if self.hf_dataset is not None or self.source != "ptb-short":  # ptb-short: those within max_words
+            where = "hf_dataset" if self.hf_dataset is not None else f"source={self.source!r} ({self.path})"
+            warn_left_out(f"{where} {split} split", long, len(lines), "caption", over(self.max_words))
+        kept = [s for s, is_long in zip(lines, too_long) if s and not is_long]
         if self.max_sentences is not None:
             kept = kept[: self.max_sentences]
         if not kept:
@@ -163,7 +177,11 @@ class CaptionsDataModule(SequenceDataModule):
 
     def _mapped_ids(self, split: str) -> list[list[int]]:
         """The kept sentences' ids of the ``hf_dataset``'s ``split``, tokenized in a cached ``map``."""
-        ids = load_token_ids(self.hf_dataset, split, CaptionEncoder(self.tokenizer_cache, self.max_words))
+        encoder = CaptionEncoder(self.tokenizer_cache, self.max_words)
+        ids = load_token_ids(self.hf_dataset, split, encoder, keep_refused=True)
+        long = [i + 1 for i, sentence in enumerate(ids) if not sentence]
+        warn_left_out(f"hf_dataset {split} split", long, len(ids), "caption", over(self.max_words))
+        ids = [sentence for sentence in ids if sentence]
         if not ids:
             raise ValueError(
                 f"the {split} split of hf_dataset {self.hf_dataset['path']!r} has no sentences of "
@@ -194,6 +212,11 @@ class CaptionsDataModule(SequenceDataModule):
             ids = self.encode(self.sentences(split)) if self.hf_dataset is None else self._mapped_ids(split)
             flat = torch.tensor([i for sentence in ids for i in sentence], dtype=torch.long)
             self.datasets[split] = PackedSequences(flat, [len(s) for s in ids])
+
+
+def over(max_words: int | None) -> str:
+    """Why a caption is left out: it has more words than ``max_words``."""
+    return f"over max_words = {max_words} words, in evaluations too"
 
 
 class CaptionEncoder:

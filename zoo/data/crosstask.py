@@ -21,8 +21,11 @@ annotations; ``hf_dataset.labels`` names another). Its ``train`` and ``test`` sp
 video lists' parts; the features are then held in memory.
 
 Frame labels: frame t (time t / frames_per_second) inside step k of task c (start <= time < end) gets
-the class of (c, k); other frames are background, class 0. Classes 1..K number the (task, step) pairs
-found in the annotations of the listed videos, in sorted order, so ``num_classes`` = 1 + K.
+the class of (c, k); other frames are background, class 0. A frame inside two steps of a video gets the
+step of the later line (or list entry), and a step that ends past the video's last frame is cut there
+(one wholly past it labels no frame): either is warned about, once per split, naming the first lines.
+Classes 1..K number the (task, step) pairs found in the annotations of the listed videos, in sorted
+order, so ``num_classes`` = 1 + K.
 The features are the raw ones: the HSMM's input projection (a whitened PCA to 200 dimensions in the
 recipes, fitted on training frames when ``zoo fit`` starts) is stored with the model.
 """
@@ -39,6 +42,7 @@ import numpy as np
 import torch
 
 from zoo.data.hf_source import load_split, replacing
+from zoo.data.left_out import few
 from zoo.data.npy_folder import frames_tensor
 from zoo.data.segments import SegmentDataModule, SequenceFeatures, load_feature_file
 from zoo.data.utf8 import read_utf8
@@ -51,13 +55,15 @@ FILE_ARGS = ("features_dir", "annotations_dir", "train_videos", "test_videos")
 
 
 class Video(NamedTuple):
-    """One video of a split: its task and id, its features (a ``.npy`` path, or a frames x dims tensor)
-    and its (step, start, end) annotations (None: not annotated)."""
+    """One video of a split: its task and id, its features (a ``.npy`` path, or a frames x dims tensor),
+    its (step, start, end) annotations (None: not annotated) and where each is written (file and line,
+    or dataset row)."""
 
     task: str
     video: str
     features: Path | torch.Tensor
     steps: list[tuple[int, float, float]] | None
+    step_lines: list[str] | None = None
 
     @property
     def frames(self) -> int:
@@ -88,12 +94,18 @@ def read_video_list(path: str | Path) -> list[tuple[str, str]]:
 
 def read_step_annotations(path: str | Path) -> list[tuple[int, float, float]]:
     """(step, start, end) rows of one CrossTask annotation CSV (step >= 1, 0 <= start < end seconds)."""
+    return [step for step, _ in numbered_steps(path)]
+
+
+def numbered_steps(path: str | Path) -> list[tuple[tuple[int, float, float], str]]:
+    """The (step, start, end) rows of one annotation CSV, each with where it is: "PATH, line N"."""
     path = Path(path)
-    return [
-        step_annotation(row, f"{path}, line {number}")
+    lines = [
+        (row, f"{path}, line {number}")
         for number, row in enumerate(csv.reader(read_utf8(path).splitlines()), 1)
         if row and "".join(row).strip()
     ]
+    return [(step_annotation(row, where), where) for row, where in lines]
 
 
 def step_annotation(row, where: str) -> tuple[int, float, float]:
@@ -125,10 +137,11 @@ def read_video_rows(source: dict, split: str) -> list[Video]:
     for i, row in enumerate(data):
         where = f"hf_dataset {split} row {i} (video {row['video']!r})"
         features = frames_tensor(row[source["column"]], where)
-        steps = row[steps_column]
+        steps = lines = row[steps_column]
         if steps is not None:
-            steps = [step_annotation(step, f"{where}, step {k}") for k, step in enumerate(steps)]
-        videos.append(Video(str(row["task"]), str(row["video"]), features, steps))
+            lines = [f"{where}, step {k}" for k in range(len(steps))]
+            steps = [step_annotation(step, line) for step, line in zip(steps, lines)]
+        videos.append(Video(str(row["task"]), str(row["video"]), features, steps, lines))
     return videos
 
 
@@ -202,29 +215,41 @@ class CrossTaskDataModule(SegmentDataModule):
         features = Path(self.features_dir)
         kept = [(task, video) for task, video in listed if (features / f"{video}.npy").is_file()]
         if len(kept) < len(listed):
+            missing = [video for task, video in listed if (task, video) not in kept]
             log.warning(
-                "%s: %d of %d videos have no features in %s; skipped", path, len(listed) - len(kept),
-                len(listed), features,
+                "%s: %d of %d videos have no features in %s; skipped: %s", path, len(missing), len(listed),
+                features, few(missing),
             )  # fmt: skip
         if not kept:
             raise ValueError(f"no video of {path} (tasks {self.tasks or 'all'}) has features in {features}")
-        return [
-            Video(task, video, features / f"{video}.npy", self._annotation(task, video))
-            for task, video in kept
-        ]
+        return [Video(task, v, features / f"{v}.npy", *self._annotation(task, v)) for task, v in kept]
 
     def _chosen(self, task: str) -> bool:
         return self.tasks is None or task in self.tasks
 
-    def _annotation(self, task: str, video: str) -> list[tuple[int, float, float]] | None:
+    def _annotation(self, task: str, video: str) -> tuple[list | None, list[str] | None]:
+        """The video's annotated steps and their lines (None, None: no annotation file)."""
         path = Path(self.annotations_dir) / f"{task}_{video}.csv"
-        return read_step_annotations(path) if path.is_file() else None
+        if not path.is_file():
+            return None, None
+        numbered = numbered_steps(path)
+        return [step for step, _ in numbered], [line for _, line in numbered]
 
-    def _labels(self, task: str, steps, frames: int, index: dict) -> torch.Tensor:
+    def _labels(self, video: Video, frames: int, index: dict, notes: dict[str, list[str]]) -> torch.Tensor:
+        """The frame labels of an annotated video (module docstring); a step that overlaps an earlier
+        one, or that ends past the last frame, is noted in ``notes["overlap"]`` / ``notes["past_end"]``."""
         times = np.arange(frames) / self.frames_per_second
+        covered = frames / self.frames_per_second
         labels = np.full(frames, BACKGROUND, dtype=np.int64)
-        for step, start, end in steps:
-            labels[(times >= start) & (times < end)] = index[(task, step)]
+        for (step, start, end), line in zip(video.steps, video.step_lines):
+            inside = (times >= start) & (times < end)
+            shared = np.flatnonzero(inside & (labels != BACKGROUND))
+            if len(shared):
+                notes["overlap"].append(f"{line} (frames {shared[0]}..{shared[-1]})")
+            if end > covered:
+                past = f"from {start:g} s, wholly past" if start >= covered else f"ends at {end:g} s, cut at"
+                notes["past_end"].append(f"{line} ({past} the features' {covered:g} s)")
+            labels[inside] = index[(video.task, step)]
         return torch.as_tensor(labels)
 
     def setup(self, stage: str | None = None) -> None:
@@ -246,10 +271,25 @@ class CrossTaskDataModule(SegmentDataModule):
         index = {pair: k + 1 for k, pair in enumerate(self.classes)}
         self.num_classes = 1 + len(self.classes) if self.classes else None
         for split, videos in splits.items():
-            labels = [
-                None if v.steps is None else self._labels(v.task, v.steps, v.frames, index) for v in videos
-            ]
+            notes = {"overlap": [], "past_end": []}
+            labels = [None if v.steps is None else self._labels(v, v.frames, index, notes) for v in videos]
+            warn_about_steps(split, notes)
             has_labels = any(lab is not None for lab in labels)
             self.datasets[split] = SequenceFeatures(
                 [v.features for v in videos], labels if has_labels else None, [v.video for v in videos]
             )
+
+
+STEP_NOTES = {  # what CrossTaskDataModule._labels notes about a step, by kind
+    "overlap": "overlap an earlier step of their video and take the frames they share (the later line wins)",
+    "past_end": "end past their video's last frame, which cuts them (a wrong frames_per_second or feature "
+    "file?)",
+}
+
+
+def warn_about_steps(split: str, notes: dict[str, list[str]]) -> None:
+    """One warning per kind of ``notes`` (``CrossTaskDataModule._labels``) of ``split``, naming a few."""
+    for kind, what in STEP_NOTES.items():
+        if notes[kind]:
+            log.warning("CrossTask %s split: %d annotated step(s) %s: %s", split, len(notes[kind]), what,
+                        few(notes[kind]))  # fmt: skip

@@ -14,7 +14,9 @@ A source is a dict, as a recipe writes it::
       splits: {train: train, valid: validation, test: test}   # our split -> the dataset's split
 
 Columns by kind (the default name in brackets): text, one sentence a row (``sentence``; ``text`` for
-the "text" builder); music, one piece a row as its frames of MIDI pitches, ``[[60, 64, 67], [], ...]``
+the "text" builder), a string split at whitespace or a list of its words (strings); a null or blank row
+is a blank line, read as in text files (left out with a warning; a PCFG's predictions keep its place as
+an empty line); music, one piece a row as its frames of MIDI pitches, ``[[60, 64, 67], [], ...]``
 (``notes``, the Boulanger-Lewandowski layout); feature sequences, one sequence a row as its frames of
 numbers (``features``), with optional per-frame integer labels (-1 unknown) in ``labels``; CrossTask
 videos, one a row with ``task``, ``video``, ``features`` and step annotations (``steps``; named by
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.data.digest import files_digest
+from zoo.data.left_out import BLANK, warn_left_out
 from zoo.data.utf8 import read_utf8
 
 SPLIT_NAMES = {"train": "train", "valid": "validation", "test": "test"}
@@ -57,7 +60,11 @@ def replacing(hf_dataset: dict[str, Any] | None, name: str, value) -> dict[str, 
         return None
     check_source(hf_dataset)
     if value is not None:
-        raise ValueError(f"give {name} or hf_dataset, not both (got {value!r} and {hf_dataset!r})")
+        unset = " ".join(f"--data.init_args.{n} null" for n in name.split(" / "))
+        raise ValueError(
+            f"give {name} or hf_dataset, not both (got {value!r} and {hf_dataset!r}); a recipe's {name} is "
+            f"unset on the command line with {unset}"
+        )
     return hf_dataset
 
 
@@ -105,6 +112,13 @@ def load_split(source: dict[str, Any], split: str, column: str = "sentence") -> 
     except datasets.exceptions.DatasetGenerationError:
         check_local_files_are_utf8(source)  # the usual cause with local text: say which file and line
         raise
+    except ValueError as error:
+        if "Unknown split" not in str(error):
+            raise
+        raise ValueError(
+            f"hf_dataset {source['path']!r} has no split {wanted!r}, which the {split} split reads "
+            f"({error}): name the one to read in the hf_dataset dict, e.g. splits: {{{split}: {split}}}"
+        ) from None
     for key in ("column", "labels"):
         if source.get(key) is not None and source[key] not in data.column_names:
             raise ValueError(
@@ -124,38 +138,73 @@ def check_local_files_are_utf8(source: dict[str, Any]) -> None:
             read_utf8(Path(str(name)))
 
 
-def load_sentences(source: dict[str, Any], split: str, keep_blank: bool = False) -> list[list[str]]:
-    """The words of each non-blank line of ``split`` ("train", "valid" or "test") of ``source``
-    (``keep_blank``: of every line, a blank one as an empty list)."""
-    data, source = load_split(source, split)
+def row_words(cell, where: str) -> list[str]:
+    """The words of one text cell: a string split at whitespace, as a line of a text file; a list of
+    strings (a column of already-split words) as the line they join into; a null as a blank line.
+    ValueError naming ``where`` (the split and row) for anything else."""
+    if cell is None:
+        return []
+    if isinstance(cell, list) and all(isinstance(word, str) for word in cell):
+        cell = " ".join(cell)
+    if not isinstance(cell, str):
+        raise ValueError(
+            f"{where}: expected a line of text (a string) or its words (a list of strings), got "
+            f"{type(cell).__name__} {str(cell)[:80]}"
+        )
+    return cell.split()
+
+
+def _words(source: dict[str, Any], split: str):
+    """The batched ``map`` function of ``split``'s rows (their indices given) to their words."""
     column = source["column"]
-    words = data.map(
-        lambda rows: {"words": [line.split() for line in rows[column]]},
+
+    def words(rows: dict, indices: list[int]) -> list[list[str]]:
+        where = f"hf_dataset {split} row {{}}, column {column!r}"
+        return [row_words(cell, where.format(i)) for cell, i in zip(rows[column], indices)]
+
+    return words
+
+
+def load_sentences(source: dict[str, Any], split: str, keep_blank: bool = False) -> list[list[str]]:
+    """The words of each row of ``split`` ("train", "valid" or "test") of ``source`` (``row_words``),
+    blank rows left out with a warning (``keep_blank``: kept as empty lists, for row numbers)."""
+    data, source = load_split(source, split)
+    words = _words(source, split)
+    mapped = data.map(
+        lambda rows, indices: {"words": words(rows, indices)},
         batched=True,
+        with_indices=True,
         remove_columns=data.column_names,
         desc=f"words of {split}",
     )
-    return [w for w in words["words"] if w or keep_blank]
+    sentences = list(mapped["words"])
+    if keep_blank:
+        return sentences
+    blank = [i for i, w in enumerate(sentences) if not w]
+    warn_left_out(f"hf_dataset {split} split", blank, len(sentences), "row", BLANK)
+    return [w for w in sentences if w]
 
 
-def load_token_ids(source: dict[str, Any], split: str, encode) -> list[list[int]]:
-    """The token ids of each non-blank line of ``split`` of ``source``: ``encode(words)`` (a picklable
-    callable, e.g. ``functools.partial(vocab.encode, add_eos=True)``; an empty list leaves the line out)
-    in a batched ``map``, cached by ``datasets`` under the fingerprint of the data and of ``encode`` (its
-    vocabulary included)."""
+def load_token_ids(source: dict[str, Any], split: str, encode, keep_refused: bool = False) -> list[list[int]]:
+    """The token ids of each non-blank row of ``split`` of ``source``: ``encode(words)`` (a picklable
+    callable, e.g. ``functools.partial(vocab.encode, add_eos=True)``; an empty list refuses the row,
+    which is left out, or kept as [] with ``keep_refused``) in a batched ``map``, cached by ``datasets``
+    under the fingerprint of the data and of ``encode`` (its vocabulary included)."""
     data, source = load_split(source, split)
-    column = source["column"]
+    words = _words(source, split)
 
-    def encoded(lines: list[str]) -> list[list[int]]:
-        return [ids for ids in (encode(words) for words in (line.split() for line in lines) if words) if ids]
+    def encoded(rows: dict, indices: list[int]) -> list[list[int]]:
+        return [encode(w) for w in words(rows, indices) if w]
 
     ids = data.map(
-        lambda rows: {"ids": encoded(rows[column])},
+        lambda rows, indices: {"ids": encoded(rows, indices)},
         batched=True,
+        with_indices=True,
         remove_columns=data.column_names,
         desc=f"token ids of {split}",
     )
-    return list(ids["ids"]) if "ids" in ids.column_names else []  # every line left out: no column
+    rows = list(ids["ids"]) if "ids" in ids.column_names else []  # every row blank: no column
+    return rows if keep_refused else [row for row in rows if row]
 
 
 def load_pieces(source: dict[str, Any], split: str) -> list[list[list[int]]]:

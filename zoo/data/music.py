@@ -272,7 +272,7 @@ def read_music_pickle(path: str | os.PathLike) -> dict[str, list[Tensor]]:
                 f"{path}: {split!r} must be a non-empty list of pieces, got {type(pieces).__name__}"
             )
         out[split] = [
-            frames_to_piano_roll(p, f"{path.name}: {split} piece {i}") for i, p in enumerate(pieces)
+            frames_to_piano_roll(p, f"{path}: {split} piece {i}") for i, p in enumerate(pieces)
         ]
     return out
 

@@ -29,19 +29,31 @@ def frame_labels(values: np.ndarray, where: str, frames: int | None = None) -> t
     """Known segment labels as a long tensor: one integer >= -1 per frame (``frames`` of them, when
     given); ValueError naming ``where`` otherwise."""
     shape_ok = values.ndim == 1 and (frames is None or len(values) == frames)
-    if not shape_ok or not np.issubdtype(values.dtype, np.integer) or (values < -1).any():
+    if not shape_ok or not np.issubdtype(values.dtype, np.integer):
         expected = "(1-D)" if frames is None else f"({frames})"
         raise ValueError(
             f"{where}: expected one integer label >= -1 per frame {expected}, got shape {values.shape}, "
             f"dtype {values.dtype}"
+        )
+    below = np.flatnonzero(values < -1)
+    if len(below):
+        raise ValueError(
+            f"{where}: expected labels >= -1 (-1: unknown), got {values[below[0]]} at frame {below[0]} "
+            f"({len(below)} frame(s) below -1)"
         )
     return torch.as_tensor(values.astype(np.int64))
 
 
 def frames_tensor(values, where: str) -> torch.Tensor:
     """A row of frames of numbers (a ``datasets`` cell) as a frames x dims float32 tensor; ValueError
-    naming ``where`` for anything else."""
-    array = np.asarray(values, dtype=np.float32)
+    naming ``where`` for anything else (a frame of another width: the frame)."""
+    try:
+        array = np.asarray(values, dtype=np.float32)
+    except (ValueError, TypeError) as error:  # e.g. frames of different widths: name the first such
+        widths = [len(frame) if isinstance(frame, list | tuple) else None for frame in values]
+        t = next((t for t, width in enumerate(widths) if width != widths[0]), None)
+        other = f"frame {t} has {widths[t]} numbers, frame 0 {widths[0]}" if t and widths[t] else error
+        raise ValueError(f"{where}: expected frames x dims numbers, got {other}") from None
     if array.ndim != 2 or len(array) == 0:
         raise ValueError(f"{where}: expected frames x dims numbers, got shape {array.shape}")
     return torch.from_numpy(array)

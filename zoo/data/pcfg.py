@@ -12,17 +12,17 @@ Two sources:
   replaced); the vocabulary is the ``vocab_size`` most frequent training words (with ``<unk>``).
 
 Sentences with fewer than 2 words are dropped from every split (a CNF tree needs two words; Kim et
-al. 2019, REFERENCE §2); training sentences longer than ``max_length`` words are dropped. A batch is
-``{"tokens": B x T long (<eos> appended), "lengths": B (words + 1), "index": B (position in the
-split)}`` plus, with gold trees, ``"spans"``: B x (2T'-1) x 2 long gold constituents ``(start,
-end)`` over word positions (width >= 2, de-duplicated, pre-order, -1 padding; T' the longest
-sentence of the batch in words), which ``zoo.tasks.ParsingTask`` scores with F1.
+al. 2019, REFERENCE §2), with a warning that counts them per split and names the first; training
+sentences longer than ``max_length`` words are dropped. A batch is ``{"tokens": B x T long (<eos>
+appended), "lengths": B (words + 1), "index": B (position in the split)}`` plus, with gold trees,
+``"spans"``: B x (2T'-1) x 2 long gold constituents ``(start, end)`` over word positions (width >= 2,
+de-duplicated, pre-order, -1 padding; T' the longest sentence of the batch in words), which
+``zoo.tasks.ParsingTask`` scores with F1.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -35,14 +35,13 @@ from zoo.data.buckets import collate_tokens
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.digest import files_digest
 from zoo.data.hf_source import load_token_ids, replacing
-from zoo.data.ptb import SPLITS, read_text, text_folder_name
+from zoo.data.left_out import warn_left_out
+from zoo.data.ptb import SPLITS, read_text, split_source, text_folder_name
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.trees import preprocess, read_mrg, spans_to_tensor
 from zoo.data.vocab import EOS, UNK, Vocabulary
 
 __all__ = ["PCFGDataModule", "SentenceDataset", "collate_sentences", "read_tree_file"]
-
-log = logging.getLogger(__name__)
 
 
 class SentenceDataset(Dataset):
@@ -165,10 +164,24 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
             self._lines[split] = (lines, len(records))
             if not kept:
                 raise ValueError(f"the {split} split has no sentence of 2 or more words")
-            if len(kept) < len(records):
-                dropped = len(records) - len(kept)
-                log.info("%s: %d of %d lines left out (blank or under 2 words)", split, dropped, len(records))
+            left_out = [i + 1 for i, r in enumerate(records) if r is None or len(r) < 2]
+            self._warn_left_out(split, left_out, len(records))
         return self._sentences[split]
+
+    @property
+    def input_unit(self) -> str:
+        """What one input of a split is: a "tree" of the tree files, else a "line" of text (or a row)."""
+        return "line" if self.tree_files is None else "tree"
+
+    def _warn_left_out(self, split: str, lines: list[int], total: int) -> None:
+        """Warn that the inputs at ``lines`` (from 1) of ``split`` are left out: blank or under 2 words."""
+        if self.tree_files is not None:
+            where, unit = str(self.tree_files[split]), "tree"
+        elif self.hf_dataset is not None:  # rows from 0, as hf_dataset errors number them
+            where, unit, lines = f"hf_dataset {split} split", "row", [line - 1 for line in lines]
+        else:
+            where, unit = split_source(split, self.data_dir), "line"
+        warn_left_out(where, lines, total, unit, "blank or under 2 words (a binary tree needs 2)")
 
     def predict_lines(self) -> tuple[list[list[str]], list[int], int]:
         """For ``zoo.tasks.TreeWriter``: the words of each sentence of the predicted split as read (before
@@ -182,7 +195,7 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
     def build_vocab(self) -> Vocabulary:
         """The training split's vocabulary (``<eos>`` id 0, ``<unk>`` id 1)."""
         if self.tree_files is None:  # PTB's own 10k vocabulary: every training line counts
-            words, max_size = read_text("train", self.data_dir, self.hf_dataset), None
+            words, max_size = read_text("train", self.data_dir, self.hf_dataset, keep_blank=True), None
         else:
             words, max_size = self.sentences("train")[0], self.max_size
         return Vocabulary.build(words, eos=EOS, unk=UNK, max_size=max_size)

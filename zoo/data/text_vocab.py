@@ -8,6 +8,8 @@ the recipe names another. ``setup`` then reports how much of each split the voca
 
 from __future__ import annotations
 
+import warnings
+
 from zoo.data.vocab import Coverage, Vocabulary
 from zoo.extras import imported
 
@@ -47,7 +49,18 @@ class TextVocabulary:
         return vocab
 
     def report_coverage(self, splits: dict[str, list[list[str]]]) -> None:
-        """Set ``coverage`` and print one line a split when the vocabulary is given or misses words."""
+        """Set ``coverage`` and print one line a split when the vocabulary is given or misses words; warn
+        about sentences that hold the end token as a word (it would end them there)."""
+        eos = self.vocab.eos
+        for split, sentences in splits.items():
+            holding = [i for i, words in enumerate(sentences, 1) if eos in words]
+            if holding:
+                warnings.warn(
+                    f"{split} split: {len(holding)} sentence(s) hold the word {eos!r}, the vocabulary's end "
+                    f"token, read as the sentence's end there (first: sentence {holding[0]}); rename or drop "
+                    "it",
+                    stacklevel=2,
+                )
         self.coverage = {split: self.vocab.coverage(sentences) for split, sentences in splits.items()}
         origin = "the training text" if self.vocab_from is None else repr(self.vocab_from)
         for split, coverage in self.coverage.items():

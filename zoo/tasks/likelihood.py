@@ -51,10 +51,10 @@ class LikelihoodTask(pl.LightningModule):
             their initialization, e.g. ``["inference.transition.feature_map.weight"]`` to start a low-rank VAE
             from an exact one. Every other weight must be there.
         eval_seeds: seeds of a random evaluation (models with ``evaluation_is_exact() == False``).
-        max_eval_length: validation and test refuse a batch with a longer sequence (events, as
+        max_eval_length: validation, test and predict refuse a batch with a longer sequence (events, as
             ``lengths`` counts them) before computing anything; None: the model family's limit
             (``model.max_eval_length``: the PCFG's cubic inside has one, chains have none).
-        max_eval_memory: validation and test refuse, before computing anything, a batch whose
+        max_eval_memory: validation, test and predict refuse, before computing anything, a batch whose
             evaluation the family's cost model (``model.eval_memory``) puts above this many bytes:
             an int, a string with a unit ("8GiB", "512MiB", "2GB"), "auto" (the memory of the device
             that evaluates: the GPU's, else the machine's RAM) or None (no budget).
@@ -282,7 +282,9 @@ class LikelihoodTask(pl.LightningModule):
         self._log_seed_statistics("test")
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        """log p and events of each sequence (perplexity of a sentence: exp(-log_p / events))."""
+        """log p and events of each sequence (perplexity of a sentence: exp(-log_p / events)); a batch
+        over the limits is refused first, as in validation and test."""
+        self._check_budget(batch, "predict", batch_idx)
         return {"log_likelihood": self(batch), "events": self.model.num_events(batch)}
 
     @classmethod

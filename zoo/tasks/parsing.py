@@ -204,7 +204,8 @@ class TreeWriter(BasePredictionWriter):
     With a data module that has ``predict_lines()`` (``PCFGDataModule``), line i of the output is line i
     of the input, its words as read (unknown words keep their spelling, not ``<unk>``); an input line
     without a tree (blank, under 2 words, which the data leaves out; or not predicted, past
-    ``limit_predict_batches``) is an empty line, and a warning for each cause lists their line numbers.
+    ``limit_predict_batches``) is an empty line, and a warning for each cause lists their line numbers
+    (of a tree file: their tree numbers).
 
     Args:
         output_path: the file to write (its directory is created).
@@ -231,6 +232,7 @@ class TreeWriter(BasePredictionWriter):
             lines = [""] * count
             for i, tree in trees.items():
                 lines[numbers[i] - 1] = tree
+            unit = getattr(data, "input_unit", "line")  # a tree file's position counts trees, not lines
             kept = set(numbers)
             for why, missing in (
                 ("blank or under 2 words: the data leaves them out", sorted(set(range(1, count + 1)) - kept)),
@@ -240,8 +242,8 @@ class TreeWriter(BasePredictionWriter):
                 if missing:
                     shown = ", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else "")
                     warnings.warn(
-                        f"{self.output_path}: {len(missing)} of {count} input lines have no tree, written "
-                        f"as empty lines ({why}): lines {shown}",
+                        f"{self.output_path}: {len(missing)} of {count} input {unit}s have no parse, written "
+                        f"as empty lines ({why}): {unit}s {shown}",
                         stacklevel=2,
                     )
         path = Path(self.output_path)

@@ -97,6 +97,7 @@ class SegmentationTask(LikelihoodTask):
         )
         self.sequence_nll = torch.nn.ModuleDict({stage: NegativeLogLikelihood() for stage in ("val", "test")})
         self.segmentation_metrics: torch.nn.ModuleDict | None = None
+        self.init_from = init_from  # the pretrained weights' source: they fix the feature size
 
     def _data(self):
         return getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
@@ -114,9 +115,15 @@ class SegmentationTask(LikelihoodTask):
         given = getattr(data, "input_dim", None)
         if given is not None and given != wanted:
             key = "input_dim" if projected else "feature_dim"
+            setting = f"model.init_args.model.init_args.{key}: {given}"
+            advice = f"set {setting} in the recipe"
+            if self.init_from is not None:  # its weights fix the width: no setting changes it
+                advice = (
+                    f"the pretrained model of init_from={self.init_from!r} takes {wanted}-dim "
+                    f"features, so give it those, or train from scratch (without init_from) with {setting}"
+                )
             raise ValueError(
-                f"the data have {given} features per frame but the model expects {wanted} ({key}): set "
-                f"model.init_args.model.init_args.{key}: {given} in the recipe"
+                f"the data have {given} features per frame but the model expects {wanted} ({key}): {advice}"
             )
         if stage == "fit" and projected and not model.input_projection.fitted:
             fit = getattr(data, "fit_feature_transform", None)
