@@ -2,8 +2,13 @@
 
 import subprocess
 import sys
+from pathlib import Path
+
+import lightning.pytorch  # noqa: F401  (here: its log handler writes to the session's stderr, not a test's)
 
 from zoo.cli import main
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 
 def test_capabilities_prints_every_backend(capsys):
@@ -18,6 +23,38 @@ def test_module_entry_point_runs():
         [sys.executable, "-m", "zoo.cli", "capabilities"], capture_output=True, text=True, check=True
     )
     assert "| `argmax` |" in done.stdout
+
+
+def error_lines(err: str) -> list[str]:
+    """The lines of ``err`` but Lightning's notices of the seed and of fast_dev_run."""
+    notices = ("Seed", "Running")
+    return [x for x in err.splitlines() if x.strip() and x.removeprefix("INFO: ").split()[0] not in notices]
+
+
+def test_data_that_are_not_there_are_one_line_naming_their_option(tmp_path, capsys, monkeypatch):
+    """They were 50-136-line tracebacks, the message inside jsonargparse's dump of the config, naming
+    no option (audit)."""
+    monkeypatch.chdir(tmp_path)  # the recipes' relative data paths name nothing here
+    encoder = "--model.init_args.model.init_args.pretrained_encoder"
+    for recipe, extra, option in (
+        ("hmm/jsb-low-rank.yaml", [], "--data.init_args.dataset"),  # in the data module's constructor
+        ("hsmm/crosstask-exact-64.yaml", [], "--data.init_args.features_dir"),
+        ("pcfg/wsj-exact-30-60.yaml", [], "--data.init_args.tree_files.train"),  # in its setup
+        ("vae/mscoco-full-100.yaml", [encoder, str(tmp_path / "gpt2")], encoder),  # GPT-2 weights
+    ):
+        assert main(["fit", "--config", str(RECIPES / recipe), *extra, "--trainer.fast_dev_run", "1"]) == 2
+        (line,) = error_lines(capsys.readouterr().err)
+        assert line.startswith("zoo: error: ") and line.endswith(f"(give it with {option})"), line
+
+
+def test_a_checkpoint_that_is_not_there_is_one_line(tmp_path, capsys):
+    """It was Lightning's 43-line traceback, after the data were read (audit)."""
+    missing = tmp_path / "x.ckpt"
+    recipe = str(RECIPES / "hmm/ptb-exact-small.yaml")
+    for command in ("validate", "test"):
+        assert main([command, "--config", recipe, "--ckpt_path", str(missing)]) == 2
+        (line,) = error_lines(capsys.readouterr().err)
+        assert line == f"zoo: error: no checkpoint file {missing} (--ckpt_path)"
 
 
 def test_a_second_fit_into_a_run_folder_refuses_and_resuming_it_works(tmp_path, capsys):

@@ -98,7 +98,9 @@ def zoo_command(argv: list[str]) -> int:
     plot.add_argument("--title", help="the figure's title (default: the run's version folder)")
     for name in LIGHTNING_COMMANDS:
         sub.add_parser(name, help=f"Lightning's {name} (see zoo {name} --help)")
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the subcommand's usage, not zoo's
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return ZOO_HANDLERS[args.command](args)
     except (ValueError, OSError) as error:  # bad input, CheckpointError, Hub HTTP errors: a message
@@ -117,7 +119,12 @@ def _models(args) -> int:
     from zoo.hub.bundled import WEIGHTS
     from zoo.hub.registry import architecture, list_models, pretrained_tag
 
-    for name in list_models(args.pattern, pretrained=args.pretrained):
+    names = list_models(args.pattern, pretrained=args.pretrained)
+    if not names:
+        what = "pretrained model" if args.pretrained else "architecture"
+        listing = "zoo models --pretrained" if args.pretrained else "zoo models"
+        raise ValueError(f"no {what} matches {args.pattern!r} ({listing} lists them)")
+    for name in names:
         if args.pretrained:
             tag = pretrained_tag(name)
             folder = Path(tag.source).expanduser()
@@ -248,6 +255,8 @@ def zoo_cli_class():
             self._absolute_paths(config)
             init_from = model.get("init_args", {}).get("init_from") if hasattr(model, "get") else None
             ckpt_path = config.get("ckpt_path")
+            _check_ckpt_path(ckpt_path)
+            self._check_gpu(config.get("trainer"))
             weights = (init_from, self._check_init_from(init_from)) if init_from else None
             if ckpt_path and Path(ckpt_path).is_file():  # not "best" / "last": Lightning's own names
                 weights = (str(Path(ckpt_path).resolve()), Path(ckpt_path))  # the weights that run
@@ -260,7 +269,10 @@ def zoo_cli_class():
                 cause = _checkpoint_error(error) if init_from else None
                 if cause is not None:
                     raise InitFromError(f"init_from={init_from!r}: {cause}") from None
-                refusal = _argument_refusal(error)
+                missing = _zoo_error(error, OSError)
+                if missing is not None:
+                    raise CommandError(_naming_its_option(missing, config)) from None
+                refusal = _zoo_error(error, ValueError)
                 if refusal is None:
                     raise
                 raise CommandError(f"{refusal} (a value given to a class of the recipe)") from None
@@ -297,6 +309,21 @@ def zoo_cli_class():
             source = data.get("init_args", {}).get("hf_dataset") if hasattr(data, "get") else None
             if isinstance(source, dict) and source.get("data_files") is not None:
                 source["data_files"] = _absolute(source["data_files"])
+
+        @staticmethod
+        def _check_gpu(trainer) -> None:
+            """CommandError for a trainer that asks for a GPU (``recipes/trainer/gpu.yaml``) on a machine
+            without one: Lightning's is a traceback."""
+            accelerator = trainer.get("accelerator") if hasattr(trainer, "get") else None
+            if accelerator not in ("gpu", "cuda") or torch.cuda.is_available():
+                return
+            if accelerator == "gpu" and torch.backends.mps.is_available():
+                return
+            raise CommandError(
+                f"the trainer's accelerator is {accelerator!r} (a GPU trainer config, e.g. "
+                "recipes/trainer/gpu.yaml) but torch finds no GPU here: leave that config out, or pass "
+                "--trainer.accelerator cpu"
+            )
 
         @staticmethod
         def _check_init_from(init_from: str) -> Path:
@@ -372,8 +399,12 @@ def zoo_cli_class():
         _held_ckpt_path: str | None = None
 
         def parse_arguments(self, parser, args) -> None:
-            super().parse_arguments(parser, args)
-            self._check_model_spec(parser, sys.argv[1:] if args is None else args)
+            words = sys.argv[1:] if args is None else args
+            if isinstance(words, list):
+                self.config = parser.parse_args(model_arguments_as_specs(words))
+            else:
+                super().parse_arguments(parser, args)
+            self._check_model_spec(parser, words)
             subcommand = self.config.get("subcommand")
             path = self.config[subcommand].get("ckpt_path") if subcommand else None
             if not path or not Path(path).is_file():
@@ -413,22 +444,17 @@ def zoo_cli_class():
             except ValueError as error:
                 raise CommandError(str(error)) from None
 
-        def _lost_class_path(self, parser, args, spec: dict, where: str) -> None:
-            """ValueError for a spec that lost its class_path: its arguments are checked against the
-            class the command line names without them."""
+        @staticmethod
+        def _lost_class_path(parser, args, spec: dict, where: str) -> None:
+            """ValueError for a spec that lost its class_path: the model arguments of the command line
+            are checked against the class it names without them."""
             from zoo.hub.registry import check_arguments
 
-            given = spec.get("init_args", spec) if set(spec) == {"init_args"} else spec
-            prefix = f"--{where}.init_args."
-            kept, skip = [], False
-            for word in args if isinstance(args, list) else ():
-                if skip or (word.startswith(prefix) and word[len(prefix):].split("=")[0] in given):
-                    skip = not skip and "=" not in word
-                    continue
-                kept.append(word)
+            pairs = split_model_arguments(args if isinstance(args, list) else [])
+            given = dict(word for word in pairs if isinstance(word, tuple)) or spec.get("init_args", spec)
             try:
                 with contextlib.redirect_stderr(io.StringIO()):  # its usage message: ours follows
-                    parsed = parser.parse_args(kept)
+                    parsed = parser.parse_args([word for word in pairs if isinstance(word, str)])
                 subcommand = parsed.get("subcommand")
                 class_path = (parsed[subcommand] if subcommand else parsed)["model"]["init_args"]["model"][
                     "class_path"
@@ -442,10 +468,15 @@ def zoo_cli_class():
             raise ValueError(f"{where}.init_args {given} are not valid values for {class_path}'s arguments")
 
         def _run_subcommand(self, subcommand: str) -> None:
-            """Weights from a checkpoint whose vocabulary size is not the data's: the one line that
-            says how to give the data their vocabulary (the checkpoint's arguments win over a recipe's)."""
+            """Data files that are not there, and weights from a checkpoint whose vocabulary size is not
+            the data's: one line (for the latter, how to give the data their vocabulary: the checkpoint's
+            arguments win over a recipe's)."""
             try:
                 super()._run_subcommand(subcommand)
+            except OSError as error:  # data files the data module's setup cannot find
+                if _zoo_error(error, OSError) is None:
+                    raise
+                raise CommandError(_naming_its_option(error, self.config[subcommand])) from None
             except ValueError as error:
                 hint = self._vocabulary_hint(subcommand)
                 if hint is None:
@@ -554,6 +585,45 @@ def lightning_command(argv: list[str] | None) -> int:
     return 0
 
 
+MODEL_ARGUMENT = "--model.init_args.model.init_args."  # a task's model's own argument: NAME VALUE
+
+
+def split_model_arguments(words: list[str]) -> list[str | tuple[str, str]]:
+    """``words`` with each model argument (``--model.init_args.model.init_args.NAME VALUE`` or
+    ``...NAME=VALUE``) as a (NAME, VALUE) pair."""
+    items: list[str | tuple[str, str]] = []
+    name = None
+    for word in words:
+        if name is not None:
+            items.append((name, word))
+            name = None
+        elif word.startswith(MODEL_ARGUMENT):
+            name, equals, value = word[len(MODEL_ARGUMENT) :].partition("=")
+            if equals:
+                items.append((name, value))
+                name = None
+        else:
+            items.append(word)
+    if name is not None:  # no value: jsonargparse says so
+        items.append(MODEL_ARGUMENT + name)
+    return items
+
+
+def model_arguments_as_specs(words: list[str]) -> list[str]:
+    """``words`` with each model argument given as the spec that sets it,
+    ``--model.init_args.model '{"init_args": {"k1": "null"}}'``: jsonargparse parses a class's argument
+    nested in another's (the model's in the task's) from the text of its parsed value, so ``null``
+    reached the model as the string "None"; a spec's string values parse as on the command line."""
+    spec = MODEL_ARGUMENT.removesuffix(".init_args.")
+    out = []
+    for word in split_model_arguments(words):
+        if isinstance(word, tuple):
+            out += [spec, json.dumps({"init_args": dict([word])})]
+        else:
+            out.append(word)
+    return out
+
+
 PATH_ARGUMENTS = ("data_dir", "dataset", "path", "tree_files", "vocab_from")  # data modules' path arguments
 
 
@@ -581,18 +651,54 @@ def _checkpoint_error(error: BaseException) -> BaseException | None:
     return None
 
 
-def _argument_refusal(error: BaseException) -> ValueError | None:
-    """The ValueError a zoo class raised on an argument's value (``backend='fast'``, ``num_states=0``)
-    at the root of the errors jsonargparse wraps it in (2-3 chained tracebacks and a dump of the
-    config), if that is what ``error`` is."""
-    seen = 0
-    while (error.__cause__ or error.__context__) is not None and seen < 20:  # bounded against cycles
-        error, seen = error.__cause__ or error.__context__, seen + 1
-    frames = traceback.extract_tb(error.__traceback__)
+def _zoo_error(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first error of type ``kind`` that zoo code raised (``backend='fast'``, ``num_states=0``, a
+    data file that is not there) in the chain of ``error``: jsonargparse wraps it in 2-3 chained
+    tracebacks and a dump of the config."""
     package = str(Path(__file__).parent)
-    if isinstance(error, ValueError) and frames and frames[-1].filename.startswith(package):
-        return error
+    for _ in range(20):  # bounded against cycles
+        frames = traceback.extract_tb(error.__traceback__)
+        if isinstance(error, kind) and frames and frames[-1].filename.startswith(package):
+            return error
+        error = error.__cause__ or error.__context__
+        if error is None:
+            return None
     return None
+
+
+def _naming_its_option(error: BaseException, config) -> str:
+    """``error`` (a file or folder that is not there) as one line naming the option whose value it
+    quotes (the longest such value: a folder's path is in those of its files), e.g.
+    ``--data.init_args.dataset``, ``--model.init_args.model.init_args.pretrained_encoder``."""
+    message = " ".join(str(error).split())
+    model = config.get("model")
+    model = model.get("init_args", {}).get("model") if hasattr(model, "get") else None
+    quoted = []
+    for prefix, section in (("data", config.get("data")), ("model.init_args.model", model)):
+        args = section.get("init_args") if hasattr(section, "get") else None
+        for name, value in _string_values(args.as_dict() if hasattr(args, "as_dict") else args or {}):
+            if repr(value) in message or ("/" in value and value in message):
+                quoted.append((len(value), f"--{prefix}.init_args.{name}"))
+    return f"{message} (give it with {max(quoted)[1]})" if quoted else message
+
+
+def _string_values(args: dict, prefix: str = ""):
+    """(dotted name, value) of each string value of ``args``, within its dicts too."""
+    for name, value in args.items():
+        if isinstance(value, dict):
+            yield from _string_values(value, f"{prefix}{name}.")
+        elif isinstance(value, str):
+            yield f"{prefix}{name}", value
+
+
+def _check_ckpt_path(ckpt_path: str | None) -> None:
+    """CommandError for a ``--ckpt_path`` that names no file (but Lightning's own names, "best",
+    "last", "hpc", "registry...", and URLs), before the data are read."""
+    if not ckpt_path or Path(ckpt_path).is_file() or "://" in ckpt_path:
+        return
+    if ckpt_path in ("best", "last", "hpc") or ckpt_path.startswith("registry"):
+        return
+    raise CommandError(f"no checkpoint file {ckpt_path} (--ckpt_path)")
 
 
 class CommandError(ValueError):

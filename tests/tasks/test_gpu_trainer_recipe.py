@@ -21,3 +21,17 @@ def test_gpu_trainer_composes_with_every_family(recipe, capsys):
     assert done.value.code == 0
     trainer = yaml.safe_load(capsys.readouterr().out)["trainer"]
     assert (trainer["accelerator"], str(trainer["devices"]), trainer["precision"]) == ("gpu", "1", "32-true")
+
+
+@pytest.mark.parametrize("trainer", ["gpu.yaml", "fsdp.yaml"])
+def test_a_gpu_trainer_without_a_gpu_is_one_line(trainer, capsys, monkeypatch):
+    """It was Lightning's traceback ending in "No supported gpu backend found!" (audit)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    recipe, config = REPO / "recipes" / "hmm/ptb-exact-small.yaml", REPO / "recipes" / "trainer" / trainer
+    assert main(["fit", "--config", str(recipe), "--config", str(config)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("zoo: error: the trainer's accelerator is 'gpu'")
+    assert line.endswith("--trainer.accelerator cpu")

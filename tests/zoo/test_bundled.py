@@ -214,3 +214,20 @@ def test_init_from_a_float16_folder_casts_into_the_float32_model(tmp_path):
     task = LikelihoodTask(zoo.create_model("pcfg_nt10_pt20_d64", backend="low-rank"), init_from=str(folder))
     for name, value in task.model.state_dict().items():
         assert value.dtype == torch.float32 and torch.equal(value, half.state_dict()[name].float()), name
+
+
+def test_a_vae_quick_check_is_what_zoo_test_gives_on_those_batches(tmp_path):
+    """The quick check drew all batches' importance samples from one generator seeded 0, while zoo test
+    seeds those of batch i with i: a card's quick check was not its own command's number (audit)."""
+    from zoo.cli import main
+
+    tag = "vae_crf_n100_enc2x64_lstm128_v8000_d56.ptb_exact"
+    folder = bundled_folders()[tag]
+    results = tmp_path / "results.json"
+    assert main(["test", "--config", str(folder / "training_config.yaml"), "--model.init_args.init_from",
+                 str(folder), "--trainer.limit_test_batches", "2", "--trainer.logger", "false",
+                 "--trainer.default_root_dir", str(tmp_path), "--results", str(results)]) == 0  # fmt: skip
+    measured = quick_check(zoo.from_pretrained(tag), read_training_config(folder))
+    assert measured["nll"] == pytest.approx(json.loads(results.read_text())["metrics"]["test/nll"], rel=1e-6)
+    recorded = json.loads((folder / "results.json").read_text())["quick_check"]
+    assert measured["nll"] == pytest.approx(recorded["nll"], rel=1e-5)

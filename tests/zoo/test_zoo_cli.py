@@ -190,6 +190,35 @@ def test_a_misspelled_model_argument_is_one_line_naming_it(trained, capsys):
         assert f"{misspelled!r} (did you mean {meant!r}?)" in line
 
 
+MODEL = "--model.init_args.model.init_args"
+
+
+def test_null_on_the_command_line_sets_a_model_argument_to_none(tmp_path, capsys):
+    """``--model.init_args.model.init_args.k1 null`` reached the model as the string "None" (jsonargparse
+    parses an argument of a class nested in another from its value's text), and --print_config then
+    showed ``model: {k1: None}`` for the recipe's model section (audit)."""
+    from zoo.cli import zoo_cli
+
+    path = recipe(tmp_path, write_ptb(tmp_path), "randomized")
+    to_exact = [f"{MODEL}.{name}" for name in ("k1", "k2=null", "backend")]
+    cli = zoo_cli(["--config", str(path), to_exact[0], "null", to_exact[1], to_exact[2], "exact"], run=False)
+    model = cli.model.model
+    assert (model.backend, model.k1, model.k2, model.num_states) == ("exact", None, None, 6)
+    recipes = Path(__file__).resolve().parents[2] / "recipes"
+    for name, argument, kept in (
+        ("vae/mscoco-full-100.yaml", "pretrained_encoder", "encoder_dim"),
+        ("vae/ptb-short-exact-small.yaml", "decoder_vocab", "num_states"),
+        ("hmm/jsb-low-rank.yaml", "k1", "rank"),
+    ):
+        with pytest.raises(SystemExit):
+            main(["fit", "--config", str(recipes / name), f"{MODEL}.{argument}=null", "--print_config"])
+        spec = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["model"]
+        recipe_spec = yaml.safe_load((recipes / name).read_text())["model"]["init_args"]["model"]
+        assert spec["class_path"] == recipe_spec["class_path"]
+        assert spec["init_args"][argument] is None
+        assert spec["init_args"][kept] == recipe_spec["init_args"][kept]
+
+
 def test_a_value_a_model_refuses_is_one_line(trained, capsys):
     """A value the model's constructor refuses was 2-3 chained jsonargparse tracebacks (126 lines) ending
     in a dump of the config, the model's own message in the middle (audit)."""
@@ -226,3 +255,11 @@ def test_models_command(capsys):
     assert main(["models", "--pretrained"]) == 0
     listed = [line.split("\t")[:2] for line in capsys.readouterr().out.splitlines()]
     assert listed == [[name, "bundled"] for name in sorted(bundled_folders())]  # shipped in zoo/weights/
+    # a pattern that matches nothing printed nothing, rc 0; an unknown option showed zoo's usage (audit)
+    assert main(["models", "nope_*"]) == 2
+    error = "zoo models: error: no architecture matches 'nope_*' (zoo models lists them)"
+    assert capsys.readouterr().err == error + "\n"
+    with pytest.raises(SystemExit, match="2"):
+        main(["models", "--bogus"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: zoo models ") and "error: unrecognized arguments: --bogus" in err

@@ -66,14 +66,15 @@ def first_test_batch(tag: str) -> dict[str, torch.Tensor]:
 
 def quick_check(model, training_config: dict[str, Any], batches: int = QUICK_CHECK_BATCHES) -> dict[str, Any]:
     """NLL (nats per event, the tasks' ``nll``) of ``model`` on the first ``batches`` batches of the
-    test split of its training configuration's data: ``{"split", "batches", "sequences", "nll"}``."""
+    test split of its training configuration's data: ``{"split", "batches", "sequences", "nll"}``. The
+    random draws of batch i (a VAE's importance samples) are seeded with i, as ``zoo test`` seeds them."""
     total, events, sequences = 0.0, 0, 0
-    generator = torch.Generator().manual_seed(0)
     model = model.eval()
     with torch.no_grad():
         for index, batch in enumerate(test_loader(training_config)):
             if index == batches:
                 break
+            generator = torch.Generator().manual_seed(index)
             total -= float(model.log_likelihood(batch, generator=generator).double().sum())
             events += int(model.num_events(batch).sum())
             sequences += int(model.num_events(batch).numel())
