@@ -6,6 +6,14 @@ from __future__ import annotations
 import torch
 
 
+def ragged_lengths(spec) -> torch.Tensor:
+    """The spec's lengths (all T when None) with the first sequence cut to 1: at least one is ragged."""
+    lengths = spec.lengths if spec.lengths is not None else torch.full((spec.batch,), spec.T)
+    lengths = lengths.clone()
+    lengths[0] = 1
+    return lengths
+
+
 def padded_args(args: dict, lengths: torch.Tensor, where: list, fill: str, seed: int) -> dict:
     """``args`` with the entries of each named per-position argument at axis-1 indices >= length + offset
     (``where``: (name, offset) pairs; None or a tensor without a per-position axis is left alone)

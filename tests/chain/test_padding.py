@@ -8,7 +8,7 @@ import torch
 from bruteforce import ChainSpec
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from padding import assert_unchanged, padded_args
+from padding import assert_unchanged, padded_args, ragged_lengths
 from strategies import ALL_COMBOS, build_dist, chain_specs, combo_id
 
 # per kind: (argument, the axis-1 offset of its first entry past a length L: L + offset); a shared
@@ -46,9 +46,7 @@ def answers(spec: ChainSpec, backend) -> dict[str, torch.Tensor]:
 def test_padding_never_matters(combo, fill, data):
     kind, backend = combo
     spec = data.draw(chain_specs(kind, min_t=2))
-    lengths = spec.lengths if spec.lengths is not None else torch.full((spec.batch,), spec.T)
-    lengths = lengths.clone()
-    lengths[0] = 1  # at least one ragged element
+    lengths = ragged_lengths(spec)
     spec = ChainSpec(spec.kind, spec.args, lengths, dict(spec.meta))
     args = padded_args(spec.args, lengths, PADDED[kind], fill, data.draw(st.integers(0, 2**31 - 1)))
     with torch.no_grad():

@@ -5,7 +5,7 @@ best score's gradient."""
 import pytest
 import torch
 
-import zoo.inference.chain.viterbi as viterbi
+import zoo.inference.semiring as semiring
 from zoo.inference import DenseChain, LinearChain
 
 NEG_INF = float("-inf")
@@ -68,7 +68,7 @@ def test_chunked_reductions_give_the_same_paths(shared, monkeypatch):
     unary, transition, init = random_chain(2, 7, 9, shared, seed=1)
     lengths = torch.tensor([7, 4])
     whole = LinearChain(DenseChain(unary, transition, init), lengths).argmax
-    monkeypatch.setattr(viterbi, "MAX_CHUNK", 5)
+    monkeypatch.setattr(semiring, "MAX_CHUNK", 5)
     assert torch.equal(LinearChain(DenseChain(unary, transition, init), lengths).argmax, whole)
     check_best(unary, transition, init, lengths)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from padding import assert_unchanged, padded_args
+from padding import assert_unchanged, padded_args, ragged_lengths
 from sm_bruteforce import SMSpec
 from sm_strategies import ALL_COMBOS, build_dist, combo_id, sm_specs
 
@@ -43,9 +43,7 @@ def answers(spec: SMSpec, backend) -> dict[str, torch.Tensor]:
 def test_padding_never_matters(combo, fill, data):
     kind, backend = combo
     spec = data.draw(sm_specs(kind, min_t=2))
-    lengths = spec.lengths if spec.lengths is not None else torch.full((spec.batch,), spec.T)
-    lengths = lengths.clone()
-    lengths[0] = 1  # at least one ragged element
+    lengths = ragged_lengths(spec)
     spec = SMSpec(spec.kind, spec.args, lengths)
     args = padded_args(spec.args, lengths, PADDED[kind], fill, data.draw(st.integers(0, 2**31 - 1)))
     with torch.no_grad():

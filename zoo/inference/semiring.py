@@ -60,15 +60,18 @@ class MatrixStep:
         return M.T.contiguous() if M.dim() == 2 else M.transpose(-1, -2)
 
     def max(self, t: int, x: Tensor, live: Tensor | None = None) -> Tensor:
-        """max_i x[i] + log M[i, j], in chunks of columns, each reduced along its contiguous last
-        axis (the reduction across rows was 4-8x slower at K = 1024-2048)."""
-        columns = self._log_columns
-        B, K = x.shape
-        chunk = max(1, MAX_CHUNK // max(1, B * K))
-        out = []
-        for j in range(0, K, chunk):
-            out.append((x.unsqueeze(-2) + columns[..., j : j + chunk, :]).amax(-1))
-        return torch.cat(out, -1)
+        """max_i x[i] + log M[i, j] (``max_plus``)."""
+        return max_plus(x, self._log_columns)
+
+
+def max_plus(x: Tensor, log_columns: Tensor) -> Tensor:
+    """max_i x[..., i] + log M[..., i, j] for x B x K and log M^T (``log_columns``, ... x K x K, row j
+    holding column j): B x K, in chunks of columns, each reduced along its contiguous last axis (the
+    reduction across rows was 4-8x slower at K = 1024-2048)."""
+    B, K = x.shape
+    chunk = max(1, MAX_CHUNK // max(1, B * K))
+    out = [(x.unsqueeze(-2) + log_columns[..., j : j + chunk, :]).amax(-1) for j in range(0, K, chunk)]
+    return torch.cat(out, -1) if len(out) > 1 else out[0]
 
 
 class Log:

@@ -8,7 +8,7 @@ A backend (``ChainEngine`` subclass) supplies two primitives on its own factors:
 From these the base class derives every operation, once, for all backends: marginals (gradient of
 log Z w.r.t. a zero unary probe), pairwise marginals (the same on a per-position probe of the dense
 form), entropy (the forward in the entropy semiring on the dense form, ``exact.forward``), log_prob,
-Viterbi (the max-plus forward on the dense form with back-pointers, ``viterbi``), exact forward-filtering
+Viterbi (the max-plus forward on the dense form and the walk back, ``viterbi``), exact forward-filtering
 backward-sampling with the Gumbel-max trick, and the Gumbel-softmax relaxed sample.
 A backend overrides an operation only where it has a better algorithm, and declares in
 ``capabilities`` how each operation is computed (the README's capability table is generated from it).

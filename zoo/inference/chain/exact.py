@@ -7,7 +7,7 @@
   differentiable.
 * ``forward``: the forward in a semiring (``zoo.inference.semiring``): ``Entropy`` for the entropy
   (Fu et al. 2022, Alg. 3: each state's conditional entropy of the prefix, never a difference of two
-  large numbers), ``Log`` for log Z, ``Max`` for the best score (Viterbi with back-pointers:
+  large numbers), ``Log`` for log Z, ``Max`` for the best score (chains decode with
   ``viterbi``).
 
 Shapes: B batch, T positions, N states. Every function takes ``lengths`` (B,), 1 <= length <= T.
