@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import zoo.inference.semiring as semiring
-from zoo.inference import DenseChain, LinearChain
+from zoo.inference import DenseChain, LinearChain, LowRankChain, RankSpaceChain
+from zoo.inference.chain import viterbi
 
 NEG_INF = float("-inf")
 
@@ -119,3 +120,49 @@ def test_the_best_score_gradient_is_the_best_path(shared):
         expected[b, torch.arange(L), states[b, :L]] = 1.0
     assert torch.equal(unary.grad, expected)
     assert init.grad.sum() == 2 and transition.grad.sum() == (5 - 1) + (3 - 1)
+
+
+# --- low-rank chains with rank weights: streamed a step at a time ----------------------------------------
+def rank_space_chain(B, T, N, R, seed=0, dtype=torch.float32, spread=1.0):
+    """A rank-space HMM's chain: emissions on the rank components, log-weights ``spread`` x N(0, 1)."""
+    g = torch.Generator().manual_seed(seed)
+    start = torch.rand(N, generator=g, dtype=dtype)
+    U = torch.rand(N, R, generator=g, dtype=dtype).softmax(-1)
+    V = torch.rand(N, R, generator=g, dtype=dtype).softmax(0)
+    return RankSpaceChain(start / start.sum(), U, V, spread * torch.randn(B, T, R, generator=g, dtype=dtype))
+
+
+@pytest.mark.parametrize("backend", ["low-rank", "rank-space"])
+def test_streamed_paths_score_the_dense_forms_best(backend, monkeypatch):
+    """Per-position low-rank transitions never form B x (T-1) x N x N, and their best paths score the
+    best score of the dense form (float64, ragged lengths)."""
+    chain = rank_space_chain(3, 7, 6, 3, dtype=torch.float64)
+    dense = chain.dense()  # B x (T-1) x N x N; its init is folded into position 1 for the reference
+    lengths = torch.tensor([7, 2, 5])
+    best = reference_max_scores(dense.folded_unary(), dense.transition, torch.zeros(6), lengths)
+    monkeypatch.setattr(LowRankChain, "dense", lambda self: pytest.fail("the dense form was built"))
+    dist = LinearChain(chain, lengths, backend=backend)
+    states = dist.argmax
+    assert ((states >= 0) == (torch.arange(7) < lengths[:, None])).all()
+    torch.testing.assert_close(dist.max_score, best, atol=1e-10, rtol=0)
+
+
+def test_streamed_blocks_of_columns_give_the_same_paths(monkeypatch):
+    chain = rank_space_chain(2, 6, 9, 4, seed=1)
+    lengths = torch.tensor([6, 4])
+    whole = LinearChain(chain, lengths, backend="low-rank").argmax
+    monkeypatch.setattr(viterbi, "STREAM_CHUNK", 1)  # one column a block
+    assert torch.equal(LinearChain(chain, lengths, backend="low-rank").argmax, whole)
+
+
+def test_streamed_float32_with_rank_weights_hundreds_of_nats_apart():
+    """Emission log-weights down to about -1e3: the float32 path scores the float64 best within the
+    error of a sum of T float32 terms."""
+    chain64 = rank_space_chain(4, 30, 8, 4, seed=2, dtype=torch.float64, spread=300.0)
+    lengths = torch.tensor([30, 17, 1, 29])
+    best = LinearChain(chain64, lengths, backend="rank-space").max_score
+    chain32 = RankSpaceChain(*(x.float() for x in (chain64.start, chain64.U, chain64.V, chain64.emission)))
+    states = LinearChain(chain32, lengths, backend="rank-space").argmax
+    dense = chain64.dense()
+    scored = path_scores(dense.folded_unary(), dense.transition, torch.zeros(8), states, lengths)
+    torch.testing.assert_close(scored, best, atol=1e-5 * best.abs().max().item(), rtol=0)

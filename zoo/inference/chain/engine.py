@@ -8,7 +8,8 @@ A backend (``ChainEngine`` subclass) supplies two primitives on its own factors:
 From these the base class derives every operation, once, for all backends: marginals (gradient of
 log Z w.r.t. a zero unary probe), pairwise marginals (the same on a per-position probe of the dense
 form), entropy (the forward in the entropy semiring on the dense form, ``exact.forward``), log_prob,
-Viterbi (the max-plus forward on the dense form and the walk back, ``viterbi``), exact forward-filtering
+Viterbi (the max-plus forward and the walk back, ``viterbi``: on the dense form, or streamed a
+step at a time for low-rank transitions that change with the position), exact forward-filtering
 backward-sampling with the Gumbel-max trick, and the Gumbel-softmax relaxed sample.
 A backend overrides an operation only where it has a better algorithm, and declares in
 ``capabilities`` how each operation is computed (the README's capability table is generated from it).
@@ -136,9 +137,9 @@ class ChainEngine(Engine):
         return (sequence_score(factors, states, lengths) - log_z).clamp_max(0.0)
 
     def argmax(self, factors: ChainFactors, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """Viterbi on the dense form (``viterbi.best_paths``): (best score (B,), states B x T). The score
-        is the best path's, summed from the factors: its gradient is the path's indicator."""
-        states = best_paths(factors.dense(), lengths)
+        """Viterbi (``viterbi.best_paths``): (best score (B,), states B x T). The score is the best
+        path's, summed from the factors: its gradient is the path's indicator."""
+        states = best_paths(factors, lengths)
         return sequence_score(factors, states, lengths), states
 
     def sample(

@@ -31,7 +31,7 @@ class LowRankEngine(ChainEngine):
         "pairwise_marginals": (FALLBACK, "materializes Psi_t, O(T N^2)"),
         "entropy": (FALLBACK, "materializes N x N (per position with rank weights)"),
         "log_prob": (NATIVE, "scores gathered in O(T R)"),
-        "argmax": (FALLBACK, "Viterbi on the materialized N x N"),
+        "argmax": (FALLBACK, "Viterbi on N x N; with rank weights formed a step at a time, O(T N^2 R)"),
         "sample": (NATIVE, "FFBS; each backward step is an N x R product"),
         "rsample": (NATIVE, "Gumbel-softmax FFBS, N x R products"),
     }

@@ -1,4 +1,4 @@
-"""Viterbi on a dense chain: the max-plus forward, then the walk back through its values.
+"""Viterbi on a chain: the max-plus forward, then the walk back through its values.
 
 Max-plus only adds log-potentials (no exp), so the forward runs on them directly in the input's dtype,
 with no shift a step: the error of a sum of T terms. Each step is one broadcast sum and one ``amax``,
@@ -9,40 +9,94 @@ position): a reduction that also returns its indices (``max``, ``argmax``) runs 
 host synchronization, what decides the time at tagging sizes (N <= 64). Past a sequence's length its
 values stay those of its last position.
 
-Shapes: B batch, T positions, N states; ``lengths`` (B,), 1 <= length <= T.
+A dense chain's transition is read as it is. A low-rank chain whose transition changes with the position
+(rank weights w_t: the rank-space HMM's emissions) is streamed: each step forms its B x N x N log Psi_t
+a block of columns at a time by a guarded product (``logmatmul``), and the walk back one column of it,
+so memory stays O(B N R + T B N) where the dense form would take B x (T-1) x N x N (16 GB at N = 4096,
+B = 8, T = 32). Every other container runs on its dense form (an N x N transition shared by all steps).
+
+Shapes: B batch, T positions, N states, R rank; ``lengths`` (B,), 1 <= length <= T.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
-from zoo.inference.chain.factors import DenseChain
+from zoo.inference.chain.factors import ChainFactors, DenseChain, LowRankChain, RankSpaceChain
 from zoo.inference.chain.scaled import check_alive
+from zoo.inference.logmatmul import Matrix, log_matmul
+from zoo.inference.numerics import safe_log
 from zoo.inference.semiring import max_plus
 
+STREAM_CHUNK = 2**22  # elements of one streamed block of columns (B x columns x max(N, R); 16 MiB in float32)
 
-def best_paths(chain: DenseChain, lengths: Tensor) -> Tensor:
+# best(t, values) -> B x N: max_i values[:, i] + log Psi_t(i, j), the step into position t (0-based);
+# into(t, state) -> B x N: log Psi_t(:, state), the column into position t of each sequence's state.
+Step = Callable[[int, Tensor], Tensor]
+
+
+def dense_steps(chain: DenseChain) -> tuple[Step, Step]:
+    """The steps of a dense chain, on its transition as given (shared N x N, or B x (T-1) x N x N)."""
+    columns = chain.transition.T.contiguous() if chain.shared else chain.transition.transpose(-1, -2)
+    batch = torch.arange(chain.batch, device=chain.unary.device)
+
+    def best(t: int, values: Tensor) -> Tensor:
+        return max_plus(values, columns if chain.shared else columns[:, t - 1])  # [..., j, i] = log Psi
+
+    def into(t: int, state: Tensor) -> Tensor:
+        return columns[state] if chain.shared else chain.transition[batch, t - 1, :, state]
+
+    return best, into
+
+
+def streamed_steps(chain: LowRankChain) -> tuple[Step, Step]:
+    """The steps of a low-rank chain with per-position rank weights, log Psi_t formed a block of columns
+    at a time: [b, j, i] = log c_i + log sum_r R[j, r] w_t[b, r] L[i, r], O(B N^2 R) a step."""
+    B, N, R = chain.batch, chain.num_states, chain.rank
+    log_right, left = safe_log(chain.right), Matrix.from_prob(chain.left.T)  # N x R, R x N
+    chunk = max(1, STREAM_CHUNK // (B * max(N, R)))
+
+    def best(t: int, values: Tensor) -> Tensor:
+        weights = chain.log_rank_weights[:, t - 1].unsqueeze(-2)  # B x 1 x R
+        scaled = (values + chain.log_scale).unsqueeze(-2)  # B x 1 x N
+        out = [
+            (scaled + log_matmul(log_right[j : j + chunk] + weights, left)).amax(-1)
+            for j in range(0, N, chunk)
+        ]
+        return torch.cat(out, -1) if len(out) > 1 else out[0]
+
+    def into(t: int, state: Tensor) -> Tensor:
+        return chain.transition_columns(t + 1, state.unsqueeze(0))[0]
+
+    return best, into
+
+
+def best_paths(chain: ChainFactors, lengths: Tensor) -> Tensor:
     """The best state sequence of each chain: B x T long, -1 past each length (on ties, the walk back
     takes the first best predecessor). A sequence with no finite path raises."""
     with torch.no_grad():
+        if isinstance(chain, RankSpaceChain):
+            chain = chain.low_rank_view()
+        if isinstance(chain, LowRankChain) and chain.log_rank_weights is not None:
+            best, into = streamed_steps(chain)
+        else:
+            chain = chain.dense()
+            best, into = dense_steps(chain)
         unary = chain.folded_unary().unbind(1)
-        T = chain.unary.shape[1]
-        columns = chain.transition.T.contiguous() if chain.shared else chain.transition.transpose(-1, -2)
+        T = chain.max_length
         ragged = bool((lengths < T).any())
         values = [unary[0]]
         for t in range(1, T):
-            step = columns if chain.shared else columns[:, t - 1]  # [..., j, i] = log Psi_t(i, j)
-            value = max_plus(values[-1], step) + unary[t]
+            value = best(t, values[-1]) + unary[t]
             values.append(torch.where((lengths > t).unsqueeze(-1), value, values[-1]) if ragged else value)
         check_alive(values[-1].amax(-1))
-        batch = torch.arange(len(lengths), device=lengths.device)
         state = values[-1].argmax(-1)
         states = [state]
         for t in range(T - 2, -1, -1):
-            # log Psi_{t+1}(:, state_{t+1}) into position t + 1, B x N (a row of the contiguous columns)
-            into = columns[state] if chain.shared else chain.transition[batch, t, :, state]
-            logits = values[t] + into
+            logits = values[t] + into(t + 1, state)
             if ragged:
                 logits = torch.where((lengths > t + 1).unsqueeze(-1), logits, values[t])
             state = logits.argmax(-1)
