@@ -82,8 +82,9 @@ class SemiMarkovChain(StructuredDistribution):
     @cached_property
     @autograd_ready
     def _viterbi(self) -> tuple[Tensor, Tensor]:
-        self.log_partition  # noqa: B018  (raises when no segmentation covers a sequence)
-        return self.engine.argmax(self.factors, self.lengths)
+        score, segmentation = self.engine.argmax(self.factors, self.lengths)
+        self.engine.checked(score, self.factors, self.lengths)  # a best score of -inf: log Z = -inf
+        return score, segmentation
 
     @cached_property
     @autograd_ready
@@ -93,7 +94,6 @@ class SemiMarkovChain(StructuredDistribution):
                 "rank_argmax decodes over the rank nodes of a rank-space model: it needs backend "
                 f"'rank-space' (RankSpaceSemiMarkov factors), got backend {self.backend.value!r}; use argmax"
             )
-        self.log_partition  # noqa: B018
         return rank_space_argmax(self.factors, self.lengths)
 
     @property

@@ -2,7 +2,8 @@
 
 * ``DenseSemiMarkov``: the factorized forward of ``forward.py`` with a dense transition step,
   O(T (D N + N^2)) time, O(T D N) memory for the backward (never B x T x D x N x N); Viterbi with the
-  max-product step; sampling and decoding by walking back over (duration, previous state).
+  max-product step (``viterbi.best_segmentations``); sampling by walking back over (duration, previous
+  state).
 * ``EdgeSemiMarkov`` (general per-segment potentials, e.g. the materialized rank-space model): the
   log-space forward over (duration, previous state) pairs, O(T D N^2); tiny sizes only.
 """
@@ -27,6 +28,7 @@ from zoo.inference.semimarkov.forward import (
     factorized_choice,
     forward,
 )
+from zoo.inference.semimarkov.viterbi import best_segmentations
 from zoo.inference.semiring import Entropy, Log, MatrixStep, Max, Semiring
 
 
@@ -41,17 +43,12 @@ def dense_log_partition(f: DenseSemiMarkov, lengths: Tensor, probe: Tensor | Non
 
 
 def dense_argmax(f: DenseSemiMarkov, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    with torch.no_grad():
-        problem = dense_problem(f)
-        score, ends = forward(problem, lengths, semiring=Max)
-        choice = factorized_choice(problem, ends, f.transition_columns)
-        seg, _ = backtrack(ends, None, choice, lengths, f.max_duration, 1, noise=False)
-    return score, seg[0]
+    return best_segmentations(dense_problem(f), lengths, f.transition_columns)
 
 
 def factorized_sample(problem: Problem, columns, lengths, n, temperature, generator, max_duration):
     """Forward filtering, backward sampling (hard when temperature is None, else also relaxed)."""
-    _, ends = forward(problem, lengths)
+    ends = forward(problem, lengths).ends
     choice = factorized_choice(problem, ends, columns)
     return backtrack(ends, problem.final, choice, lengths, max_duration, n, True, temperature, generator)
 

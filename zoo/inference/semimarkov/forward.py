@@ -17,21 +17,23 @@ it runs as a guarded product (``zoo.inference.logmatmul``: one matrix product in
 the entries float underflow could have touched recomputed by a log-sum-exp). So the exact DP costs
 O(T (D N + N^2)), the low-rank one O(T (D N + N R)), the rank-space one O(T (D R + R^2)); no
 B x T x D x N x N tensor is ever formed.
-The ``Max`` semiring gives the Viterbi forward, ``Entropy`` the entropy (``zoo.inference.semiring``);
-``backtrack`` samples (Gumbel-max) or decodes from the forward's ends.
+The ``Max`` semiring gives the Viterbi forward (with each segment's best duration, which
+``viterbi.best_segmentations`` walks back through), ``Entropy`` the entropy (``zoo.inference.semiring``);
+``backtrack`` samples (Gumbel-max) from the forward's ends, or decodes the per-segment form.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from zoo.inference.numerics import gumbel_noise
 from zoo.inference.semimarkov.factors import Cumulative
-from zoo.inference.semiring import Log, Semiring
+from zoo.inference.semiring import Log, Max, Semiring
 
 
 @dataclass
@@ -77,7 +79,20 @@ def segment_windows(cum: Cumulative, D: int, dtype: torch.dtype, probe: Tensor |
     return out
 
 
-def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semiring: Semiring = Log):
+class Forward(NamedTuple):
+    """What ``forward`` returns: the semiring's answer (B,); ends, the semiring's values ... x B x (T+1) x K,
+    ends[..., t, :] = beta[t] (ends[..., 0, :] = -inf; junk past each length); in ``Max`` also durations,
+    B x (T+1) x K long: [:, t, j] the duration of the best segment ending at frame t with node j (the
+    Viterbi's back-pointers; row 0 unused), else None."""
+
+    answer: Tensor
+    ends: Tensor
+    durations: Tensor | None
+
+
+def forward(
+    problem: Problem, lengths: Tensor, probe: Tensor | None = None, semiring: Semiring = Log
+) -> Forward:
     """Run the forward in a semiring (``zoo.inference.semiring``).
 
     Args:
@@ -89,8 +104,8 @@ def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semi
             entropy over segmentations: the forward carries each node's conditional entropy of the past,
             Fu et al. 2022, Alg. 3, over segments; ``problem.step`` then needs ``entropy``).
     Returns:
-        the semiring's answer (B,), and ends: the semiring's values ... x B x (T+1) x K, ends[..., t, :] =
-        beta[t] (ends[..., 0, :] = -inf; junk past each length).
+        ``Forward``: the answer, the values ending a segment at each frame, and (``Max``) the best
+        durations.
     """
     cum, dur = problem.cum, problem.duration
     B, T1, K = cum.shape
@@ -100,11 +115,17 @@ def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semi
     segments = segment_windows(cum, D, dur.dtype, probe).unbind(1)
     alphas = [semiring.lift(problem.init)]
     betas = [semiring.lift(dur.new_full((B, K), float("-inf")))]
+    best = [torch.zeros(B, K, dtype=torch.long, device=cum.device)] if semiring is Max else None
     for t in range(1, T + 1):
         n = min(D, t)
         window = torch.stack(alphas[t - n : t], -2) if n > 1 else alphas[t - 1].unsqueeze(-2)
         # row i of the window: a segment starting at s = t - n + i, of duration d = n - i
-        beta = semiring.sum(semiring.mul(window, dur_rev[:, D - n :] + segments[t - 1][:, D - n :]), -2)
+        scores = semiring.mul(window, dur_rev[:, D - n :] + segments[t - 1][:, D - n :])
+        if best is None:
+            beta = semiring.sum(scores, -2)
+        else:  # max with indices: as fast as amax on these B x n x K windows
+            beta, row = scores.max(-2)
+            best.append(n - row)
         betas.append(beta)
         if t < T:
             alphas.append(semiring.step(problem.step, t, beta, lengths > t))
@@ -112,7 +133,8 @@ def forward(problem: Problem, lengths: Tensor, probe: Tensor | None = None, semi
     last = ends[..., torch.arange(B, device=cum.device), lengths, :]
     if problem.final is not None:
         last = semiring.mul(last, problem.final)
-    return semiring.result(semiring.sum(last, -1)), ends
+    durations = torch.stack(best, -2) if best is not None else None
+    return Forward(semiring.result(semiring.sum(last, -1)), ends, durations)
 
 
 def factorized_choice(problem: Problem, ends: Tensor, columns: Callable[[Tensor], Tensor]):

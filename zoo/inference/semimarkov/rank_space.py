@@ -24,7 +24,8 @@ from zoo.inference.semimarkov.forward import (
     factorized_choice,
     forward,
 )
-from zoo.inference.semiring import MatrixStep, Max
+from zoo.inference.semimarkov.viterbi import best_segmentations
+from zoo.inference.semiring import MatrixStep
 
 
 def rank_transition(f: RankSpaceSemiMarkov) -> torch.Tensor:
@@ -55,7 +56,7 @@ def rank_space_sample(f: RankSpaceSemiMarkov, lengths, n: int, generator=None) -
     state independently given the ranks, p(z_k = j | r_k, r_{k+1}) ~ V[j, r_k] U[j, r_{k+1}]
     (V[j, r_m] for the last segment). O(T (D R + R^2)) plus O(N) per segment."""
     problem = rank_problem(f)
-    _, ends = forward(problem, lengths)
+    ends = forward(problem, lengths).ends
     log_h = safe_log(rank_transition(f))
     choice = factorized_choice(problem, ends, lambda r: log_h.T[r])
     ranks, _ = backtrack(ends, problem.final, choice, lengths, f.max_duration, n, True, None, generator)
@@ -77,12 +78,8 @@ def rank_space_argmax(f: RankSpaceSemiMarkov, lengths) -> tuple[torch.Tensor, to
     sums, which rank nodes do not carry): the segments' emission and duration models are the rank
     components, so this is the decoding that scales with N."""
     with torch.no_grad():
-        problem = rank_problem(f)
-        score, ends = forward(problem, lengths, semiring=Max)
-        log_h = safe_log(rank_transition(f))
-        choice = factorized_choice(problem, ends, lambda r: log_h.T[r])
-        seg, _ = backtrack(ends, problem.final, choice, lengths, f.max_duration, 1, noise=False)
-    return score, seg[0]
+        log_h = safe_log(rank_transition(f)).T
+        return best_segmentations(rank_problem(f), lengths, lambda r: log_h[r])
 
 
 @register_engine("semimarkov", "rank-space")
