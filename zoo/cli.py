@@ -27,7 +27,9 @@ import contextlib
 import io
 import json
 import logging
+import os
 import re
+import signal
 import sys
 import traceback
 import warnings
@@ -103,6 +105,8 @@ def zoo_command(argv: list[str]) -> int:
         sub.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return ZOO_HANDLERS[args.command](args)
+    except BrokenPipeError:
+        raise
     except (ValueError, OSError) as error:  # bad input, CheckpointError, Hub HTTP errors: a message
         print(f"zoo {args.command}: error: {error}", file=sys.stderr)
         return 2
@@ -718,6 +722,9 @@ def main(argv: list[str] | None = None) -> int:
     except MissingExtraError as error:
         print(f"zoo: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (``zoo models | head``): stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -263,3 +265,15 @@ def test_models_command(capsys):
         main(["models", "--bogus"])
     err = capsys.readouterr().err
     assert err.startswith("usage: zoo models ") and "error: unrecognized arguments: --bogus" in err
+
+
+@pytest.mark.parametrize("command", [["models"], ["models", "--pretrained"], ["capabilities"]])
+def test_a_listing_whose_reader_left_stops_quietly(command):
+    """``zoo models | head -1``: the closed pipe is no error message (it was "zoo models: error: [Errno
+    32] Broken pipe"); the status is a shell tool's killed by SIGPIPE."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "zoo.cli", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    process.stdout.close()  # before the command prints: it starts in about a second
+    assert process.wait(timeout=120) == 128 + signal.SIGPIPE
+    assert process.stderr.read() == b""
