@@ -7,7 +7,13 @@ import warnings
 
 import pytest
 
-from zoo.data.captions import CaptionsDataModule, read_caption_lines, read_captions, read_coco_karpathy
+from zoo.data.captions import (
+    CaptionEncoder,
+    CaptionsDataModule,
+    read_caption_lines,
+    read_captions,
+    read_coco_karpathy,
+)
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +130,19 @@ def test_a_caption_file_that_is_not_utf8_names_the_file_and_line(tmp_path):
     (tmp_path / "train.txt").write_bytes(b"a dog runs\na caf\xe9 at night\n")
     with pytest.raises(ValueError, match=r"train.txt is not UTF-8 text: line 2 \(byte 16, b'\\xe9'\)"):
         read_caption_lines(tmp_path, "train")
+
+
+def test_the_text_end_of_text_inside_a_caption_is_encoded_as_its_characters(tmp_path, cache):
+    """GPT-2's tokenizer matched the text "<|endoftext|>" as the end-of-text id 50256, which ends every
+    caption: a caption holding it got an end in its middle. It is now its characters, with a warning."""
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text("a cat sat\n")
+    (tmp_path / "train.txt").write_text("a cat sat\na dog <|endoftext|> ran\n")
+    data = CaptionsDataModule("text", str(tmp_path), tokenizer_cache=cache)
+    match = r"train split: 1 caption\(s\) hold the text '<\|endoftext\|>' \(first: line 2\), encoded as its"
+    with pytest.warns(UserWarning, match=match):
+        data.setup()
+    ids = data.datasets["train"][1].tolist()
+    assert ids.count(50256) == 1 and ids[-1] == 50256
+    assert data.tokenizer.decode(ids[:-1]) == "a dog <|endoftext|> ran"
+    assert CaptionEncoder(cache, None)("a dog <|endoftext|> ran".split()) == ids  # the Hugging Face path

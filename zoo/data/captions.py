@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import string
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SequenceDataModule
-from zoo.data.gpt2_tokenizer import GPT2_VOCAB_SIZE, gpt2_tokenizer
+from zoo.data.gpt2_tokenizer import END_OF_TEXT, GPT2_VOCAB_SIZE, gpt2_tokenizer
 from zoo.data.hf_source import load_sentences, load_token_ids, replacing
 from zoo.data.left_out import warn_left_out
 from zoo.data.utf8 import read_utf8
@@ -160,6 +161,14 @@ class CaptionsDataModule(SequenceDataModule):
             where = "hf_dataset" if self.hf_dataset is not None else f"source={self.source!r} ({self.path})"
             warn_left_out(f"{where} {split} split", long, len(lines), "caption", over(self.max_words))
         kept = [s for s, is_long in zip(lines, too_long) if s and not is_long]
+        literal = [i + 1 for i, s in enumerate(lines) if END_OF_TEXT in s]
+        if literal:
+            warnings.warn(
+                f"{split} split: {len(literal)} caption(s) hold the text {END_OF_TEXT!r} (first: line "
+                f"{literal[0]}), encoded as its characters, not as GPT-2's end-of-text id (which ends every "
+                "caption): to separate captions, put them on separate lines",
+                stacklevel=2,
+            )
         if self.max_sentences is not None:
             kept = kept[: self.max_sentences]
         if not kept:
@@ -170,10 +179,10 @@ class CaptionsDataModule(SequenceDataModule):
         return kept
 
     def encode(self, sentences: list[str]) -> list[list[int]]:
-        """GPT-2 ids of each sentence, ``<|endoftext|>`` appended."""
-        tokenizer = self.tokenizer
-        eos = tokenizer.eos_token_id
-        return [ids + [eos] for ids in tokenizer(sentences, add_special_tokens=False)["input_ids"]]
+        """GPT-2 ids of each sentence, ``<|endoftext|>`` appended (the text ``<|endoftext|>`` inside a
+        sentence is encoded as its characters, as tiktoken's GPT-2 encoding does with special tokens
+        allowed only where the caller adds them)."""
+        return CaptionEncoder(self.tokenizer_cache, None).encode(sentences)
 
     def _mapped_ids(self, split: str) -> list[list[int]]:
         """The kept sentences' ids of the ``hf_dataset``'s ``split``, tokenized in a cached ``map``."""
@@ -225,9 +234,15 @@ class CaptionEncoder:
 
     def __init__(self, tokenizer_cache: str | None, max_words: int | None):
         self.tokenizer_cache, self.max_words = tokenizer_cache, max_words
+        self.split_special_tokens = True  # the text <|endoftext|> as characters (also in the fingerprint)
+
+    def encode(self, sentences: list[str]) -> list[list[int]]:
+        """GPT-2 ids of each sentence, ``<|endoftext|>`` appended."""
+        tokenizer = gpt2_tokenizer(self.tokenizer_cache)
+        ids = tokenizer(sentences, add_special_tokens=False, split_special_tokens=self.split_special_tokens)
+        return [sentence + [tokenizer.eos_token_id] for sentence in ids["input_ids"]]
 
     def __call__(self, words: list[str]) -> list[int]:
         if self.max_words is not None and len(words) > self.max_words:
             return []
-        tokenizer = gpt2_tokenizer(self.tokenizer_cache)
-        return tokenizer(" ".join(words), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        return self.encode([" ".join(words)])[0]
