@@ -55,7 +55,14 @@ def parquet_source(folder):
     return {"path": "parquet", "data_files": files}
 
 
-@pytest.mark.parametrize("make", [text_source, parquet_source])
+def saved_source(folder):
+    """A DatasetDict saved with ``save_to_disk``: the folder is the source's path."""
+    splits = {split: datasets.Dataset.from_dict({"sentence": lines}) for split, lines in TEXT.items()}
+    datasets.DatasetDict(splits).save_to_disk(str(folder))
+    return {"path": str(folder)}
+
+
+@pytest.mark.parametrize("make", [text_source, parquet_source, saved_source])
 def test_a_datasets_source_reads_as_the_same_text_in_files(tmp_path, make):
     reference = PTBDataModule(data_dir=str(ptb_files(tmp_path / "ptb")), batch_tokens=64)
     given = PTBDataModule(hf_dataset=make(tmp_path / "source"), batch_tokens=64)
@@ -67,6 +74,13 @@ def test_a_datasets_source_reads_as_the_same_text_in_files(tmp_path, make):
         assert [x.tolist() for x in given.datasets[split]] == [x.tolist() for x in reference.datasets[split]]
     batch = next(iter(given.train_dataloader()))
     assert batch["tokens"].shape[0] == batch["lengths"].shape[0] > 0
+
+
+def test_one_dataset_saved_to_disk_is_a_clear_error(tmp_path):
+    """It has no splits; datasets' own message told users to call load_from_disk, which a recipe cannot."""
+    datasets.Dataset.from_dict({"sentence": TEXT["train"]}).save_to_disk(str(tmp_path / "one"))
+    with pytest.raises(ValueError, match=r"is one Dataset saved with save_to_disk: it has no train /"):
+        PTBDataModule(hf_dataset={"path": str(tmp_path / "one")}).setup()
 
 
 def test_token_ids_come_from_a_cached_map(tmp_path):

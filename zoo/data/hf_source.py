@@ -5,7 +5,8 @@ and feature sequences are read from their columns.
 A source is a dict, as a recipe writes it::
 
     hf_dataset:
-      path: ptb_text_only            # a Hub dataset id, or a builder: "text", "json", "parquet", "csv"
+      path: ptb_text_only            # a Hub dataset id, a builder ("text", "json", "parquet", "csv"), or
+                                     # the folder a DatasetDict was saved to (save_to_disk)
       name: null                     # the dataset's configuration, if it has several
       revision: null                 # a branch, tag or commit of a Hub dataset
       data_files: null               # the builders' files: {"train": ..., "validation": ..., "test": ...}
@@ -101,6 +102,7 @@ def load_split(source: dict[str, Any], split: str, column: str = "sentence") -> 
         raise ImportError(f"hf_dataset needs the datasets package: {INSTALL_HINT}") from error
     source = check_source(source, column)
     wanted = source["splits"][split]
+    check_not_one_saved_dataset(source["path"])
     try:
         data = datasets.load_dataset(
             source["path"],
@@ -126,6 +128,18 @@ def load_split(source: dict[str, Any], split: str, column: str = "sentence") -> 
                 f"columns: {data.column_names}); set hf_dataset.{key}"
             )
     return data, source
+
+
+def check_not_one_saved_dataset(path) -> None:
+    """A folder that ``save_to_disk`` wrote from one ``Dataset`` has no splits to read: ValueError saying
+    what to save instead (a ``DatasetDict``'s folder, with its splits, is read like a Hub dataset)."""
+    folder = Path(str(path)).expanduser()
+    if (folder / "state.json").is_file() and not (folder / "dataset_dict.json").is_file():
+        raise ValueError(
+            f"hf_dataset path {str(path)!r} is one Dataset saved with save_to_disk: it has no train / "
+            "validation / test splits. Save a DatasetDict instead, DatasetDict(train=..., validation=..., "
+            "test=...).save_to_disk(folder), whose folder hf_dataset reads (path: the folder)"
+        )
 
 
 def check_local_files_are_utf8(source: dict[str, Any]) -> None:
