@@ -517,6 +517,7 @@ LIGHTNING_NOISE = (
     r".*isinstance\(treespec, LeafSpec\)` is deprecated",
     r"(GPU|TPU|HPU) available: False",  # accelerators the machine lacks (a used GPU is still reported)
     r"The number of training batches \(\d+\) is smaller than the logging interval",
+    r"You are using a custom batch sampler `BucketBatchSampler` for prediction",  # it drops no sequence
 )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
-from zoo.data.datamodule import SequenceDataModule
+from zoo.data.datamodule import SPLITS, SequenceDataModule
 from zoo.data.gpt2_tokenizer import END_OF_TEXT, GPT2_VOCAB_SIZE, gpt2_tokenizer
 from zoo.data.hf_source import load_sentences, load_token_ids, replacing
 from zoo.data.left_out import warn_left_out
@@ -36,7 +36,6 @@ from zoo.data.utf8 import read_utf8
 __all__ = ["SOURCES", "CaptionsDataModule", "read_captions", "read_coco_karpathy", "read_caption_lines"]
 
 SOURCES = ("ptb-short", "coco-karpathy", "text")
-SPLITS = ("train", "valid", "test")
 KARPATHY_SPLITS = {"train": ("train", "restval"), "valid": ("val",), "test": ("test",)}
 
 
@@ -112,6 +111,7 @@ class CaptionsDataModule(SequenceDataModule):
         tokenizer_cache: where the converted GPT-2 tokenizer is cached (see ``gpt2_tokenizer``).
         hf_dataset: read the sentences through Hugging Face ``datasets`` instead of ``source`` /
             ``path``: a Hub dataset id or local text / JSON / parquet files (``zoo.data.hf_source``).
+        predict_split: the split ``zoo predict`` scores ("train", "valid" or "test").
 
     ``vocab_size`` is GPT-2's, 50257.
     """
@@ -131,8 +131,9 @@ class CaptionsDataModule(SequenceDataModule):
         seed: int = 0,
         tokenizer_cache: str | None = None,
         hf_dataset: dict[str, Any] | None = None,
+        predict_split: str = "test",
     ) -> None:
-        super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
+        super().__init__(batch_tokens, batch_size, num_workers, seed, predict_split)
         if source not in SOURCES:
             raise ValueError(f"source must be one of {list(SOURCES)}, got {source!r}")
         for name, value in (("max_words", max_words), ("max_sentences", max_sentences)):

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.buckets import BucketBatchSampler, PackedSequences
 from zoo.data.hf_source import source_name
@@ -27,7 +27,9 @@ from zoo.extras import imported
 
 pl = imported("lightning.pytorch", "train", "zoo.data's DataModules")
 
-__all__ = ["SequenceDataModule"]
+__all__ = ["SPLITS", "SequenceDataModule"]
+
+SPLITS = ("train", "valid", "test")
 
 
 class SequenceDataModule(pl.LightningDataModule):
@@ -38,18 +40,27 @@ class SequenceDataModule(pl.LightningDataModule):
         batch_size: at most this many sequences a batch (at least one of the two limits is needed).
         num_workers: DataLoader worker processes (0: load in the main process).
         seed: the training shuffle's seed (the epoch is added by ``set_epoch``).
+        predict_split: the split ``zoo predict`` reads ("train", "valid" or "test").
     """
 
     collate_fn: Callable[[list[Tensor]], dict[str, Tensor]]
 
     def __init__(
-        self, batch_tokens: int | None, batch_size: int | None, num_workers: int = 0, seed: int = 0
+        self,
+        batch_tokens: int | None,
+        batch_size: int | None,
+        num_workers: int = 0,
+        seed: int = 0,
+        predict_split: str = "test",
     ) -> None:
         super().__init__()
         if batch_tokens is None and batch_size is None:
             raise ValueError(
                 "give batch_tokens (padded events a batch) or batch_size (sequences a batch), got neither"
             )
+        if predict_split not in SPLITS:
+            raise ValueError(f"predict_split must be one of {list(SPLITS)}, got {predict_split!r}")
+        self.predict_split = predict_split
         self.batch_tokens = batch_tokens
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -83,7 +94,9 @@ class SequenceDataModule(pl.LightningDataModule):
         """The training sequences (a subclass may filter them)."""
         return self.datasets["train"]
 
-    def _loader(self, split: str, train: bool) -> DataLoader:
+    def _loader(self, split: str, train: bool, indexed: bool = False) -> DataLoader:
+        """The loader of ``split``: shuffled buckets for training; ``indexed``: each batch also holds
+        ``index``, B long, the sequences' positions in the split."""
         if split not in self.datasets:
             raise RuntimeError(
                 f"no {split!r} data: call setup() first (have {sorted(self.datasets) or 'none'})"
@@ -100,9 +113,9 @@ class SequenceDataModule(pl.LightningDataModule):
             rank=rank,
         )
         loader = (ResumableLoader if train else DataLoader)(
-            dataset,
+            IndexedItems(dataset) if indexed else dataset,
             batch_sampler=sampler,
-            collate_fn=self.collate_fn,
+            collate_fn=CollateWithIndex(self.collate_fn) if indexed else self.collate_fn,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
@@ -122,6 +135,35 @@ class SequenceDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", train=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """``zoo predict``'s batches: the ``predict_split``, each batch with ``index``."""
+        return self._loader(self.predict_split, train=False, indexed=True)
+
+
+class IndexedItems(Dataset):
+    """A dataset's items paired with their positions: item i is (i, dataset[i])."""
+
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> tuple[int, Any]:
+        return i, self.dataset[i]
+
+
+class CollateWithIndex:
+    """A collate function over ``IndexedItems``: the batch of ``collate_fn`` with ``index`` (B long)."""
+
+    def __init__(self, collate_fn: Callable[[list], dict[str, Tensor]]) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, items: list[tuple[int, Any]]) -> dict[str, Tensor]:
+        batch = self.collate_fn([item for _, item in items])
+        batch["index"] = torch.tensor([i for i, _ in items], dtype=torch.long)
+        return batch
 
 
 class ResumableLoader(DataLoader):

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from zoo.data.buckets import PackedSequences, collate_frames
-from zoo.data.datamodule import SequenceDataModule
+from zoo.data.datamodule import SPLITS, SequenceDataModule
 from zoo.data.hf_source import load_pieces, replacing
 
 __all__ = [
@@ -59,7 +59,6 @@ log = logging.getLogger(__name__)
 
 NUM_KEYS = 88
 LOWEST_PITCH = 21  # MIDI A0 is key 0; C8 (108) is key 87
-SPLITS = ("train", "valid", "test")
 CACHE_VERSION = 1  # bump when the conversion changes: older cache files are then rebuilt
 INSTALL_HINT = 'pip install "structured-zoo[data]"  (or: pip install music21==10.5.1)'
 PICKLE_NAMES = ("JSB_Chorales.pickle", "Nottingham.pickle", "MuseData.pickle", "Piano-midi.de.pickle")
@@ -292,6 +291,7 @@ class MusicDataModule(SequenceDataModule):
         batch_size: at most this many pieces a batch.
         num_workers, seed: as in ``SequenceDataModule``.
         split_seed: the chorales' train / valid / test permutation seed (keep 0 to compare numbers).
+        predict_split: the split ``zoo predict`` scores and decodes ("train", "valid" or "test").
 
     ``setup()`` fills ``datasets[split]`` (``PackedSequences`` of ``T_i x 88`` bool rolls).
     """
@@ -309,8 +309,9 @@ class MusicDataModule(SequenceDataModule):
         seed: int = 0,
         split_seed: int = 0,
         hf_dataset: dict | None = None,
+        predict_split: str = "test",
     ) -> None:
-        super().__init__(batch_tokens=batch_frames, batch_size=batch_size, num_workers=num_workers, seed=seed)
+        super().__init__(batch_frames, batch_size, num_workers, seed, predict_split)
         self.hf_dataset = replacing(hf_dataset, "dataset", dataset)
         if self.hf_dataset is not None:
             self.name = str(self.hf_dataset["path"])

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from zoo.data.datamodule import SPLITS
 from zoo.data.hf_source import load_feature_sequences, replacing
-from zoo.data.segments import SPLITS, SegmentDataModule, SequenceFeatures
+from zoo.data.segments import SegmentDataModule, SequenceFeatures
 
 __all__ = ["NpyFolderDataModule", "read_npy_folder"]
 

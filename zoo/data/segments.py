@@ -25,7 +25,6 @@ from zoo.models.projection import standardize_each
 __all__ = ["SegmentDataModule", "SequenceFeatures", "load_feature_file"]
 
 log = logging.getLogger(__name__)
-SPLITS = ("train", "valid", "test")
 
 
 def load_feature_file(path: Path, mmap: bool = False) -> np.ndarray:
@@ -168,13 +167,10 @@ class SegmentDataModule(SequenceDataModule):
         transform_frames: int = 100_000,
         predict_split: str = "test",
     ):
-        super().__init__(batch_tokens=batch_frames, batch_size=batch_size, num_workers=num_workers, seed=seed)
-        if predict_split not in SPLITS:
-            raise ValueError(f"predict_split must be one of {list(SPLITS)}, got {predict_split!r}")
+        super().__init__(batch_frames, batch_size, num_workers, seed, predict_split)
         if not isinstance(transform_frames, int) or transform_frames < 2:
             raise ValueError(f"transform_frames must be an int >= 2, got {transform_frames!r}")
         self.transform_frames = transform_frames
-        self.predict_split = predict_split
 
     @property
     def input_dim(self) -> int:

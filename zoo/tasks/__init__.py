@@ -5,9 +5,9 @@ from zoo.extras import require
 require("train", "zoo.tasks (training and evaluation)")
 require("plots", "zoo.tasks (the segmentation metrics' matching)")
 
-from zoo.tasks.likelihood import LikelihoodTask  # noqa: E402
+from zoo.tasks.likelihood import LikelihoodTask, LikelihoodWriter  # noqa: E402
 
-__all__ = ["LikelihoodTask"]
+__all__ = ["LikelihoodTask", "LikelihoodWriter"]
 
 from zoo.tasks.parsing import ParsingTask, TreeWriter  # noqa: E402
 

@@ -11,13 +11,16 @@ AdamW; the learning rate is multiplied by ``lr_factor`` when the validation NLL 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
@@ -282,10 +285,20 @@ class LikelihoodTask(pl.LightningModule):
         self._log_seed_statistics("test")
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        """log p and events of each sequence (perplexity of a sentence: exp(-log_p / events)); a batch
-        over the limits is refused first, as in validation and test."""
+        """log p and events of each sequence (perplexity of a sentence: exp(-log_p / events)), its most
+        probable states (B x T, -1 past each length) where the model decodes (``decode``: the HMMs), and
+        ``index`` (positions in the split) where the batch has it; a batch over the limits is refused
+        first, as in validation and test. A random evaluation (importance sampling, the randomized
+        backend's estimate) is seeded with the batch's index, as the test's (first) seed is."""
         self._check_budget(batch, "predict", batch_idx)
-        return {"log_likelihood": self(batch), "events": self.model.num_events(batch)}
+        events = self.model.num_events(batch)
+        generator = torch.Generator(device=events.device).manual_seed(batch_idx)
+        out = {"log_likelihood": self.model.log_likelihood(batch, generator=generator), "events": events}
+        if callable(getattr(self.model, "decode", None)):
+            out["states"] = self.model.decode(batch)
+        if "index" in batch:
+            out["index"] = batch["index"]
+        return out
 
     @classmethod
     def load_from_checkpoint(cls, *args: Any, **kwargs: Any):
@@ -413,3 +426,40 @@ def checked_missing_ok(names, model: ZooModel) -> list[str]:
             f"{sorted(model.state_dict())[:20]}"
         )
     return renamed
+
+
+class LikelihoodWriter(BasePredictionWriter):
+    """Writes ``LikelihoodTask.predict_step``'s scores to ``output_path`` as JSON lines, one sequence a
+    line in the order of the predicted split: ``{"index", "events", "log_likelihood", "nll"}`` (``nll``:
+    -log p / events, nats a token or frame; a sentence's perplexity is exp(nll)), with ``states`` (the
+    most probable state of each event, for the models that decode: the HMMs) and ``words`` (each event's
+    word as read, ``<eos>`` last, from a data module with ``predict_words()``: ``PTBDataModule``).
+
+    Args:
+        output_path: the file to write (its directory is created).
+    """
+
+    def __init__(self, output_path: str):
+        super().__init__(write_interval="epoch")
+        self.output_path = output_path
+
+    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
+        batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+        data = getattr(trainer, "datamodule", None)
+        words = data.predict_words() if callable(getattr(data, "predict_words", None)) else None
+        rows = []
+        for out in batches:
+            for b, events in enumerate(out["events"].tolist()):
+                index = int(out["index"][b]) if "index" in out else len(rows)
+                log_p = float(out["log_likelihood"][b])
+                row = {"index": index, "events": int(events), "log_likelihood": log_p, "nll": -log_p / events}
+                if "states" in out:
+                    states = out["states"][b]
+                    row["states"] = states[states >= 0].tolist()
+                if words is not None:
+                    row["words"] = words[index]
+                rows.append(row)
+        rows.sort(key=lambda r: r["index"])
+        path = Path(self.output_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")

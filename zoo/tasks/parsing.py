@@ -178,8 +178,6 @@ class ParsingTask(LikelihoodTask):
             words = vocab.decode(ids) if vocab is not None else [str(i) for i in ids]
             strings.append(bracketed(trees[b], words))
         out.update(trees=trees, bracketed=strings)
-        if "index" in batch:
-            out["index"] = batch["index"]
         return out
 
     @torch.no_grad()

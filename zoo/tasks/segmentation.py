@@ -177,8 +177,6 @@ class SegmentationTask(LikelihoodTask):
         out = super().predict_step(batch, batch_idx)
         segmentation, frame_labels = self.model.segment(batch)
         out.update(segmentation=segmentation, frame_labels=frame_labels, lengths=batch["lengths"])
-        if "index" in batch:
-            out["index"] = batch["index"]
         return out
 
 

@@ -260,6 +260,13 @@ class HMM(RandomizedEvaluation, ZooModel):
         factors = self.transition.chain(unary, start, prev, nxt, components, features)
         return LinearChain(factors, lengths, *self.engine_backend(generator))
 
+    @torch.no_grad()
+    def decode(self, batch: dict) -> Tensor:
+        """The most probable state sequence of each sequence (Viterbi, exact for every backend): B x T
+        long, -1 past each length. Call it in eval mode (in training mode with state dropout the
+        indices would be those of the kept states)."""
+        return self.posterior(batch).argmax
+
     @scoring
     def log_likelihood(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """log p(x) per sequence: (B,). Differentiable in training mode; in eval mode only with

@@ -1,0 +1,118 @@
+"""`zoo predict` for the likelihood families: the HMMs on text and music, and the structured VAE, with
+LikelihoodWriter's JSON lines (it failed with Lightning's "predict_dataloader must be implemented")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+from cli_testlib import predict
+from test_training_cli import recipe, write_music, write_ptb
+from test_vae_cli import recipe as vae_recipe
+
+from zoo.cli import main
+from zoo.data import MusicDataModule, PTBDataModule
+from zoo.models import StructuredVAE
+from zoo.tasks import LikelihoodTask, VAETask
+
+
+def fitted(path) -> object:
+    """The checkpoint of a 2-step ``zoo fit`` of the recipe ``path``."""
+    assert main(["fit", "--config", str(path), "--trainer.max_steps", "2"]) == 0
+    (ckpt,) = path.parent.rglob("*.ckpt")
+    return ckpt
+
+
+def rows(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("backend", ["exact", "rank-space"])
+def test_predict_writes_each_sentences_score_states_and_words(tmp_path, backend):
+    vocab = write_ptb(tmp_path)
+    test = "the cat sat\nthe zebra ran on the mat\n\na dog\n"  # a blank line; zebra: not in the vocabulary
+    (tmp_path / "ptb.test.txt").write_text(test)
+    path = recipe(tmp_path, vocab, backend)
+    ckpt = fitted(path)
+    out = tmp_path / "scores.jsonl"
+    with pytest.warns(UserWarning, match="1 of 4 lines left out"):  # the blank line
+        assert predict(path, ckpt, "zoo.tasks.LikelihoodWriter", out) == 0
+    written = rows(out)
+    assert [r["index"] for r in written] == [0, 1, 2]
+    assert [" ".join(r["words"]) for r in written] == [
+        "the cat sat <eos>", "the zebra ran on the mat <eos>", "a dog <eos>"
+    ]  # fmt: skip
+    task = LikelihoodTask.load_from_checkpoint(ckpt).eval()
+    data = PTBDataModule(data_dir=str(tmp_path), batch_tokens=64)
+    data.setup()
+    for r in written:
+        ids = data.datasets["test"][r["index"]]
+        batch = {"tokens": ids[None], "lengths": torch.tensor([len(ids)])}
+        with torch.no_grad():
+            log_p = float(task(batch))
+        assert r["events"] == len(ids) == len(r["words"]) == len(r["states"])
+        assert r["log_likelihood"] == pytest.approx(log_p, rel=1e-5)
+        assert r["nll"] == pytest.approx(-log_p / len(ids), rel=1e-5)
+        with torch.no_grad():  # the states are the best path: their score is the max score
+            posterior = task.model.posterior(batch)
+            best = float(posterior.max_score - posterior.log_partition)
+            assert posterior.log_prob(torch.tensor([r["states"]])).item() == pytest.approx(best, abs=1e-4)
+
+
+def test_the_predicted_split_is_chosen_and_checked(tmp_path):
+    vocab = write_ptb(tmp_path)
+    path = recipe(tmp_path, vocab, "exact")
+    ckpt = fitted(path)
+    config = yaml.safe_load(path.read_text())
+    config["data"]["init_args"]["predict_split"] = "valid"
+    valid = tmp_path / "valid.yaml"
+    valid.write_text(yaml.safe_dump(config))
+    out = tmp_path / "valid.jsonl"
+    assert predict(valid, ckpt, "zoo.tasks.LikelihoodWriter", out) == 0
+    assert len(rows(out)) == len((tmp_path / "ptb.valid.txt").read_text().splitlines()) == 9
+    with pytest.raises(ValueError, match=r"predict_split must be one of \['train', 'valid', 'test'\], got"):
+        PTBDataModule(data_dir=str(tmp_path), predict_split="dev")
+
+
+def test_predict_decodes_music_frames(tmp_path):
+    write_music(tmp_path / "JSB_Chorales.pickle")
+    data = {
+        "class_path": "zoo.data.MusicDataModule",
+        "init_args": {"dataset": str(tmp_path / "JSB_Chorales.pickle"), "batch_size": 4},
+    }
+    path = recipe(tmp_path, 0, "low-rank", data=data)
+    ckpt = fitted(path)
+    out = tmp_path / "pieces.jsonl"
+    assert predict(path, ckpt, "zoo.tasks.LikelihoodWriter", out) == 0
+    written = rows(out)
+    music = MusicDataModule(str(tmp_path / "JSB_Chorales.pickle"), batch_size=4)
+    music.setup()
+    assert [r["events"] for r in written] == music.datasets["test"].lengths.tolist() == [6, 7]
+    assert all(len(r["states"]) == r["events"] and "words" not in r for r in written)
+
+
+def test_predict_scores_captions_with_the_structured_vae(tmp_path):
+    path = vae_recipe(tmp_path, backend="exact")
+    out = tmp_path / "captions.jsonl"
+    assert predict(path, fitted(path), "zoo.tasks.LikelihoodWriter", out) == 0
+    written = rows(out)
+    assert [r["index"] for r in written] == [0, 1, 2]  # the three test captions
+    assert all(r["log_likelihood"] < 0 and "states" not in r for r in written)
+
+
+def test_a_random_evaluation_is_seeded_by_the_batch_index():
+    """The VAE's importance-sampled log p: the global generator's state does not decide it."""
+    model = StructuredVAE(
+        vocab_size=50257, num_states=6, backend="exact", encoder_layers=1, encoder_dim=16, encoder_heads=2,
+        state_dim=8, decoder_dim=8, decoder_hidden=8, dropout=0.0, eval_samples=5,
+    )  # fmt: skip
+    task = VAETask(model).eval()
+    batch = {"tokens": torch.randint(0, 50000, (2, 5)), "lengths": torch.tensor([5, 3])}
+    scores = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            scores.append(task.predict_step(batch, 0)["log_likelihood"])
+    assert torch.equal(*scores)
