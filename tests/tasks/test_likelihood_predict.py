@@ -13,7 +13,7 @@ from test_training_cli import recipe, write_music, write_ptb
 from test_vae_cli import recipe as vae_recipe
 
 from zoo.cli import main
-from zoo.data import MusicDataModule, PTBDataModule
+from zoo.data import CaptionsDataModule, MusicDataModule, PTBDataModule
 from zoo.models import StructuredVAE
 from zoo.tasks import LikelihoodTask, VAETask
 
@@ -93,13 +93,22 @@ def test_predict_decodes_music_frames(tmp_path):
     assert all(len(r["states"]) == r["events"] and "words" not in r for r in written)
 
 
-def test_predict_scores_captions_with_the_structured_vae(tmp_path):
+def test_predict_scores_and_decodes_captions_with_the_structured_vae(tmp_path):
     path = vae_recipe(tmp_path, backend="exact")
+    ckpt = fitted(path)
     out = tmp_path / "captions.jsonl"
-    assert predict(path, fitted(path), "zoo.tasks.LikelihoodWriter", out) == 0
+    assert predict(path, ckpt, "zoo.tasks.LikelihoodWriter", out) == 0
     written = rows(out)
     assert [r["index"] for r in written] == [0, 1, 2]  # the three test captions
-    assert all(r["log_likelihood"] < 0 and "states" not in r for r in written)
+    assert written[0]["words"] == ["a", " plate", " of", " food", " on", " a", " table", "<|endoftext|>"]
+    task = VAETask.load_from_checkpoint(ckpt).eval()
+    data = CaptionsDataModule("text", str(tmp_path), tokenizer_cache=str(tmp_path / "tok"))
+    data.setup()
+    for r in written:
+        ids = data.datasets["test"][r["index"]]
+        assert r["log_likelihood"] < 0 and r["events"] == len(ids) == len(r["words"])
+        batch = {"tokens": ids[None], "lengths": torch.tensor([len(ids)])}
+        assert r["states"] == task.model.decode(batch)[0].tolist()  # the MAP states of q
 
 
 def test_a_random_evaluation_is_seeded_by_the_batch_index():

@@ -199,6 +199,13 @@ class CaptionsDataModule(SequenceDataModule):
             )
         return ids[: self.max_sentences]
 
+    def predict_words(self) -> list[list[str]]:
+        """For ``zoo.tasks.LikelihoodWriter``: each GPT-2 token of the predicted split's sentences as its
+        text (``<|endoftext|>`` last), by ``index``."""
+        self.setup()
+        tokenizer, sentences = self.tokenizer, self.datasets[self.predict_split]
+        return [[tokenizer.decode([i]) for i in sentences[n].tolist()] for n in range(len(sentences))]
+
     def token_counts(self, split: str = "train") -> torch.Tensor:
         """How often each GPT-2 id occurs in ``split`` (``<|endoftext|>`` counted): (vocab_size,) long."""
         self.setup()

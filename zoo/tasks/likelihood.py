@@ -286,7 +286,8 @@ class LikelihoodTask(pl.LightningModule):
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         """log p and events of each sequence (perplexity of a sentence: exp(-log_p / events)), its most
-        probable states (B x T, -1 past each length) where the model decodes (``decode``: the HMMs), and
+        probable states (B x T, -1 past each length) where the model decodes (``decode``: the HMMs'
+        Viterbi path, the structured VAE's MAP states of q), and
         ``index`` (positions in the split) where the batch has it; a batch over the limits is refused
         first, as in validation and test. A random evaluation (importance sampling, the randomized
         backend's estimate) is seeded with the batch's index, as the test's (first) seed is."""
@@ -432,8 +433,9 @@ class LikelihoodWriter(BasePredictionWriter):
     """Writes ``LikelihoodTask.predict_step``'s scores to ``output_path`` as JSON lines, one sequence a
     line in the order of the predicted split: ``{"index", "events", "log_likelihood", "nll"}`` (``nll``:
     -log p / events, nats a token or frame; a sentence's perplexity is exp(nll)), with ``states`` (the
-    most probable state of each event, for the models that decode: the HMMs) and ``words`` (each event's
-    word as read, ``<eos>`` last, from a data module with ``predict_words()``: ``PTBDataModule``).
+    most probable state of each event, for the models that decode: the HMMs' Viterbi path, the structured
+    VAE's MAP states of q) and ``words`` (each event's word or token, the end token last, from a data
+    module with ``predict_words()``: PTB's words as read, the captions' GPT-2 tokens as text).
 
     Args:
         output_path: the file to write (its directory is created).

@@ -220,6 +220,12 @@ class StructuredVAE(ZooModel):
         tokens, lengths = self._inputs(batch)
         return self.inference.posterior(self.encode(tokens, lengths), lengths, exact, generator)
 
+    @torch.no_grad()
+    def decode(self, batch: dict) -> Tensor:
+        """The most probable state sequence under q(z | y), computed exactly: B x T long, -1 past each
+        length (call it in eval mode)."""
+        return self.posterior(batch, exact=True).argmax
+
     def posterior_summary(self, batch: dict) -> tuple[Tensor, Tensor]:
         """q(z | y)'s marginals (B x T x N, zero past each length) and MAP state sequences (B x T, -1
         past each length), q computed exactly; detached (``gradients_in_evaluation``)."""
