@@ -103,13 +103,13 @@ def mask_terms(terms: Tensor, lengths: Tensor) -> Tensor:
     return torch.where(valid.unsqueeze(-1), terms, torch.zeros_like(terms))
 
 
-def backtrack(choices, lengths: Tensor, root_labels: Tensor, T: int, labelled: bool = True) -> Tensor:
-    """Rebuild trees top-down from CKY back-pointers.
+def backtrack(choose, lengths: Tensor, root_labels: Tensor, T: int, labelled: bool = True) -> Tensor:
+    """Rebuild trees top-down from CKY's choices.
 
     Args:
-        choices: ``choices(width)`` -> (split, left label, right label), each B x (T-width+1) x K
-            long for the spans of that width and their K possible labels; the split is the width of
-            the left child; a child's label is a preterminal index if its width is 1, else a
+        choose: ``choose(b, start, width, label)`` -> (split, left label, right label), ints: the best
+            decomposition of sentence b's span [start, start + width) with that label; the split is the
+            width of the left child; a child's label is a preterminal index if its width is 1, else a
             nonterminal index.
         lengths: (B,).
         root_labels: (B,) the root's label.
@@ -121,7 +121,6 @@ def backtrack(choices, lengths: Tensor, root_labels: Tensor, T: int, labelled: b
     B = lengths.shape[0]
     cols = 3 if labelled else 2
     out = torch.full((B, 2 * T - 1, cols), -1, dtype=torch.long)
-    cache = {}
     for b in range(B):
         stack = [(0, int(lengths[b]), int(root_labels[b]))]
         row = 0
@@ -134,9 +133,7 @@ def backtrack(choices, lengths: Tensor, root_labels: Tensor, T: int, labelled: b
             w = k - i
             if w == 1:
                 continue
-            if w not in cache:
-                cache[w] = [c.cpu() for c in choices(w)]
-            split, left, right = (int(c[b, i, label]) for c in cache[w])
+            split, left, right = choose(b, i, w, label)
             stack.append((i + split, k, right))
             stack.append((i, i + split, left))
     return out.to(lengths.device)
@@ -156,8 +153,7 @@ def mbr_tree(span_marginals: Tensor, lengths: Tensor) -> Tensor:
         best.append(value + span_diagonal(gain, w))
         splits.append(arg + 1)
 
-    def choices(w):
-        split = splits[w].unsqueeze(-1)
-        return split, torch.zeros_like(split), torch.zeros_like(split)
-
-    return backtrack(choices, lengths, torch.zeros_like(lengths), T, labelled=False)
+    splits = [None, None] + [s.cpu() for s in splits[2:]]
+    return backtrack(
+        lambda b, i, w, label: (int(splits[w][b, i]), 0, 0), lengths, torch.zeros_like(lengths), T, False
+    )

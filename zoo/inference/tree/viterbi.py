@@ -1,4 +1,13 @@
-"""The highest-scoring tree: the CKY loop (``cky``) in the max-plus semiring, with back-pointers."""
+"""The highest-scoring tree: the CKY loop (``cky``) in the max-plus semiring, then the walk down.
+
+The loop keeps values only. Each block's part maximizes in two stages, as the inside sums in two
+products: first over the splits, the best pair of children's values for every pair of labels
+(B x n x K1 x K2), then over the label pairs with the rules (B x n x NT x K1 x K2, in chunks), with
+``amax``: a reduction that also returns indices runs several times slower on a CPU, and back-pointers
+are needed for the 2n - 1 spans of the best tree only. The walk down from the root recomputes each of
+those from the chart: the best (split, left label, right label) of one span and label, a
+(width - 1) x S x S maximum.
+"""
 
 from __future__ import annotations
 
@@ -10,61 +19,83 @@ from zoo.inference.tree.chart import backtrack, check_some_tree
 from zoo.inference.tree.cky import cky
 
 #: entries of the B x n x NT x K1 x K2 max-plus tensor built at once
-VITERBI_CHUNK = 1 << 24
-
-# a part of a span: (best B x n x NT, its (split, left label, right label), each B x n x NT long)
-Part = tuple[Tensor, tuple[Tensor, Tensor, Tensor]]
+VITERBI_CHUNK = 1 << 22
 
 
 class ViterbiRules:
-    """The max-plus rule application (``cky.SpanRules``) on dense rules. Each part is the best over its
-    splits and children's labels with its arguments; ``combine`` keeps the best part and records the
-    back-pointers of every width in ``back``."""
+    """The max-plus rule application (``cky.SpanRules``) on dense rules: the best value of every span
+    and label, over its splits and children's labels."""
 
     semiring = Max
 
     def __init__(self, rules: Tensor, terms: Tensor):
         self.rules, self.leaves = rules, terms  # G x NT x S x S, B x T x PT
-        self.back: list[tuple[Tensor, Tensor, Tensor] | None] = [None, None]
 
     @staticmethod
     def entry(value: Tensor) -> Tensor:
         return value
 
-    def part(self, block, splits, left, right) -> Part:
+    def part(self, block, splits, left, right) -> Tensor:
         NT = self.rules.shape[1]
         rows = slice(0, NT) if block[0] else slice(NT, None)
         cols = slice(0, NT) if block[1] else slice(NT, None)
         sub = self.rules[:, :, rows, cols]  # G x NT x K1 x K2
-        B, n = left.shape[:2]
-        K1, K2 = sub.shape[-2:]
-        best = left.new_full((B, n, NT), float("-inf"))
-        arg = [torch.zeros(B, n, NT, dtype=torch.long, device=left.device) for _ in range(3)]
+        pairs = left[:, :, 0, :, None] + right[:, :, 0, None, :]  # B x n x K1 x K2, the best split's
+        for j in range(1, len(splits)):
+            pairs = torch.maximum(pairs, left[:, :, j, :, None] + right[:, :, j, None, :])
+        pairs = pairs.contiguous()  # the children's views may order it otherwise: the sums below follow it
+        B, n, K1, K2 = pairs.shape
         step = max(1, VITERBI_CHUNK // max(1, n * NT * K1 * K2))
-        for j, s in enumerate(splits):
-            for b0 in range(0, B, step):
-                b1 = min(B, b0 + step)
-                g = sub if sub.shape[0] == 1 else sub[b0:b1]
-                score = g.unsqueeze(1) + left[b0:b1, :, j, None, :, None] + right[b0:b1, :, j, None, None, :]
-                value, flat = score.flatten(-2).max(-1)
-                new = (torch.full_like(flat, s), flat // K2, flat % K2)
-                self._keep(best[b0:b1], [a[b0:b1] for a in arg], value, new)
-        return best, tuple(arg)
+        best = []
+        for b0 in range(0, B, step):
+            g = sub if sub.shape[0] == 1 else sub[b0 : b0 + step]
+            score = g.unsqueeze(1) + pairs[b0 : b0 + step, :, None]  # b x n x NT x K1 x K2
+            best.append(score.flatten(-2).amax(-1))
+        return torch.cat(best) if len(best) > 1 else best[0]
 
     @staticmethod
-    def _keep(best: Tensor, arg: list[Tensor], value: Tensor, new: tuple) -> None:
-        """Where ``value`` beats ``best``, take it and its arguments ``new`` (in place, into views)."""
-        better = value > best
-        best.copy_(torch.where(better, value, best))
-        for a, candidate in zip(arg, new):
-            a.copy_(torch.where(better, candidate, a))
-
-    def combine(self, parts: list[Part]) -> Tensor:
-        (best, arg), *others = parts
-        for value, candidate in others:
-            self._keep(best, arg, value, candidate)
-        self.back.append(arg)
+    def combine(parts: list[Tensor]) -> Tensor:
+        best = parts[0]
+        for value in parts[1:]:
+            best = torch.maximum(best, value)
         return best
+
+
+class Decompositions:
+    """The walk down's choices (``chart.backtrack``): the best decomposition of one span and label,
+    recomputed from the max-plus chart (``chart[w]``: B x (T-w+1) x K, K = PT at w = 1, else NT)."""
+
+    def __init__(self, rules: Tensor, chart: list[Tensor]):
+        self.rules, self.chart = rules, chart
+        self.NT, self.PT = rules.shape[1], chart[1].shape[-1]
+        self.sentence, self.spans = -1, None
+
+    def _spans(self, b: int) -> Tensor:
+        """Sentence b's values over all S labels: T x (T+1) x S, [i, k] for span [i, k) (-inf for
+        the labels of the other kind and for what is not a span); one sentence kept at a time."""
+        if self.sentence != b:
+            T = self.chart[1].shape[1]
+            spans = self.chart[1].new_full((T, T + 1, self.NT + self.PT), float("-inf"))
+            for w in range(1, T + 1):
+                i = torch.arange(T - w + 1, device=spans.device)
+                labels = slice(self.NT, None) if w == 1 else slice(0, self.NT)
+                spans[i, i + w, labels] = self.chart[w][b]
+            self.sentence, self.spans = b, spans
+        return self.spans
+
+    def __call__(self, b: int, start: int, width: int, label: int) -> tuple[int, int, int]:
+        """(split, left label, right label) of the best decomposition of [start, start + width) with
+        ``label``; a width-1 child's label is a preterminal index, a wider one's a nonterminal index."""
+        spans, end = self._spans(b), start + width
+        left = spans[start, start + 1 : end]  # (width - 1) x S, split s = 1 .. width - 1
+        right = spans[start + 1 : end, end]
+        rules = self.rules[b if self.rules.shape[0] > 1 else 0, label]  # S x S
+        S = rules.shape[-1]
+        flat = int((rules + left[:, :, None] + right[:, None, :]).flatten().argmax())
+        split, pair = divmod(flat, S * S)
+        children = divmod(pair, S)
+        left_label, right_label = (c - self.NT if c >= self.NT else c for c in children)
+        return split + 1, left_label, right_label
 
 
 def viterbi(
@@ -78,10 +109,9 @@ def viterbi(
     Returns:
         best score (B,) and the tree, B x (2T-1) x 3 long (start, end, label), pre-order.
     """
-    span_rules = ViterbiRules(rules, terms)
     with torch.no_grad():
-        top, _ = cky(span_rules, root, lengths, label_scores=nodes)
+        top, chart = cky(ViterbiRules(rules, terms), root, lengths, label_scores=nodes)
         score, root_label = top.max(-1)
     check_some_tree(score, lengths)  # the best score is -inf only where no tree is possible
-    tree = backtrack(lambda w: span_rules.back[w], lengths, root_label, terms.shape[1])
+    tree = backtrack(Decompositions(rules.detach(), chart), lengths, root_label, terms.shape[1])
     return score, tree
