@@ -1,5 +1,6 @@
 """Benchmark of decoding where it changed: the semi-Markov Viterbi and the Viterbi of chains whose low-rank
-transitions change with the position (the rank-space HMM's), each against the implementation it replaced.
+transitions change with the position (the rank-space HMM's), each against the implementation it replaced,
+and the PCFG's Viterbi against torch-struct's.
 
 * Semi-Markov chains: ``SemiMarkovChain(DenseSemiMarkov(...)).argmax`` (the max-product forward keeps each
   segment's best duration; the walk back recomputes the previous state from one column) against
@@ -9,6 +10,8 @@ transitions change with the position (the rank-space HMM's), each against the im
 * Rank-space HMM chains: ``viterbi.best_paths`` on the ``RankSpaceChain`` (each step's N x N formed a block
   of columns at a time) against ``dense form``, the same Viterbi on ``chain.dense()``, the
   B x (T-1) x N x N tensor it was run on before.
+* PCFGs: ``TreeDistribution(DenseGrammar(...)).argmax`` (values-only max-plus CKY, each decomposition on
+  the best tree recomputed) against torch-struct 0.5's ``SentCFG.argmax`` (the gradient of its max).
 
 One thread; full lengths; float32; under ``torch.no_grad()``. Each shape's methods run in one spawned
 process on the same potentials, taking turns (``benchlib.measure_interleaved``), with glibc's default
@@ -46,11 +49,11 @@ COLUMNS = ["time (ms)", "time / ours", "peak (MB)", "peak / ours"]
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # "semimarkov" or "rank-space chain"
+    kind: str  # "semimarkov", "rank-space chain" or "pcfg"
     B: int
     T: int
-    N: int
-    D_or_R: int  # the maximum duration (semi-Markov) or the rank (chain)
+    N: int  # states, or nonterminals (PCFG)
+    D_or_R: int  # the maximum duration (semi-Markov), the rank (chain) or the preterminals (PCFG)
     methods: tuple[str, ...]
 
 
@@ -59,12 +62,14 @@ class Plan:
     semimarkov: tuple[tuple[str, int, int, int, int], ...]  # label, B, T, N, D
     fits: tuple[tuple[int, int, int, int], ...]  # B, T, N, D: torch-struct beside ours
     chains: tuple[tuple[int, int, int, int], ...]  # B, T, N, R
+    grammars: tuple[tuple[int, int, int, int], ...]  # B, T, NT, PT
     repeats: int
     budget_s: float
 
 
 SEMIMARKOV = ("ours", "general walk back")
 CHAIN = ("ours", "dense form")
+PCFG = ("ours", "torch-struct 0.5")
 FULL = Plan(
     semimarkov=(
         ("semi-CRF tagger", 32, 50, 16, 8),
@@ -74,6 +79,7 @@ FULL = Plan(
     ),
     fits=((1, 16, 16, 32), (1, 16, 64, 8)),
     chains=((4, 32, 512, 64), (4, 32, 1024, 128), (4, 32, 2048, 256), (4, 32, 4096, 512)),
+    grammars=((4, 20, 30, 60), (4, 40, 30, 60), (4, 20, 60, 120)),
     repeats=20,
     budget_s=60.0,
 )
@@ -81,6 +87,7 @@ QUICK = Plan(
     semimarkov=(("short segments", 4, 40, 8, 8),),
     fits=((1, 8, 8, 8),),
     chains=((2, 16, 128, 16),),
+    grammars=((2, 8, 5, 10),),
     repeats=3,
     budget_s=5.0,
 )
@@ -173,6 +180,41 @@ def chain_calls(job: Job) -> dict[str, Callable[[], None]]:
     return {method: no_grad(calls[method]) for method in job.methods}
 
 
+# --- the PCFG decoders -----------------------------------------------------------------------------------
+def pcfg_calls(job: Job) -> dict[str, Callable[[], None]]:
+    """Ours and torch-struct's Viterbi on one grammar shared by the batch (``bench_tree``'s), full
+    lengths; torch-struct's best score checked against ours."""
+    import warnings
+
+    from bench_tree import Shape as TreeShape
+    from bench_tree import dense_leaves, terms_of
+    from torch_struct import SentCFG
+
+    from zoo.inference import DenseGrammar, TreeDistribution
+
+    shape = TreeShape(job.B, job.T, job.N, job.D_or_R)
+    root, rules = dense_leaves(shape)
+    terms = terms_of(shape)
+    batched = (terms, rules.expand(job.B, -1, -1, -1), root.expand(job.B, -1))
+    theirs = [x.clone().requires_grad_() for x in batched]
+
+    def torch_struct_argmax():
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore")
+            return SentCFG(tuple(theirs)).argmax
+
+    def ours():
+        with torch.no_grad():
+            return TreeDistribution(DenseGrammar(root, rules), terms).argmax
+
+    with torch.no_grad():
+        best = TreeDistribution(DenseGrammar(root, rules), terms).max_score
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore")
+        check_score("torch-struct 0.5", SentCFG(tuple(theirs)).max.detach(), best)
+    return {"ours": ours, "torch-struct 0.5": torch_struct_argmax}
+
+
 def dense_form_bytes(job: Job) -> float:
     """What the dense form needs at least: log Psi, B x (T-1) x N x N, and the log features it is built from,
     B x (T-1) x N x R, in float32."""
@@ -198,7 +240,8 @@ def check_score(method: str, found: Tensor, best: Tensor) -> None:
 def build_step(job: Job) -> dict[str, Callable[[], None]]:
     """The calls of one shape, built from the same seed (run in their own process)."""
     torch.manual_seed(0)
-    return semimarkov_calls(job) if job.kind == "semimarkov" else chain_calls(job)
+    calls = {"semimarkov": semimarkov_calls, "rank-space chain": chain_calls, "pcfg": pcfg_calls}
+    return calls[job.kind](job)
 
 
 def run(job: Job, plan: Plan) -> dict[str, Measurement]:
@@ -224,7 +267,7 @@ def main() -> None:
     plan = QUICK if args.quick else FULL
     benchlib.prepare_environment()
     started, load_before = time.time(), os.getloadavg()[0]
-    semimarkov, fits, chains = [], [], []
+    semimarkov, fits, chains, grammars = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="bench_decoding_") as copy:
         version = benchlib.snapshot_zoo(Path(copy))
         sys.path.insert(0, copy)  # ahead of the editable install's finder, in every spawned configuration
@@ -243,6 +286,9 @@ def main() -> None:
             if need > MEMORY_CAP:
                 results["dense form"] = Measurement(status=f"OOM (skipped: needs > {need / GB:,.0f} GB)")
             chains += rows_of(f"B = {B}, T = {T}, N = {N}, R = {R}", results)
+        for B, T, NT, PT in plan.grammars:
+            results = run(Job("pcfg", B, T, NT, PT, PCFG), plan)
+            grammars += rows_of(f"B = {B}, T = {T}, NT = {NT}, PT = {PT}", results)
     header = run_header(started, load_before, args.quick, plan, version)
     report = paragraphs(
         "## Decoding",
@@ -270,6 +316,13 @@ def main() -> None:
         "same Viterbi on `chain.dense()`, the B x (T-1) x N x N tensor decoding ran on before. Rank R = "
         "N / 8; softmax U and V, emission log-weights N(0, 3^2). Both take O(T N^2 R) time.",
         table(["shape", "method", *COLUMNS], chains),
+        "### PCFG Viterbi",
+        "`ours`: `TreeDistribution(DenseGrammar(root, rules), terms).argmax` (values-only max-plus CKY: the "
+        "best pair of children over the splits, then the rules over label pairs; each decomposition on the "
+        "best tree recomputed from the chart). torch-struct 0.5: `SentCFG((terms, rules, root)).argmax`, the "
+        "gradient of its max (its inputs require grad); its best score equals ours. `bench_tree.py`'s "
+        "grammar: log-softmax rules and terms, one grammar shared by the batch.",
+        table(["shape", "method", *COLUMNS], grammars),
     )
     print(report)
     if args.write:
