@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 from cli_testlib import predict
-from test_training_cli import recipe, write_music, write_ptb
+from test_training_cli import music_recipe, recipe, write_ptb
 from test_vae_cli import recipe as vae_recipe
 
 from zoo.cli import main
@@ -77,12 +77,7 @@ def test_the_predicted_split_is_chosen_and_checked(tmp_path):
 
 
 def test_predict_decodes_music_frames(tmp_path):
-    write_music(tmp_path / "JSB_Chorales.pickle")
-    data = {
-        "class_path": "zoo.data.MusicDataModule",
-        "init_args": {"dataset": str(tmp_path / "JSB_Chorales.pickle"), "batch_size": 4},
-    }
-    path = recipe(tmp_path, 0, "low-rank", data=data)
+    path = music_recipe(tmp_path)
     ckpt = fitted(path)
     out = tmp_path / "pieces.jsonl"
     assert predict(path, ckpt, "zoo.tasks.LikelihoodWriter", out) == 0

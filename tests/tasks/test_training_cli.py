@@ -99,13 +99,18 @@ def test_fit_without_validation_keeps_the_learning_rate(ptb):
     assert saved["optimizer_states"][0]["param_groups"][0]["lr"] == 0.01
 
 
-def test_fit_music_pickle(tmp_path):
-    write_music(tmp_path / "JSB_Chorales.pickle")
+def music_recipe(tmp: Path, backend: str = "low-rank") -> Path:
+    """A small BernoulliHMM recipe over a tiny JSB_Chorales.pickle written into ``tmp``."""
+    write_music(tmp / "JSB_Chorales.pickle")
     data = {
         "class_path": "zoo.data.MusicDataModule",
-        "init_args": {"dataset": str(tmp_path / "JSB_Chorales.pickle"), "batch_size": 4},
+        "init_args": {"dataset": str(tmp / "JSB_Chorales.pickle"), "batch_size": 4},
     }
-    path = recipe(tmp_path, 0, "low-rank", data=data)
+    return recipe(tmp, 0, backend, data=data)
+
+
+def test_fit_music_pickle(tmp_path):
+    path = music_recipe(tmp_path)
     assert main(["fit", "--config", str(path), "--trainer.fast_dev_run", "2"]) == 0
 
 

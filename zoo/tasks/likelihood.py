@@ -11,16 +11,13 @@ AdamW; the learning rate is multiplied by ``lr_factor`` when the validation NLL 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
@@ -30,6 +27,7 @@ from zoo.hub.pretrained import CheckpointError, load_into
 from zoo.metrics import NegativeLogLikelihood, Perplexity
 from zoo.models.base import ZooModel, renamed_key, weights_follow
 from zoo.tasks.interrupt import InterruptDynamicPrograms
+from zoo.tasks.prediction_writer import EpochWriter
 
 # evaluation's budget for the cost model's estimate of a batch (``max_eval_memory``): the device's memory
 DEFAULT_EVAL_MEMORY = "auto"
@@ -429,7 +427,7 @@ def checked_missing_ok(names, model: ZooModel) -> list[str]:
     return renamed
 
 
-class LikelihoodWriter(BasePredictionWriter):
+class LikelihoodWriter(EpochWriter):
     """Writes ``LikelihoodTask.predict_step``'s scores to ``output_path`` as JSON lines, one sequence a
     line in the order of the predicted split: ``{"index", "events", "log_likelihood", "nll"}`` (``nll``:
     -log p / events, nats a token or frame; a sentence's perplexity is exp(nll)), with ``states`` (the
@@ -441,16 +439,10 @@ class LikelihoodWriter(BasePredictionWriter):
         output_path: the file to write (its directory is created).
     """
 
-    def __init__(self, output_path: str):
-        super().__init__(write_interval="epoch")
-        self.output_path = output_path
-
     def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
-        batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
-        data = getattr(trainer, "datamodule", None)
-        words = data.predict_words() if callable(getattr(data, "predict_words", None)) else None
+        words = self.from_data(trainer, "predict_words")
         rows = []
-        for out in batches:
+        for out in self.batches(predictions):
             for b, events in enumerate(out["events"].tolist()):
                 index = int(out["index"][b]) if "index" in out else len(rows)
                 log_p = float(out["log_likelihood"][b])
@@ -461,7 +453,4 @@ class LikelihoodWriter(BasePredictionWriter):
                 if words is not None:
                     row["words"] = words[index]
                 rows.append(row)
-        rows.sort(key=lambda r: r["index"])
-        path = Path(self.output_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        self.write_json_lines(rows)

@@ -20,16 +20,15 @@ with the PCFG's ``num_events`` = words + 1 the perplexity is REFERENCE §2's PCF
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 
 from zoo.metrics import CorpusF1, SentenceF1
 from zoo.models.base import ZooModel
 from zoo.tasks.likelihood import DEFAULT_EVAL_MEMORY, LikelihoodTask
+from zoo.tasks.prediction_writer import EpochWriter
 
 
 def bracketed(spans: Tensor | list, words: list[str]) -> str:
@@ -195,7 +194,7 @@ class ParsingTask(LikelihoodTask):
         return out
 
 
-class TreeWriter(BasePredictionWriter):
+class TreeWriter(EpochWriter):
     """Writes ``ParsingTask.predict_step``'s bracketed MBR trees to ``output_path``, one a line, in
     corpus order when batches carry ``index`` (``zoo.data.PCFGDataModule`` does), else in batch order.
 
@@ -209,16 +208,11 @@ class TreeWriter(BasePredictionWriter):
         output_path: the file to write (its directory is created).
     """
 
-    def __init__(self, output_path: str):
-        super().__init__(write_interval="epoch")
-        self.output_path = output_path
-
     def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
-        batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
         data = getattr(trainer, "datamodule", None)
-        inputs = data.predict_lines() if callable(getattr(data, "predict_lines", None)) else None
+        inputs = self.from_data(trainer, "predict_lines")
         trees: dict[int, str] = {}
-        for out in batches:
+        for out in self.batches(predictions):
             index = out.get("index")
             for b, tree in enumerate(out["bracketed"]):
                 i = int(index[b]) if index is not None else len(trees)
@@ -244,9 +238,7 @@ class TreeWriter(BasePredictionWriter):
                         f"as empty lines ({why}): {unit}s {shown}",
                         stacklevel=2,
                     )
-        path = Path(self.output_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        self.write_lines(lines)
 
 
 __all__ = ["ParsingTask", "TreeWriter", "bracketed"]

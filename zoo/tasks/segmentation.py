@@ -20,17 +20,15 @@ On top of maximum likelihood (loss -sum log p(x) / sum frames; ``val/nll`` in na
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 
 from zoo.metrics import BoundaryF1, MatchedFrameAccuracy, NegativeLogLikelihood, SegmentRatio
 from zoo.models.base import ZooModel
 from zoo.tasks.likelihood import DEFAULT_EVAL_MEMORY, LikelihoodTask
+from zoo.tasks.prediction_writer import EpochWriter
 
 __all__ = ["SegmentationTask", "SegmentationWriter", "segments_of"]
 
@@ -180,7 +178,7 @@ class SegmentationTask(LikelihoodTask):
         return out
 
 
-class SegmentationWriter(BasePredictionWriter):
+class SegmentationWriter(EpochWriter):
     """Writes ``SegmentationTask.predict_step``'s segmentations to ``output_path`` as JSON lines, one
     sequence a line in corpus order: ``{"index", "name", "frames", "log_likelihood", "segments":
     [[start, end, label], ...]}`` (the model's segments, in frames, end exclusive; consecutive segments
@@ -191,16 +189,10 @@ class SegmentationWriter(BasePredictionWriter):
         output_path: the file to write (its directory is created).
     """
 
-    def __init__(self, output_path: str):
-        super().__init__(write_interval="epoch")
-        self.output_path = output_path
-
     def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
-        batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
-        data = getattr(trainer, "datamodule", None)
-        names = data.predict_names() if callable(getattr(data, "predict_names", None)) else None
+        names = self.from_data(trainer, "predict_names")
         rows = []
-        for out in batches:
+        for out in self.batches(predictions):
             for b, length in enumerate(out["lengths"].tolist()):
                 index = int(out["index"][b]) if "index" in out else len(rows)
                 rows.append(
@@ -212,7 +204,4 @@ class SegmentationWriter(BasePredictionWriter):
                         "segments": segments_of(out["segmentation"][b], length),
                     }
                 )
-        rows.sort(key=lambda r: r["index"])
-        path = Path(self.output_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        self.write_json_lines(rows)
