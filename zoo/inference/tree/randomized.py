@@ -132,18 +132,20 @@ def _kept_rules(grammar, g, parent, kinds, symbols) -> list[Tensor]:
     """
     out: list = [None] * len(kinds)
     index, shapes = [], []
+    NT, S = grammar.rules.shape[-3], grammar.rules.shape[-1]
     for j, ((left_sym, right_sym), kind) in enumerate(zip(symbols, kinds)):
         if kind == (True, True) and isinstance(grammar, LowRankGrammar):
             out[j] = _feature_entries(grammar, g.view(-1), parent, left_sym, right_sym)
             continue
-        idx = torch.broadcast_tensors(
-            g, parent[:, :, None, :, None, None], left_sym[..., None, :, None], right_sym[..., None, None, :]
-        )  # each B x n x s x K x KL x KR
-        shapes.append((j, idx[0].shape))
-        index.append([x.reshape(-1) for x in idx])
+        # the entries' positions in the flat rules, B x n x s x K x KL x KR: one index tensor, built by
+        # broadcasting (four broadcast index tensors, copied and concatenated, took most of the time)
+        row = (g * NT + parent[:, :, None, :, None, None]) * S
+        flat = (row + left_sym[..., None, :, None]) * S + right_sym[..., None, None, :]
+        shapes.append((j, flat.shape))
+        index.append(flat.reshape(-1))
     if index:
-        flat = grammar.rules[tuple(torch.cat(parts) for parts in zip(*index))]
-        for (j, shape), psi in zip(shapes, flat.split([shape.numel() for _, shape in shapes])):
+        entries = grammar.rules.reshape(-1)[torch.cat(index) if len(index) > 1 else index[0]]
+        for (j, shape), psi in zip(shapes, entries.split([shape.numel() for _, shape in shapes])):
             out[j] = psi.view(shape)
     return out
 
