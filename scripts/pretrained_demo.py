@@ -62,6 +62,10 @@ def hmm_language_model(tag: str, sentence: str) -> None:
         tokens = int(model.num_events(batch))
         ppl = math.exp(-log_p / tokens)
         print(f"  {label:9s} log p = {log_p:8.2f}, perplexity {ppl:8.1f}: {' '.join(text)}")
+        if label == "sentence":
+            states = model.decode(batch)[0].tolist()  # Viterbi: the most probable state sequence
+            shown = " ".join(f"{word}/{state}" for word, state in zip([*text, vocab.eos], states))
+            print(f"  most likely states (Viterbi), word/state: {shown}")
 
 
 def hmm_music(tag: str) -> None:
@@ -141,8 +145,7 @@ def vae(tag: str, sentence: str) -> None:
         ppl = math.exp(-log_p / len(ids))
         print(f"  {label:9s} log p ~ {log_p:8.2f}, perplexity {ppl:8.1f}: {' '.join(text)}")
         if label == "sentence":
-            with torch.no_grad():
-                states = model.posterior(batch, exact=True).argmax[0].tolist()
+            states = model.decode(batch)[0].tolist()
             pieces = data.tokenizer.convert_ids_to_tokens(ids)
             shown = " ".join(f"{piece.replace('Ġ', '')}/{state}" for piece, state in zip(pieces, states))
             print(f"  most likely states of q(z | y), token/state: {shown}")

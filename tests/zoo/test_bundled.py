@@ -150,7 +150,7 @@ def test_readme_main_job_block_runs():
 
 
 DEMO_OUTPUT = {  # what scripts/pretrained_demo.py prints for each bundled family
-    "hmm_categorical": ("log p =", "perplexity"),
+    "hmm_categorical": ("log p =", "perplexity", "most likely states (Viterbi)"),
     "hmm_bernoulli": ("nats per frame",),
     "pcfg": ("MBR parse", "sample:"),
     "hsmm": ("segments found",),
