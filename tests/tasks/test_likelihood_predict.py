@@ -14,7 +14,7 @@ from test_vae_cli import recipe as vae_recipe
 
 from zoo.cli import main
 from zoo.data import CaptionsDataModule, MusicDataModule, PTBDataModule
-from zoo.models import StructuredVAE
+from zoo.models import CategoricalHMM, StructuredVAE
 from zoo.tasks import LikelihoodTask, VAETask
 
 
@@ -120,3 +120,19 @@ def test_a_random_evaluation_is_seeded_by_the_batch_index():
         with torch.no_grad():
             scores.append(task.predict_step(batch, 0)["log_likelihood"])
     assert torch.equal(*scores)
+
+
+def test_decode_is_the_whole_models_in_any_mode():
+    """In training mode state dropout keeps a subset of the states and the MLPs drop units: decode
+    still gives the whole model's Viterbi states (indices of all N), and leaves the mode as it was."""
+    model = CategoricalHMM(12, 16, state_dropout=0.5, dropout=0.3, embedding_dim=8, hidden_dim=8)
+    batch = {"tokens": torch.randint(1, 12, (3, 7)), "lengths": torch.tensor([7, 2, 5])}
+    expected = model.eval().decode(batch)
+    model.train()
+    for _ in range(3):
+        assert torch.equal(model.decode(batch), expected)
+    assert model.training
+    with torch.no_grad():
+        best = model.eval().posterior(batch).max_score
+    scored = model.posterior(batch).log_prob(expected) + model.posterior(batch).log_partition
+    torch.testing.assert_close(scored, best, atol=1e-4, rtol=0)

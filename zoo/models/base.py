@@ -71,6 +71,24 @@ def scoring(method):
     return score
 
 
+def decoding(method):
+    """For a family's ``decode(batch)``: the best structure of the whole model, so it runs in eval mode (no
+    dropout, no state dropout; the module's mode is restored after) and under ``torch.no_grad()``."""
+    import torch
+
+    @functools.wraps(method)
+    def decode(self, batch: dict, *args, **kwargs):
+        training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                return method(self, batch, *args, **kwargs)
+        finally:
+            self.train(training)
+
+    return decode
+
+
 def renamed(old: str, new: str):
     """A method ``old`` kept for one release as an alias of ``new``: it calls ``new`` and warns
     (``FutureWarning``) that the name will go."""

@@ -64,7 +64,7 @@ from zoo.models.arguments import (
     check_randomized,
     check_rank,
 )
-from zoo.models.base import ZooModel, renamed, scoring
+from zoo.models.base import ZooModel, decoding, renamed, scoring
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
 from zoo.models.evaluation import RandomizedEvaluation
 from zoo.models.inputs import batch_inputs, binary_frames, token_ids
@@ -260,11 +260,10 @@ class HMM(RandomizedEvaluation, ZooModel):
         factors = self.transition.chain(unary, start, prev, nxt, components, features)
         return LinearChain(factors, lengths, *self.engine_backend(generator))
 
-    @torch.no_grad()
+    @decoding
     def decode(self, batch: dict) -> Tensor:
-        """The most probable state sequence of each sequence (Viterbi, exact for every backend): B x T
-        long, -1 past each length. Call it in eval mode (in training mode with state dropout the
-        indices would be those of the kept states)."""
+        """The most probable state sequence of each sequence (Viterbi, exact for every backend) under the
+        whole model (in eval mode, whatever the module's mode): B x T long, -1 past each length."""
         return self.posterior(batch).argmax
 
     @scoring

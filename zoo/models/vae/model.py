@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from zoo.extras import imported
 from zoo.inference import LinearChain
 from zoo.models.arguments import check_int, check_positive, check_probability
-from zoo.models.base import ZooModel, gradients_in_evaluation, scoring, weights_will_follow
+from zoo.models.base import ZooModel, decoding, gradients_in_evaluation, scoring, weights_will_follow
 from zoo.models.inputs import batch_inputs, token_ids
 from zoo.models.vae.decoder import LSTMDecoder
 from zoo.models.vae.importance import ImportanceEstimates, importance_sampled_estimates
@@ -220,10 +220,10 @@ class StructuredVAE(ZooModel):
         tokens, lengths = self._inputs(batch)
         return self.inference.posterior(self.encode(tokens, lengths), lengths, exact, generator)
 
-    @torch.no_grad()
+    @decoding
     def decode(self, batch: dict) -> Tensor:
-        """The most probable state sequence under q(z | y), computed exactly: B x T long, -1 past each
-        length (call it in eval mode)."""
+        """The most probable state sequence under q(z | y), computed exactly, in eval mode (no dropout in
+        the encoder, whatever the module's mode): B x T long, -1 past each length."""
         return self.posterior(batch, exact=True).argmax
 
     def posterior_summary(self, batch: dict) -> tuple[Tensor, Tensor]:
