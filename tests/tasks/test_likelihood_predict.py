@@ -4,11 +4,14 @@ LikelihoodWriter's JSON lines (it failed with Lightning's "predict_dataloader mu
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 import yaml
-from cli_testlib import predict
+from cli_testlib import REPO, predict
 from test_training_cli import music_recipe, recipe, write_ptb
 from test_vae_cli import recipe as vae_recipe
 
@@ -136,3 +139,26 @@ def test_decode_is_the_whole_models_in_any_mode():
         best = model.eval().posterior(batch).max_score
     scored = model.posterior(batch).log_prob(expected) + model.posterior(batch).log_partition
     torch.testing.assert_close(scored, best, atol=1e-4, rtol=0)
+
+
+def test_ddp_predict_writes_every_process_share(tmp_path):
+    """Two CPU processes (gloo) each predict half of the sentences: the file holds all of them, as one
+    process writes it (each used to write its own half over the other's)."""
+    vocab = write_ptb(tmp_path)
+    path = recipe(tmp_path, vocab, "exact")
+    ckpt = fitted(path)
+    out = tmp_path / "ddp.jsonl"
+    callback = {"class_path": "zoo.tasks.LikelihoodWriter", "init_args": {"output_path": str(out)}}
+    command = [
+        sys.executable, "-m", "zoo.cli", "predict", "--config", str(path), "--ckpt_path", str(ckpt),
+        "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.use_distributed_sampler", "false",
+        "--trainer.callbacks+", json.dumps(callback),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    subprocess.run(command, check=True, cwd=REPO, env=env, capture_output=True, timeout=600)
+    single = tmp_path / "single.jsonl"
+    assert predict(path, ckpt, "zoo.tasks.LikelihoodWriter", single) == 0
+    assert [r["index"] for r in rows(out)] == list(range(7))  # the 7 test sentences
+    for a, b in zip(rows(out), rows(single)):
+        assert a["states"] == b["states"]
+        assert a["log_likelihood"] == pytest.approx(b["log_likelihood"], rel=1e-6)

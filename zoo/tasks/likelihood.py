@@ -439,10 +439,10 @@ class LikelihoodWriter(EpochWriter):
         output_path: the file to write (its directory is created).
     """
 
-    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
+    def write(self, trainer, batches: list[dict]) -> None:
         words = self.from_data(trainer, "predict_words")
         rows = []
-        for out in self.batches(predictions):
+        for out in batches:
             for b, events in enumerate(out["events"].tolist()):
                 index = int(out["index"][b]) if "index" in out else len(rows)
                 log_p = float(out["log_likelihood"][b])

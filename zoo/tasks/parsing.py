@@ -208,11 +208,11 @@ class TreeWriter(EpochWriter):
         output_path: the file to write (its directory is created).
     """
 
-    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
+    def write(self, trainer, batches: list[dict]) -> None:
         data = getattr(trainer, "datamodule", None)
         inputs = self.from_data(trainer, "predict_lines")
         trees: dict[int, str] = {}
-        for out in self.batches(predictions):
+        for out in batches:
             index = out.get("index")
             for b, tree in enumerate(out["bracketed"]):
                 i = int(index[b]) if index is not None else len(trees)

@@ -1,5 +1,5 @@
 """What the ``zoo predict`` writers share: an output file, written once at the end of the epoch from the
-predicted batches, and the data module's description of its inputs."""
+predicted batches of every process, and the data module's description of its inputs."""
 
 from __future__ import annotations
 
@@ -7,11 +7,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 
 class EpochWriter(BasePredictionWriter):
-    """Base of the prediction writers: ``write_on_epoch_end`` gets the batches' predictions.
+    """Base of the prediction writers: ``write(trainer, batches)`` gets every predicted batch's output.
+
+    Under DDP each process predicts its share of the batches; they are gathered (on the CPU) and the
+    first process writes them all (each process used to write its own share to the same file, so the
+    file held one process's sequences).
 
     Args:
         output_path: the file to write (its directory is created).
@@ -21,10 +27,18 @@ class EpochWriter(BasePredictionWriter):
         super().__init__(write_interval="epoch")
         self.output_path = output_path
 
-    @staticmethod
-    def batches(predictions: list) -> list[dict[str, Any]]:
-        """The predicted batches' outputs (Lightning nests them by dataloader when there are several)."""
-        return predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+    def write(self, trainer, batches: list[dict[str, Any]]) -> None:
+        raise NotImplementedError
+
+    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
+        batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+        if getattr(trainer, "world_size", 1) > 1:
+            shares: list = [None] * trainer.world_size
+            torch.distributed.all_gather_object(shares, move_data_to_device(batches, "cpu"))
+            if trainer.global_rank != 0:
+                return
+            batches = [batch for share in shares for batch in share]
+        self.write(trainer, batches)
 
     @staticmethod
     def from_data(trainer, method: str):

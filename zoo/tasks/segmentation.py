@@ -189,10 +189,10 @@ class SegmentationWriter(EpochWriter):
         output_path: the file to write (its directory is created).
     """
 
-    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
+    def write(self, trainer, batches: list[dict]) -> None:
         names = self.from_data(trainer, "predict_names")
         rows = []
-        for out in self.batches(predictions):
+        for out in batches:
             for b, length in enumerate(out["lengths"].tolist()):
                 index = int(out["index"][b]) if "index" in out else len(rows)
                 rows.append(
