@@ -16,8 +16,7 @@ class EpochWriter(BasePredictionWriter):
     """Base of the prediction writers: ``write(trainer, batches)`` gets every predicted batch's output.
 
     Under DDP each process predicts its share of the batches; they are gathered (on the CPU) and the
-    first process writes them all (each process used to write its own share to the same file, so the
-    file held one process's sequences).
+    first process writes them all.
 
     Args:
         output_path: the file to write (its directory is created).
