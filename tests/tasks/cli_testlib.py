@@ -46,8 +46,9 @@ def config_with_ddp(recipe: Path, capsys) -> dict:
     return config
 
 
-def predict(config: Path, ckpt: Path, writer: str, output: Path) -> int:
-    """`zoo predict` of the checkpoint with the prediction writer class ``writer`` writing ``output``."""
+def predict(config: Path, ckpt: Path, writer: str, output: Path, *options: str) -> int:
+    """`zoo predict` of the checkpoint with the prediction writer class ``writer`` writing ``output``
+    (``options``: more command-line arguments)."""
     callback = {"class_path": writer, "init_args": {"output_path": str(output)}}
     return main(
         [
@@ -58,6 +59,7 @@ def predict(config: Path, ckpt: Path, writer: str, output: Path) -> int:
             str(ckpt),
             "--trainer.callbacks+",
             yaml.safe_dump(callback),
+            *options,
         ]
     )
 

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import torch
-import yaml
 from cli_testlib import REPO, predict
 from test_training_cli import music_recipe, recipe, write_ptb
 from test_vae_cli import recipe as vae_recipe
@@ -68,12 +67,8 @@ def test_the_predicted_split_is_chosen_and_checked(tmp_path):
     vocab = write_ptb(tmp_path)
     path = recipe(tmp_path, vocab, "exact")
     ckpt = fitted(path)
-    config = yaml.safe_load(path.read_text())
-    config["data"]["init_args"]["predict_split"] = "valid"
-    valid = tmp_path / "valid.yaml"
-    valid.write_text(yaml.safe_dump(config))
-    out = tmp_path / "valid.jsonl"
-    assert predict(valid, ckpt, "zoo.tasks.LikelihoodWriter", out) == 0
+    out, split = tmp_path / "valid.jsonl", ("--data.init_args.predict_split", "valid")
+    assert predict(path, ckpt, "zoo.tasks.LikelihoodWriter", out, *split) == 0
     assert len(rows(out)) == len((tmp_path / "ptb.valid.txt").read_text().splitlines()) == 9
     with pytest.raises(ValueError, match=r"predict_split must be one of \['train', 'valid', 'test'\], got"):
         PTBDataModule(data_dir=str(tmp_path), predict_split="dev")
@@ -162,3 +157,14 @@ def test_ddp_predict_writes_every_process_share(tmp_path):
     for a, b in zip(rows(out), rows(single)):
         assert a["states"] == b["states"]
         assert a["log_likelihood"] == pytest.approx(b["log_likelihood"], rel=1e-6)
+
+
+def test_sequences_left_unpredicted_are_named(tmp_path):
+    vocab = write_ptb(tmp_path)
+    path = recipe(tmp_path, vocab, "exact")
+    ckpt = fitted(path)
+    out = tmp_path / "some.jsonl"
+    one_batch = ("--data.init_args.batch_tokens", "12", "--trainer.limit_predict_batches", "1")
+    with pytest.warns(UserWarning, match=r"some.jsonl: \d of 7 sequences were not predicted \(e.g. past"):
+        assert predict(path, ckpt, "zoo.tasks.LikelihoodWriter", out, *one_batch) == 0
+    assert 0 < len(rows(out)) < 7

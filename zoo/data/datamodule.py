@@ -140,6 +140,11 @@ class SequenceDataModule(pl.LightningDataModule):
         """``zoo predict``'s batches: the ``predict_split``, each batch with ``index``."""
         return self._loader(self.predict_split, train=False, indexed=True)
 
+    def predict_count(self) -> int:
+        """The number of sequences of the ``predict_split`` (their ``index`` runs over 0 .. count - 1)."""
+        self.setup()
+        return len(self.datasets[self.predict_split])
+
 
 class IndexedItems(Dataset):
     """A dataset's items paired with their positions: item i is (i, dataset[i])."""

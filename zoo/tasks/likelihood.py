@@ -453,4 +453,5 @@ class LikelihoodWriter(EpochWriter):
                 if words is not None:
                     row["words"] = words[index]
                 rows.append(row)
+        self.warn_unpredicted(trainer, (row["index"] for row in rows))
         self.write_json_lines(rows)

@@ -4,6 +4,8 @@ predicted batches of every process, and the data module's description of its inp
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,19 @@ class EpochWriter(BasePredictionWriter):
         """What the trainer's data module's ``method()`` returns, or None where it has no such method."""
         data = getattr(trainer, "datamodule", None)
         return getattr(data, method)() if callable(getattr(data, method, None)) else None
+
+    def warn_unpredicted(self, trainer, predicted: Iterable[int]) -> None:
+        """Warn, naming the first, about the sequences of the predicted split that no batch predicted (a
+        data module with ``predict_count()`` says how many there are)."""
+        count = self.from_data(trainer, "predict_count")
+        missing = [] if count is None else sorted(set(range(count)) - set(predicted))
+        if missing:
+            shown = ", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else "")
+            warnings.warn(
+                f"{self.output_path}: {len(missing)} of {count} sequences were not predicted (e.g. past "
+                f"--trainer.limit_predict_batches) and are not in it: index {shown}",
+                stacklevel=2,
+            )
 
     def write_lines(self, lines: list[str]) -> None:
         path = Path(self.output_path)

@@ -204,4 +204,5 @@ class SegmentationWriter(EpochWriter):
                         "segments": segments_of(out["segmentation"][b], length),
                     }
                 )
+        self.warn_unpredicted(trainer, (row["index"] for row in rows))
         self.write_json_lines(rows)
