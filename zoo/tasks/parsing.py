@@ -28,7 +28,7 @@ from torch import Tensor
 from zoo.metrics import CorpusF1, SentenceF1
 from zoo.models.base import ZooModel
 from zoo.tasks.likelihood import DEFAULT_EVAL_MEMORY, LikelihoodTask
-from zoo.tasks.prediction_writer import EpochWriter
+from zoo.tasks.prediction_writer import EpochWriter, listed
 
 
 def bracketed(spans: Tensor | list, words: list[str]) -> str:
@@ -232,10 +232,9 @@ class TreeWriter(EpochWriter):
                  sorted(numbers[i] for i in range(len(numbers)) if i not in trees)),
             ):  # fmt: skip
                 if missing:
-                    shown = ", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else "")
                     warnings.warn(
                         f"{self.output_path}: {len(missing)} of {count} input {unit}s have no parse, written "
-                        f"as empty lines ({why}): {unit}s {shown}",
+                        f"as empty lines ({why}): {unit}s {listed(missing)}",
                         stacklevel=2,
                     )
         self.write_lines(lines)

@@ -14,6 +14,11 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 
+def listed(numbers: list[int], first: int = 20) -> str:
+    """The ``first`` numbers, comma-separated, "..." after them when there are more."""
+    return ", ".join(map(str, numbers[:first])) + (", ..." if len(numbers) > first else "")
+
+
 class EpochWriter(BasePredictionWriter):
     """Base of the prediction writers: ``write(trainer, batches)`` gets every predicted batch's output.
 
@@ -53,10 +58,9 @@ class EpochWriter(BasePredictionWriter):
         count = self.from_data(trainer, "predict_count")
         missing = [] if count is None else sorted(set(range(count)) - set(predicted))
         if missing:
-            shown = ", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else "")
             warnings.warn(
                 f"{self.output_path}: {len(missing)} of {count} sequences were not predicted (e.g. past "
-                f"--trainer.limit_predict_batches) and are not in it: index {shown}",
+                f"--trainer.limit_predict_batches) and are not in it: index {listed(missing)}",
                 stacklevel=2,
             )
 
