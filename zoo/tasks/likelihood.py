@@ -285,10 +285,10 @@ class LikelihoodTask(pl.LightningModule):
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         """log p and events of each sequence (perplexity of a sentence: exp(-log_p / events)), its most
         probable states (B x T, -1 past each length) where the model decodes (``decode``: the HMMs'
-        Viterbi path, the structured VAE's MAP states of q), and
-        ``index`` (positions in the split) where the batch has it; a batch over the limits is refused
-        first, as in validation and test. A random evaluation (importance sampling, the randomized
-        backend's estimate) is seeded with the batch's index, as the test's (first) seed is."""
+        Viterbi path, the structured VAE's MAP states of q), and ``index`` (positions in the split)
+        where the batch has it; a batch over the limits is refused first, as in validation and test.
+        A random evaluation (importance sampling, the randomized backend's estimate) is seeded with the
+        batch's index, as the test's (first) seed is."""
         self._check_budget(batch, "predict", batch_idx)
         events = self.model.num_events(batch)
         generator = torch.Generator(device=events.device).manual_seed(batch_idx)
