@@ -6,7 +6,7 @@ forbidden transitions with a fixed start in float32, and an uncovered sequence."
 import pytest
 import torch
 
-from zoo.inference import DenseSemiMarkov, SemiMarkovChain
+from zoo.inference import DenseSemiMarkov, RankSpaceSemiMarkov, SemiMarkovChain
 from zoo.inference.semimarkov.engine import segmentation_score
 from zoo.inference.semimarkov.exact import ExactEngine, dense_problem
 from zoo.inference.semimarkov.forward import backtrack, factorized_choice, forward
@@ -85,3 +85,27 @@ def test_an_uncovered_sequence_raises_from_the_max_product_forward(monkeypatch):
     with pytest.raises(ValueError, match=r"no segmentation covers batch elements \[1\]"):
         SemiMarkovChain(f, torch.tensor([4, 5])).argmax  # noqa: B018
 
+
+
+@pytest.mark.parametrize("kind", ["dense", "rank-space"])
+def test_the_best_score_is_differentiable_its_gradient_the_segmentations_indicator(kind):
+    """max_score is the best segmentation's score summed from the potentials (a structured hinge loss
+    needs its gradient); it was the max-product forward's value, without a graph. Piecewise linear:
+    gradcheck at a point without ties."""
+    g = torch.Generator().manual_seed(4)
+    lengths = torch.tensor([7, 3])
+    if kind == "dense":
+        shapes = ((2, 7, 3), (3, 3), (3, 4), (3,))  # unary, transition, duration, init
+        args = [torch.randn(*shape, generator=g, dtype=torch.float64) for shape in shapes]
+
+        def best(*x):
+            return SemiMarkovChain(DenseSemiMarkov(*x), lengths).max_score
+    else:
+        shapes = ((3,), (3, 2), (3, 2), (2, 4), (2, 7, 2))
+        args = [torch.rand(*s, generator=g, dtype=torch.float64) + 0.1 for s in shapes[:3]]
+        args += [torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes[3:]]
+
+        def best(*x):
+            return SemiMarkovChain(RankSpaceSemiMarkov(*x), lengths, backend="rank-space").max_score
+    args = [x.requires_grad_() for x in args]
+    assert torch.autograd.gradcheck(best, args)

@@ -46,3 +46,18 @@ def test_chunked_rule_applications_give_the_same_trees(monkeypatch):
     chunked = TreeDistribution(grammar, terms, lengths)
     assert torch.equal(chunked.argmax, whole.argmax)
     torch.testing.assert_close(chunked.max_score, whole.max_score, atol=0, rtol=0)
+
+
+def test_the_best_score_is_differentiable_its_gradient_the_trees_indicator():
+    """max_score is the best tree's score summed from the potentials (root, rules, terms, node scores),
+    as a structured hinge loss needs; it was CKY's value, without a graph. gradcheck, no ties."""
+    grammar, terms = random_grammar(2, 5, 3, 4, seed=3, batched=True)
+    g = torch.Generator().manual_seed(5)
+    nodes = torch.randn(2, 5, 6, 3, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([5, 3])
+
+    def best(root, rules, terms, nodes):
+        return TreeDistribution(DenseGrammar(root, rules), terms, lengths, node_scores=nodes).max_score
+
+    args = [x.clone().requires_grad_() for x in (grammar.root, grammar.rules, terms, nodes)]
+    assert torch.autograd.gradcheck(best, args)

@@ -11,8 +11,10 @@ from zoo.inference.backend import Backend
 from zoo.inference.checks import check_label_sequences, check_lengths, check_sample_count
 from zoo.inference.distribution import StructuredDistribution
 from zoo.inference.inference_mode import autograd_ready
+from zoo.inference.numerics import needs_grad
 from zoo.inference.rdp import RDPOptions
 from zoo.inference.semimarkov import exact, low_rank, randomized  # noqa: F401  (register the engines)
+from zoo.inference.semimarkov.engine import segmentation_score
 from zoo.inference.semimarkov.factors import SemiMarkovFactors
 from zoo.inference.semimarkov.rank_space import rank_space_argmax
 
@@ -84,6 +86,9 @@ class SemiMarkovChain(StructuredDistribution):
     def _viterbi(self) -> tuple[Tensor, Tensor]:
         score, segmentation = self.engine.argmax(self.factors, self.lengths)
         self.engine.checked(score, self.factors, self.lengths)  # a best score of -inf: log Z = -inf
+        if needs_grad(*vars(self.factors).values()):
+            # the best segmentation's score summed from the potentials: its gradient is its indicator
+            score = segmentation_score(self.factors, segmentation, self.lengths)
         return score, segmentation
 
     @cached_property

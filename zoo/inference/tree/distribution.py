@@ -18,9 +18,11 @@ from zoo.inference.checks import (
 )
 from zoo.inference.distribution import StructuredDistribution
 from zoo.inference.inference_mode import autograd_ready
+from zoo.inference.numerics import needs_grad
 from zoo.inference.tree import engine, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
 from zoo.inference.tree.chart import mask_terms, mbr_tree
 from zoo.inference.tree.factors import GrammarFactors
+from zoo.inference.tree.trees import tree_score
 
 
 class TreeDistribution(StructuredDistribution):
@@ -131,7 +133,11 @@ class TreeDistribution(StructuredDistribution):
     @cached_property
     @autograd_ready
     def _viterbi(self) -> tuple[Tensor, Tensor]:
-        return self.engine.argmax(*self._args, self.node_scores)
+        score, tree = self.engine.argmax(*self._args, self.node_scores)
+        if needs_grad(*self._potentials()):
+            # the best tree's score summed from the potentials: its gradient is the tree's indicator
+            score = tree_score(*self._args, tree, self.node_scores)
+        return score, tree
 
     @autograd_ready
     def mbr(self) -> Tensor:
