@@ -98,7 +98,7 @@ def select_labels(grammar: GrammarFactors, terms: Tensor, options: RDPOptions) -
     return KeptLabels(spans, leaves)
 
 
-def _kept_width(grammar, g, parent, kinds, *tensors):
+def _kept_width(grammar, flat_rules, g, parent, kinds, *tensors):
     """The scaled sums of one width's blocks of splits: (scales B x n x nb, values B x n x nb x K).
 
     ``kinds`` names each block (left child a nonterminal, right child a nonterminal); ``tensors``
@@ -107,7 +107,7 @@ def _kept_width(grammar, g, parent, kinds, *tensors):
     children (psi from ``_kept_rules``).
     """
     blocks = [tensors[i : i + 4] for i in range(0, len(tensors), 4)]
-    psis = _kept_rules(grammar, g, parent, kinds, [(block[0], block[2]) for block in blocks])
+    psis = _kept_rules(grammar, flat_rules, g, parent, kinds, [(block[0], block[2]) for block in blocks])
     scales, values = [], []
     for (_, left, _, right), psi in zip(blocks, psis):
         left, right = (to_scaled(x.unsqueeze(-2)) for x in (left, right))
@@ -121,7 +121,7 @@ def _kept_width(grammar, g, parent, kinds, *tensors):
     return torch.stack(scales, -1), torch.stack(values, -2)
 
 
-def _kept_rules(grammar, g, parent, kinds, symbols) -> list[Tensor]:
+def _kept_rules(grammar, flat_rules, g, parent, kinds, symbols) -> list[Tensor]:
     """log psi(parent, l, r) over each block's kept triples: B x n x s x K x KL x KR a block
     (``symbols``: its left and right children's kept symbols, B x n x s x KL and B x n x s x KR).
 
@@ -137,14 +137,14 @@ def _kept_rules(grammar, g, parent, kinds, symbols) -> list[Tensor]:
         if kind == (True, True) and isinstance(grammar, LowRankGrammar):
             out[j] = _feature_entries(grammar, g.view(-1), parent, left_sym, right_sym)
             continue
-        # the entries' positions in the flat rules, B x n x s x K x KL x KR: one index tensor, built by
-        # broadcasting (four broadcast index tensors, copied and concatenated, took most of the time)
+        # the entries' positions in ``flat_rules`` (the rules flattened once a DP), B x n x s x K x KL x
+        # KR: one index tensor, built by broadcasting
         row = (g * NT + parent[:, :, None, :, None, None]) * S
         flat = (row + left_sym[..., None, :, None]) * S + right_sym[..., None, None, :]
         shapes.append((j, flat.shape))
         index.append(flat.reshape(-1))
     if index:
-        entries = grammar.rules.reshape(-1)[torch.cat(index) if len(index) > 1 else index[0]]
+        entries = flat_rules[torch.cat(index) if len(index) > 1 else index[0]]
         for (j, shape), psi in zip(shapes, entries.split([shape.numel() for _, shape in shapes])):
             out[j] = psi.view(shape)
     return out
@@ -171,6 +171,7 @@ def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None,
     g = g.to(terms.device).view(B, 1, 1, 1, 1, 1)
     leaf_value = terms.gather(-1, kept.leaves.index) + kept.leaves.log_weights  # as a child
     leaf_sym = kept.leaves.index + NT
+    flat_rules = grammar.rules.reshape(-1)  # a view of contiguous rules (a copy of expanded ones, once)
     chart: list = [None, None]
 
     def child(width, start, n):
@@ -192,7 +193,9 @@ def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None,
                 r_sym, right = (torch.stack(x, 2) for x in zip(*(child(w - s, s, n) for s in splits)))
                 kinds.append(block)
                 blocks += [l_sym, left, r_sym, right]
-        scales, values = checkpoint(_kept_width, grammar, g, parent, kinds, *blocks, use_reentrant=False)
+        scales, values = checkpoint(
+            _kept_width, grammar, flat_rules, g, parent, kinds, *blocks, use_reentrant=False
+        )
         if guard is not None:
             guard.check(values.detach().amax(-1).flatten(1), guard.RISK)  # every block of every span
         beta = combine(list(zip(scales.unbind(-1), values.unbind(-2))))
