@@ -35,6 +35,12 @@ UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 UNITS.update({f"{p}iB": 2 ** (10 * (i + 1)) for i, p in enumerate("KMGT")})
 
 
+def evaluation_generator(batch_idx: int, device: torch.device, seed: int = 0) -> torch.Generator:
+    """The generator of a random evaluation's draws on batch ``batch_idx`` (seed 0: what validation,
+    test and predict use for one estimate; the other seeds give the spread over seeds)."""
+    return torch.Generator(device=device).manual_seed(seed * 1_000_003 + batch_idx)
+
+
 class LikelihoodTask(pl.LightningModule):
     """Maximum-likelihood training of a sequence model.
 
@@ -220,7 +226,7 @@ class LikelihoodTask(pl.LightningModule):
         self._text = "tokens" in batch
         if self._random_evaluation():  # one estimate per seed; mean and spread at the epoch's end
             for seed, metric in enumerate(self.seed_metrics[stage]):
-                generator = torch.Generator(device=events.device).manual_seed(seed * 1_000_003 + batch_idx)
+                generator = evaluation_generator(batch_idx, events.device, seed)
                 metric.update(self.model.log_likelihood(batch, generator=generator), events)
             return
         log_p = self(batch)
@@ -291,7 +297,7 @@ class LikelihoodTask(pl.LightningModule):
         batch's index, as the test's (first) seed is."""
         self._check_budget(batch, "predict", batch_idx)
         events = self.model.num_events(batch)
-        generator = torch.Generator(device=events.device).manual_seed(batch_idx)
+        generator = evaluation_generator(batch_idx, events.device)
         out = {"log_likelihood": self.model.log_likelihood(batch, generator=generator), "events": events}
         if callable(getattr(self.model, "decode", None)):
             out["states"] = self.model.decode(batch)

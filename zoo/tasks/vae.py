@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from zoo.metrics import NegativeLogLikelihood, PosteriorUsage
-from zoo.tasks.likelihood import LikelihoodTask
+from zoo.tasks.likelihood import LikelihoodTask, evaluation_generator
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class VAETask(LikelihoodTask):
     def _evaluate(self, batch: dict[str, Tensor], stage: str, batch_idx: int) -> None:
         events = self.model.num_events(batch)
         ones = torch.ones_like(events)
-        generator = torch.Generator(device=events.device).manual_seed(batch_idx)
+        generator = evaluation_generator(batch_idx, events.device)
         log_p, elbo = self.model.importance_estimates(batch, generator=generator)
         updates = (
             ("nll", self.metrics[f"{stage}_nll"], log_p, events),
