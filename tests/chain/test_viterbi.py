@@ -108,6 +108,23 @@ def test_a_chain_with_no_path_raises_and_padding_does_not_count():
             getattr(dist, operation)
 
 
+@pytest.mark.parametrize("padding", [NEG_INF, 3e38, -3e38])
+def test_padding_that_overflows_changes_no_path(padding):
+    """The forward runs through the padding unmasked: values there may reach -inf, +inf or NaN (float32
+    overflow, then +inf + -inf), and no sequence's path may change."""
+    unary, transition, init = random_chain(3, 6, 4, shared=True)
+    transition[0, 1] = NEG_INF
+    lengths = torch.tensor([6, 2, 4])
+    padded = unary.clone()
+    for b, length in enumerate(lengths.tolist()):
+        padded[b, length:] = padding
+    paths = LinearChain(DenseChain(padded, transition, init), lengths).argmax
+    for b, length in enumerate(lengths.tolist()):
+        alone = LinearChain(DenseChain(unary[b : b + 1, :length], transition, init)).argmax
+        assert paths[b, :length].tolist() == alone[0].tolist()
+        assert (paths[b, length:] == -1).all()
+
+
 @pytest.mark.parametrize("shared", [True, False])
 def test_the_best_score_gradient_is_the_best_path(shared):
     unary, transition, init = (x.requires_grad_() for x in random_chain(2, 5, 4, shared, seed=3))

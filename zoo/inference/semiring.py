@@ -70,6 +70,8 @@ def max_plus(x: Tensor, log_columns: Tensor) -> Tensor:
     reduction across rows was 4-8x slower at K = 1024-2048)."""
     B, K = x.shape
     chunk = max(1, MAX_CHUNK // max(1, B * K))
+    if chunk >= K:  # one block: no slice (a tensor operation a step at tagging sizes)
+        return (x.unsqueeze(-2) + log_columns).amax(-1)
     out = [(x.unsqueeze(-2) + log_columns[..., j : j + chunk, :]).amax(-1) for j in range(0, K, chunk)]
     return torch.cat(out, -1) if len(out) > 1 else out[0]
 

@@ -6,8 +6,9 @@ in chunks of columns reduced along their contiguous last axis (``semiring.max_pl
 recomputes each best predecessor from the kept values and one column of the transition (B x N a
 position): a reduction that also returns its indices (``max``, ``argmax``) runs 5-15x slower than
 ``amax`` on a CPU, so the B x N x N one does not. A step takes three to four tensor operations and no
-host synchronization, what decides the time at tagging sizes (N <= 64). Past a sequence's length its
-values stay those of its last position.
+host synchronization, what decides the time at tagging sizes (N <= 64). Past a sequence's length the
+forward goes on through the padding unmasked (nothing reads those values); the walk back starts each
+sequence at its own last position.
 
 A dense chain's transition is read as it is. A low-rank chain whose transition changes with the position
 (rank weights w_t: the rank-space HMM's emissions) is streamed: each step forms its B x N x N log Psi_t
@@ -87,18 +88,20 @@ def best_paths(chain: ChainFactors, lengths: Tensor) -> Tensor:
             best, into = dense_steps(chain)
         unary = chain.folded_unary().unbind(1)
         T = chain.max_length
-        ragged = bool((lengths < T).any())
         values = [unary[0]]
-        for t in range(1, T):
-            value = best(t, values[-1]) + unary[t]
-            values.append(torch.where((lengths > t).unsqueeze(-1), value, values[-1]) if ragged else value)
-        check_alive(values[-1].amax(-1))
+        for t in range(1, T):  # past a length the values go on through the padding: nothing reads them
+            values.append(best(t, values[-1]) + unary[t])
+        ragged = bool((lengths < T).any())
+        if ragged:
+            last = torch.stack(values, 1)[torch.arange(chain.batch, device=lengths.device), lengths - 1]
+            keep = (torch.arange(T, device=lengths.device) < lengths.unsqueeze(-1)).unsqueeze(-1).unbind(1)
+        check_alive((last if ragged else values[-1]).amax(-1))
         state = values[-1].argmax(-1)
         states = [state]
         for t in range(T - 2, -1, -1):
             logits = values[t] + into(t + 1, state)
-            if ragged:
-                logits = torch.where((lengths > t + 1).unsqueeze(-1), logits, values[t])
+            if ragged:  # at a sequence's last position its best state; past it, any
+                logits = torch.where(keep[t + 1], logits, values[t])
             state = logits.argmax(-1)
             states.append(state)
         states = torch.stack(states[::-1], 1)
