@@ -223,7 +223,7 @@ def num(x: float) -> str:
 
 
 def ratio(x: float, base: float) -> str:
-    return "—" if math.isnan(x) or math.isnan(base) else f"{num(x / base)}×"
+    return "—" if math.isnan(x) or math.isnan(base) or base == 0 else f"{num(x / base)}×"
 
 
 def cells(m: Measurement, base: Measurement, time_unit: float, memory_unit: float) -> list[str]:

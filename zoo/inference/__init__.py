@@ -2,12 +2,14 @@
 
 from zoo.inference.backend import Backend
 from zoo.inference.chain import (
+    CRF,
     DenseChain,
     EmbeddingChain,
     LinearChain,
     LowRankChain,
     RankSpaceChain,
     RDPOptions,
+    transition_constraints,
 )
 from zoo.inference.semimarkov import (
     DenseSemiMarkov,
@@ -27,12 +29,14 @@ from zoo.inference.tree import (
 
 __all__ = [
     "Backend",
+    "CRF",
     "DenseChain",
     "EmbeddingChain",
     "LinearChain",
     "LowRankChain",
     "RDPOptions",
     "RankSpaceChain",
+    "transition_constraints",
     "DenseSemiMarkov",
     "EdgeSemiMarkov",
     "LowRankSemiMarkov",
