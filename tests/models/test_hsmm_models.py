@@ -143,6 +143,27 @@ def test_density_integrates_to_one_when_every_segment_has_one_frame(name):
     assert float(integral) == pytest.approx(1.0, abs=1e-6)
 
 
+def test_one_frame_segments_make_hmmlearns_gaussian_hmm():
+    """With D = 1 (self-transitions allowed) the model is a diagonal Gaussian HMM: its log-likelihood and
+    its Viterbi states are hmmlearn's ``GaussianHMM`` with the same start, transition, means and
+    variances, on a ragged batch."""
+    hmm = pytest.importorskip("hmmlearn.hmm")
+    m = model(num_states=4, feature_dim=3, max_duration=1)
+    with torch.no_grad():
+        p = m.distributions()
+    reference = hmm.GaussianHMM(4, covariance_type="diag")
+    reference.startprob_, reference.transmat_ = p["start"].numpy(), p["transition"].numpy()
+    reference.means_, reference.covars_ = p["mean"].numpy(), p["variance"].numpy()
+    batch = ragged_batch(T=40, F=3)
+    batch["lengths"] = torch.tensor([40, 1, 23])
+    log_likelihood = m.log_likelihood(batch)
+    _, frames = m.segment(batch)
+    for b, L in enumerate(batch["lengths"].tolist()):
+        x = batch["features"][b, :L].numpy()
+        assert float(log_likelihood[b]) == pytest.approx(reference.score(x), rel=1e-10)
+        assert frames[b, :L].tolist() == reference.decode(x)[1].tolist()
+
+
 def test_one_frame_mass_is_the_probability_that_the_first_segment_has_one_frame():
     m = model(feature_dim=1, max_duration=3)
     grid = torch.linspace(-15.0, 15.0, 3001, dtype=torch.float64)
