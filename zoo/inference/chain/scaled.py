@@ -78,12 +78,16 @@ class ScaledChain:
         return [left] if self.right is None else [left, Matrix.from_prob(self.right.T)]
 
 
+class ZeroProbability(ValueError):
+    """A sequence of the chain has no path of non-zero potential (log Z = -inf)."""
+
+
 def check_alive(shift: Tensor, live: Tensor | None = None) -> None:
-    """Raise where a live sequence (every one without ``live``) has no surviving path (its shift, or
-    log Z, is -inf or NEG)."""
+    """Raise ``ZeroProbability`` where a live sequence (every one without ``live``) has no surviving
+    path (its shift, or log Z, is -inf or NEG)."""
     dead = shift <= NEG / 2
     if bool((dead if live is None else dead & live).any()):
-        raise ValueError("the chain has zero probability (no path survives a -inf mask)")
+        raise ZeroProbability("the chain has zero probability (no path survives a -inf mask)")
 
 
 def normalized(y: Tensor) -> tuple[Tensor, Tensor]:
