@@ -82,12 +82,15 @@ class Plan:
     B: int
     T: int
     fits: tuple[Shape, ...]  # torch-struct next to exact where it fits
+    one_frame: tuple[int, ...]  # N of the D = 1 HSMMs (HMMs): the chain route against the D-window forward
     repeats: int
     budget_s: float
 
 
-FULL = Plan((16, 64, 256, 1024), (8, 32), 4, 256, (Shape(1, 16, 16, 32), Shape(1, 16, 64, 8)), 3, 30.0)
-QUICK = Plan((16, 64), (8,), 2, 64, (Shape(1, 32, 16, 8),), 1, 5.0)
+FULL = Plan(
+    (16, 64, 256, 1024), (8, 32), 4, 256, (Shape(1, 16, 16, 32), Shape(1, 16, 64, 8)), (8, 64, 256), 3, 30.0
+)
+QUICK = Plan((16, 64), (8,), 2, 64, (Shape(1, 32, 16, 8),), (8,), 1, 5.0)
 
 
 # --- models: the containers' arguments as leaves -------------------------------------------------------
@@ -99,6 +102,16 @@ def dense_args(s: Shape) -> list[Tensor]:
         torch.randn(s.B, s.T, s.N) * 5 - 50,
         trans.log_softmax(-1),
         torch.randn(s.N, s.D).log_softmax(-1),
+        torch.randn(s.N).log_softmax(-1),
+    ]
+
+
+def hmm_args(s: Shape) -> list[Tensor]:
+    """``dense_args`` with self-transitions and D = 1: a Gaussian-like HMM."""
+    return [
+        torch.randn(s.B, s.T, s.N) * 5 - 50,
+        torch.randn(s.N, s.N).log_softmax(-1),
+        torch.zeros(s.N, 1),
         torch.randn(s.N).log_softmax(-1),
     ]
 
@@ -117,7 +130,27 @@ def zoo_step(job: Job) -> Callable[[], None]:
     )
 
     s, backend, options = job.shape, None, None
-    if job.case in ("exact", "randomized", "top-k"):
+    if job.case in ("one-frame", "d-window"):  # D = 1
+        params = leaves(hmm_args(s))
+        if job.case == "d-window":  # this process only: the forward before the chain route
+            from zoo.inference.semimarkov import exact
+
+            exact.one_frame_chain = lambda f, probe=None: None
+
+        def build():
+            return DenseSemiMarkov(*params)
+    elif job.case == "chain":
+        from zoo.inference import DenseChain, LinearChain
+
+        unary, transition, _, init = params = leaves(hmm_args(s))
+
+        def step():
+            LinearChain(DenseChain(unary, transition, init)).log_partition.sum().backward()
+            for x in params:
+                x.grad = None
+
+        return step
+    elif job.case in ("exact", "randomized", "top-k"):
         params = leaves(dense_args(s))
 
         def build():
@@ -266,6 +299,20 @@ NOTE = (
 )
 
 
+ONE_FRAME = [
+    ("exact, D = 1 (the chain route)", "one-frame"),
+    ("exact, D = 1, the D-window forward", "d-window"),
+    ("LinearChain of the same HMM", "chain"),
+]
+ONE_FRAME_NOTE = (
+    "An HSMM whose segments are one frame (D = 1, self-transitions allowed) is an HMM (a Gaussian HMM is "
+    "`GaussianHSMM(max_duration=1)`): `exact` runs its log Z on the linear chain it equals "
+    "(`zoo.inference.semimarkov.exact.one_frame_chain`). Against the D-window forward it ran on before "
+    "(forced in its process) and the `LinearChain` of the same HMM; `log_partition.sum().backward()`, "
+    "B and T as above, float32; ratios against the chain route."
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -303,6 +350,12 @@ def main() -> None:
         for s, pair in fits
         for label, m in pair.items()
     ]
+    one_frame_rows = []
+    for N in plan.one_frame:
+        shape = Shape(plan.B, plan.T, N, 1)
+        trio = {label: run(Job(case, shape), plan) for label, case in ONE_FRAME}
+        base = trio[ONE_FRAME[0][0]]
+        one_frame_rows += [[str(N), label, *cells(m, base, 1e-3, MB)] for label, m in trio.items()]
 
     verdicts = []
     key = (64, 32)
@@ -359,6 +412,10 @@ def main() -> None:
         table(["N", "D", "method", "time (ms)", "time / exact", "peak (MB)", "peak / exact"], rows),
         "### torch-struct where it fits",
         table(["shape", "method", "time (ms)", "time / exact", "peak (MB)", "peak / exact"], fit_rows),
+        f"### One-frame segments (D = 1: an HMM), T = {plan.T}, B = {plan.B}",
+        ONE_FRAME_NOTE,
+        table(["N", "method", "time (ms)", "time / chain route", "peak (MB)", "peak / chain route"],
+              one_frame_rows),
     )
     print(text)
     if args.write:
