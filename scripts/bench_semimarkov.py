@@ -133,9 +133,7 @@ def zoo_step(job: Job) -> Callable[[], None]:
     if job.case in ("one-frame", "d-window"):  # D = 1
         params = leaves(hmm_args(s))
         if job.case == "d-window":  # this process only: the forward before the chain route
-            from zoo.inference.semimarkov import exact
-
-            exact.one_frame_chain = lambda f, probe=None: None
+            DenseSemiMarkov.one_frame_chain = lambda self, probe=None: None
 
         def build():
             return DenseSemiMarkov(*params)
@@ -307,7 +305,7 @@ ONE_FRAME = [
 ONE_FRAME_NOTE = (
     "An HSMM whose segments are one frame (D = 1, self-transitions allowed) is an HMM (a Gaussian HMM is "
     "`GaussianHSMM(max_duration=1)`): `exact` runs its log Z on the linear chain it equals "
-    "(`zoo.inference.semimarkov.exact.one_frame_chain`). Against the D-window forward it ran on before "
+    "(`DenseSemiMarkov.one_frame_chain`). Against the D-window forward it ran on before "
     "(forced in its process) and the `LinearChain` of the same HMM; `log_partition.sum().backward()`, "
     "B and T as above, float32; ratios against the chain route."
 )

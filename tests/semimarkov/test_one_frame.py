@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from zoo.inference import DenseSemiMarkov, SemiMarkovChain
-from zoo.inference.semimarkov import exact
+from zoo.inference import DenseSemiMarkov, LowRankSemiMarkov, RankSpaceSemiMarkov, SemiMarkovChain
 
 NEG_INF = float("-inf")
 
@@ -27,7 +26,41 @@ def one_frame_hsmm(B=3, T=7, N=4, per_sequence_duration=False, dtype=torch.float
 
 def general(monkeypatch):
     """Force the D-window forward (no chain) for what follows."""
-    monkeypatch.setattr(exact, "one_frame_chain", lambda f, probe=None: None)
+    for container in (DenseSemiMarkov, LowRankSemiMarkov, RankSpaceSemiMarkov):
+        monkeypatch.setattr(container, "one_frame_chain", lambda self, probe=None: None)
+
+
+def low_rank_and_rank_space(dtype=torch.float64, seed=1):
+    """The LHSMM (self-transitions allowed) and the rank-space HSMM of a D = 1 model, as constructors of
+    leaves that require grad, and their inputs."""
+    g = torch.Generator().manual_seed(seed)
+    B, T, N, R = 3, 7, 5, 3
+
+    def normal(*shape):
+        return torch.randn(*shape, generator=g, dtype=dtype)
+
+    def uniform(*shape):
+        return torch.rand(*shape, generator=g, dtype=dtype)
+
+    low_rank = [normal(B, T, N) * 3, uniform(N, R), uniform(N, R), normal(N, 1), normal(N)]
+    rank_space = [uniform(N), uniform(N, R), uniform(N, R), normal(R, 1), normal(B, T, R) * 3]
+    return [(LowRankSemiMarkov, low_rank), (RankSpaceSemiMarkov, rank_space)]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["low-rank", "rank-space"])
+def test_low_rank_and_rank_space_log_z_and_gradients_equal_the_d_window_forward(index, monkeypatch):
+    container, inputs = low_rank_and_rank_space()[index]
+    lengths = torch.tensor([7, 1, 4])
+
+    def run():
+        leaves = [x.clone().requires_grad_() for x in inputs]
+        log_z = SemiMarkovChain(container(*leaves), lengths).log_partition
+        return [log_z, *torch.autograd.grad(log_z.sum(), leaves)]
+
+    fast = run()
+    general(monkeypatch)
+    for a, b in zip(fast, run()):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
 @pytest.mark.parametrize("per_sequence_duration", [False, True])

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.inference.chain import LinearChain
+from zoo.inference.chain.scaled import ZeroProbability
 from zoo.inference.engines import Engine
 from zoo.inference.numerics import needs_grad
 from zoo.inference.semimarkov.factors import SemiMarkovFactors
@@ -99,6 +101,19 @@ def segmentation_score(factors: SemiMarkovFactors, seg: Tensor, lengths: Tensor)
     scores = factors.segment_scores(b, s, d, prev, z)
     scores = torch.where(too_long, float("-inf"), scores)
     return torch.where(start, scores, 0.0).sum(-1)
+
+
+def one_frame_log_partition(factors, lengths: Tensor, probe: Tensor | None = None) -> Tensor | None:
+    """log Z of the linear chain a D = 1 HSMM equals (``factors.one_frame_chain``), on its own backend;
+    None where there is none, or where a sequence has no path (the D-window forward then gives its
+    -inf, which ``check_covered`` names)."""
+    chain = factors.one_frame_chain(probe)
+    if chain is None:
+        return None
+    try:
+        return LinearChain(chain, lengths).log_partition
+    except ZeroProbability:
+        return None
 
 
 class SemiMarkovEngine(Engine):

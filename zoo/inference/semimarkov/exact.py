@@ -4,7 +4,8 @@
   O(T (D N + N^2)) time, O(T D N) memory for the backward (never B x T x D x N x N); Viterbi with the
   max-product step (``viterbi.best_segmentations``); sampling by walking back over (duration, previous
   state). With D = 1 (every segment one frame: an HMM, e.g. a Gaussian HMM) log Z and Viterbi run on
-  the linear chain it equals (``one_frame_chain``), 5-12x faster than the D-window forward.
+  the linear chain it equals (``one_frame_chain``), 5-12x faster than the D-window forward; so does
+  the low-rank HSMM's and the rank-space HSMM's log Z.
 * ``EdgeSemiMarkov`` (general per-segment potentials, e.g. the materialized rank-space model): the
   log-space forward over (duration, previous state) pairs, O(T D N^2); tiny sizes only.
 """
@@ -14,11 +15,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.chain import DenseChain, LinearChain
+from zoo.inference.chain import LinearChain
 from zoo.inference.chain.scaled import ZeroProbability
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import NATIVE
-from zoo.inference.semimarkov.engine import SemiMarkovEngine
+from zoo.inference.semimarkov.engine import SemiMarkovEngine, one_frame_log_partition
 from zoo.inference.semimarkov.factors import (
     DenseSemiMarkov,
     EdgeSemiMarkov,
@@ -41,28 +42,13 @@ def dense_problem(f: DenseSemiMarkov) -> Problem:
     return Problem(cumulative(f.unary), f.duration, f.init, step)
 
 
-def one_frame_chain(f: DenseSemiMarkov, probe: Tensor | None = None) -> LinearChain | None:
-    """With D = 1 every segment is one frame: the HSMM is the linear chain of the frames' unary plus
-    log p(d = 1 | z), its transition and init (``probe`` B x T x 1 x N, a segment probe, is then a
-    unary one). None where D > 1."""
-    if f.max_duration > 1:
-        return None
-    unary = f.unary + f.duration[..., 0].unsqueeze(1)
-    return DenseChain(unary if probe is None else unary + probe[:, :, 0], f.transition, f.init)
-
-
 def dense_log_partition(f: DenseSemiMarkov, lengths: Tensor, probe: Tensor | None = None) -> Tensor:
-    chain = one_frame_chain(f, probe)
-    if chain is not None:
-        try:
-            return LinearChain(chain, lengths).log_partition
-        except ZeroProbability:  # the D-window forward gives its -inf, which ``checked`` names
-            pass
-    return forward(dense_problem(f), lengths, probe)[0]
+    log_z = one_frame_log_partition(f, lengths, probe)
+    return forward(dense_problem(f), lengths, probe)[0] if log_z is None else log_z
 
 
 def dense_argmax(f: DenseSemiMarkov, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    chain = one_frame_chain(f)
+    chain = f.one_frame_chain()
     if chain is not None:
         try:  # a segment starts at every frame: the segmentation is the best state path
             best = LinearChain(chain, lengths)

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
+from zoo.inference.chain.factors import ChainFactors, DenseChain, LowRankChain, RankSpaceChain
 from zoo.inference.checks import (
     as_dp_tensor,
     as_optional_dp_tensor,
@@ -134,6 +135,12 @@ class SemiMarkovFactors:
         """The same distribution with its transitions materialized."""
         raise NotImplementedError
 
+    def one_frame_chain(self, probe: Tensor | None = None) -> ChainFactors | None:
+        """With D = 1 every segment is one frame: the linear chain this HSMM then equals (the duration's
+        log p(d = 1) joins each frame's potential; ``probe`` B x T x 1 x N, a segment probe, is then a
+        unary one). None where D > 1 or no chain container holds the transition."""
+        return None
+
     def segment_scores(self, b: Tensor, s: Tensor, d: Tensor, prev: Tensor, z: Tensor) -> Tensor:
         """seg(s, d, prev, z) for equally shaped long tensors (prev = -1: the first segment); d <= D."""
         raise NotImplementedError
@@ -155,6 +162,11 @@ class FactorizedSemiMarkov(SemiMarkovFactors):
     unary: Tensor
     duration: Tensor
     init: Tensor
+
+    def _one_frame_unary(self, probe: Tensor | None) -> Tensor:
+        """B x T x N: each frame's potential plus log p(d = 1 | z) (plus the probe)."""
+        unary = self.unary + self.duration[..., 0].unsqueeze(1)
+        return unary if probe is None else unary + probe[:, :, 0]
 
     def _setup(self, unary, duration, init):
         self.unary = _check_frames("unary", unary, "N")
@@ -258,6 +270,11 @@ class DenseSemiMarkov(FactorizedSemiMarkov):
 
     def dense(self) -> DenseSemiMarkov:
         return self
+
+    def one_frame_chain(self, probe: Tensor | None = None) -> DenseChain | None:
+        if self.max_duration > 1:
+            return None
+        return DenseChain(self._one_frame_unary(probe), self.transition, self.init)
 
     def edge_form(self) -> EdgeSemiMarkov:
         """The per-segment form (B x (T-1) x D x N x N): tests and tiny sizes only."""
@@ -375,6 +392,12 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
             mass = mass - self.log_scale.exp() * self.diagonal()
         return safe_log(mass.clamp_min(0)).expand(self.batch, self.num_states)
 
+    def one_frame_chain(self, probe: Tensor | None = None) -> LowRankChain | None:
+        if self.max_duration > 1 or not self.self_transitions:  # the chain has no diagonal removed
+            return None
+        unary = self._one_frame_unary(probe)
+        return LowRankChain(unary, self.left, self.right, self.init, normalize=self.normalize)
+
     def dense(self) -> DenseSemiMarkov:
         trans = self.log_scale.unsqueeze(-1) + safe_log(self.left @ self.right.T)
         if not self.self_transitions:
@@ -460,6 +483,12 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
         first_rank = self.start[b] @ self.U  # ... x R
         prev_rank = torch.where((prev < 0).unsqueeze(-1), first_rank, self.U[prev.clamp_min(0)])
         return logsumexp(safe_log(prev_rank) + safe_log(self.V[z]) + logw)
+
+    def one_frame_chain(self, probe: Tensor | None = None) -> RankSpaceChain | None:
+        if self.max_duration > 1 or probe is not None:  # a probe is over states: the chain's DP is over ranks
+            return None
+        emission = self.emission + self.duration[..., 0].unsqueeze(1)  # B x T x R
+        return RankSpaceChain(self.start, self.U, self.V, emission)
 
     def dense(self) -> EdgeSemiMarkov:
         """The per-segment form: B x (T-1) x D x N x N (tiny sizes only), in log space: the rank

@@ -13,7 +13,7 @@ from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE
 from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.numerics import logsumexp, safe_log
-from zoo.inference.semimarkov.engine import SemiMarkovEngine
+from zoo.inference.semimarkov.engine import SemiMarkovEngine, one_frame_log_partition
 from zoo.inference.semimarkov.exact import ExactEngine, factorized_sample
 from zoo.inference.semimarkov.factors import LowRankSemiMarkov, cumulative
 from zoo.inference.semimarkov.forward import Problem, forward
@@ -70,7 +70,8 @@ class LowRankEngine(SemiMarkovEngine):
     }
 
     def log_partition(self, factors, lengths, probe=None):
-        return forward(low_rank_problem(factors), lengths, probe)[0]
+        log_z = one_frame_log_partition(factors, lengths, probe)  # D = 1: the LHMM it equals
+        return forward(low_rank_problem(factors), lengths, probe)[0] if log_z is None else log_z
 
     def entropy(self, factors, lengths):
         return ExactEngine().entropy(factors.dense(), lengths)

@@ -15,7 +15,7 @@ import torch
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE
 from zoo.inference.numerics import gumbel_noise, safe_log
-from zoo.inference.semimarkov.engine import SemiMarkovEngine
+from zoo.inference.semimarkov.engine import SemiMarkovEngine, one_frame_log_partition
 from zoo.inference.semimarkov.exact import ExactEngine
 from zoo.inference.semimarkov.factors import RankSpaceSemiMarkov
 from zoo.inference.semimarkov.forward import (
@@ -104,7 +104,8 @@ class RankSpaceEngine(SemiMarkovEngine):
     def log_partition(self, factors, lengths, probe=None):
         if probe is not None:
             return ExactEngine().log_partition(factors.dense(), lengths, probe)
-        return forward(rank_problem(factors), lengths)[0]
+        log_z = one_frame_log_partition(factors, lengths)  # D = 1: the rank-space HMM it equals
+        return forward(rank_problem(factors), lengths)[0] if log_z is None else log_z
 
     def entropy(self, factors, lengths):
         return ExactEngine().entropy(factors.dense(), lengths)
