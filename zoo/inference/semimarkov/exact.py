@@ -4,7 +4,7 @@
   O(T (D N + N^2)) time, O(T D N) memory for the backward (never B x T x D x N x N); Viterbi with the
   max-product step (``viterbi.best_segmentations``); sampling by walking back over (duration, previous
   state). With D = 1 (every segment one frame: an HMM, e.g. a Gaussian HMM) log Z and Viterbi run on
-  the linear chain it equals (``one_frame_chain``), 5-12x faster than the D-window forward; so does
+  the linear chain it equals (``one_frame_chain``), 3-16x faster than the D-window forward; so does
   the low-rank HSMM's and the rank-space HSMM's log Z.
 * ``EdgeSemiMarkov`` (general per-segment potentials, e.g. the materialized rank-space model): the
   log-space forward over (duration, previous state) pairs, O(T D N^2); tiny sizes only.
