@@ -18,6 +18,7 @@ Shapes: x ... x K; the matrix K x M (shared), ... x K x M with x's leading dims 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,11 +27,17 @@ from torch import Tensor
 
 from zoo.inference.numerics import detached_max, finite_or_zero, logsumexp, safe_log
 
+SECOND_ORDER_MARGIN = 2.0**10  # room for the gradient that 1 / h^2 multiplies
 
-def threshold(k: int, dtype: torch.dtype) -> float:
-    """The smallest product entry that flushed terms cannot have moved by more than eps: K tiny / eps."""
+
+def threshold(k: int, dtype: torch.dtype, second_order: bool = False) -> float:
+    """The smallest product entry that flushed terms cannot have moved by more than eps: K tiny / eps.
+    ``second_order``: also the smallest whose 1 / h^2 (the second derivative of log h, the first of a
+    division by h) stays far from overflow, 2^10 / sqrt(max) (5.6e-17 in float32): below it the
+    derivatives go through the exact log-sum-exp's softmax weights instead."""
     info = torch.finfo(dtype)
-    return k * info.tiny / info.eps
+    bound = k * info.tiny / info.eps
+    return max(bound, SECOND_ORDER_MARGIN / math.sqrt(info.max)) if second_order else bound
 
 
 @dataclass
@@ -75,10 +82,12 @@ class Matrix:
         return self.scaled.shape[-2]
 
 
-def repair_index(h: Tensor, k: int, live: Tensor | None = None) -> tuple[Tensor, ...] | None:
+def repair_index(
+    h: Tensor, k: int, live: Tensor | None = None, second_order: bool = False
+) -> tuple[Tensor, ...] | None:
     """The indices of ``h``'s entries below the threshold (None when there are none); ``live``
     (``h``'s leading shape, bool) limits them to the rows that matter (e.g. inside a length)."""
-    bound = threshold(k, h.dtype)
+    bound = threshold(k, h.dtype, second_order)
     if h.numel() == 0 or float(h.amin()) >= bound:  # one reduction in the common case
         return None
     bad = h < bound
@@ -111,19 +120,31 @@ def times(v: Tensor, P: Tensor) -> Tensor:
     return (v.unsqueeze(-2) @ P).squeeze(-2) if P.dim() == v.dim() + 1 else v @ P
 
 
-def log_matmul(x: Tensor, matrix: Matrix, live: Tensor | None = None) -> Tensor:
+def log_matmul(
+    x: Tensor, matrix: Matrix, live: Tensor | None = None, second_order: bool = False
+) -> Tensor:
     """log(exp(x) @ M): ... x K -> ... x M, fast product with exact repair (differentiable);
-    ``live`` (x's leading shape, bool): repair only those rows (the others are junk, e.g. padding)."""
+    ``live`` (x's leading shape, bool): repair only those rows (the others are junk, e.g. padding);
+    ``second_order``: twice differentiable without overflow (``threshold``), for a double backward."""
     m = detached_max(x)
     v = (x - m).exp()
     P = matrix.scaled
     h = times(v, P)
     shift = matrix.shift.unsqueeze(-2) if 2 < P.dim() == x.dim() else matrix.shift
+    index = repair_index(h.detach(), matrix.rows, live, second_order)
+    if index is not None:  # the repaired entries' h leaves the graph (see ``outside``)
+        h = torch.where(outside(h, index), h, 1.0)
     out = h.clamp_min(torch.finfo(h.dtype).tiny).log() + (m + shift)  # h below tiny is always repaired
-    index = repair_index(h.detach(), matrix.rows, live)
     if index is None:
         return out
     return out.index_put(index, exact_entries(x, matrix.log, index))
+
+
+def outside(h: Tensor, index: tuple[Tensor, ...]) -> Tensor:
+    """True except at ``index``: the entries whose exact value replaces the product's. Their tiny h must
+    not reach a log or a division even on the discarded branch: a double backward multiplies 1 / h^2,
+    which overflows, by the zero gradient that ``index_put`` leaves there (NaN)."""
+    return torch.ones_like(h, dtype=torch.bool).index_put(index, torch.tensor(False, device=h.device))
 
 
 def entropy_step(x: Tensor, H: Tensor, matrix: Matrix, live: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -145,10 +166,11 @@ def entropy_step(x: Tensor, H: Tensor, matrix: Matrix, live: Tensor | None = Non
     pair = torch.stack([v, carried], -2) @ P  # ... x 2 x M
     cross = (v.unsqueeze(-2) @ matrix.p_log_p).squeeze(-2)
     h = pair[..., 0, :]
-    safe = torch.where(h > 0, h, torch.ones_like(h))
+    index = repair_index(h.detach(), matrix.rows, live, second_order=True)  # its gradient divides by h
+    usable = h > 0 if index is None else (h > 0) & outside(h, index)
+    safe = torch.where(usable, h, torch.ones_like(h))
     H_next = (pair[..., 1, :] - cross) / safe + safe.log()
     log_h = torch.where(h > 0, safe.log(), float("-inf")) + matrix.shift + m
-    index = repair_index(h.detach(), matrix.rows, live)
     if index is None:
         return log_h, H_next
     lead = index[:-1]

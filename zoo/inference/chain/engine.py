@@ -120,7 +120,7 @@ class ChainEngine(Engine):
         with torch.enable_grad():
             probe = torch.zeros_like(dense.per_position(), requires_grad=True)
             per_pos = DenseChain(dense.unary, dense.per_position() + probe, dense.init)
-            log_z, _ = exact.log_forward(per_pos, lengths)
+            log_z, _ = exact.log_forward(per_pos, lengths, second_order=differentiable)
             (grad,) = torch.autograd.grad(log_z.sum(), probe, create_graph=differentiable)
         return grad
 
@@ -187,7 +187,7 @@ class ExactEngine(ChainEngine):
 
     def log_partition(self, factors, lengths, twice_differentiable=False):
         if twice_differentiable:
-            return exact.log_forward(factors, lengths)[0]
+            return exact.log_forward(factors, lengths, second_order=True)[0]
         return exact.fast_log_partition(factors, lengths)
 
     def log_alphas(self, factors, lengths):

@@ -35,15 +35,16 @@ def fast_log_partition(chain: DenseChain, lengths: Tensor) -> Tensor:
     return scaled.log_partition(log_space(chain), lengths)
 
 
-def log_forward(chain: DenseChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """The forward with plain autograd (twice differentiable; per-position transitions too).
+def log_forward(chain: DenseChain, lengths: Tensor, second_order: bool = False) -> tuple[Tensor, Tensor]:
+    """The forward with plain autograd (twice differentiable, without overflow with ``second_order``;
+    per-position transitions too).
 
     Returns:
         log Z (B,) and the log forward variables alpha (B x T x N), alpha_t(j) = log of the total
         score of prefixes ending in state j at position t, up to a constant per position (each
         position is shifted so its best state is 0; junk past each length).
     """
-    return scaled.forward(log_space(chain), lengths)
+    return scaled.forward(log_space(chain), lengths, second_order)
 
 
 class ChainStep:

@@ -43,7 +43,7 @@ class LowRankEngine(ChainEngine):
     def log_partition(self, factors, lengths, twice_differentiable=False):
         problem = low_rank_scaled(factors)
         if twice_differentiable:
-            return scaled.forward(problem, lengths)[0]
+            return scaled.forward(problem, lengths, second_order=True)[0]
         return scaled.log_partition(problem, lengths)
 
     def log_alphas(self, factors, lengths):

@@ -63,7 +63,7 @@ class RandomizedEngine(SequenceLifecycle, ChainEngine):
     def log_partition(self, factors, lengths, twice_differentiable=False):
         small = reduced_chain(factors, self.kept_states(factors))
         if twice_differentiable:
-            return exact.log_forward(small, lengths)[0]
+            return exact.log_forward(small, lengths, second_order=True)[0]
         return exact.fast_log_partition(small, lengths)
 
     def log_alphas(self, factors, lengths):

@@ -102,7 +102,8 @@ class RankSpaceEngine(LowRankEngine):
         if not isinstance(factors, RankSpaceChain):  # a state chain (a unary probe was added)
             return super().log_partition(factors, lengths, twice_differentiable)
         if twice_differentiable:
-            return scaled.forward(rank_space_scaled(factors, chain_streams(factors, grad=True)), lengths)[0]
+            chain = rank_space_scaled(factors, chain_streams(factors, grad=True))
+            return scaled.forward(chain, lengths, second_order=True)[0]
         return rank_space_log_partition(factors, lengths)
 
     def log_alphas(self, factors, lengths):

@@ -114,20 +114,25 @@ def total(alphas: Tensor, shifts: Tensor, lengths: Tensor, log_final: Tensor | N
     return inside.sum(-1) + end
 
 
-def guarded_step(x: Tensor, mats: list[Matrix], log_weights: Tensor | None, u: Tensor, live: Tensor):
+def guarded_step(
+    x: Tensor, mats: list[Matrix], log_weights: Tensor | None, u: Tensor, live: Tensor, second_order=False
+):
     """One step of the forward in log space by guarded products, before its normalization: x (B x K,
-    the previous forward vector) -> log(exp(log(exp(x) @ M_1) + log_weights) @ M_2) + u (B x K)."""
-    y = log_matmul(x, mats[0], live)
+    the previous forward vector) -> log(exp(log(exp(x) @ M_1) + log_weights) @ M_2) + u (B x K);
+    ``second_order``: twice differentiable without overflow (``logmatmul.threshold``)."""
+    y = log_matmul(x, mats[0], live, second_order)
     if log_weights is not None:
         y = y + log_weights
     if len(mats) > 1:
-        y = log_matmul(y, mats[1], live)
+        y = log_matmul(y, mats[1], live, second_order)
     return y + u
 
 
-def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
+def forward(chain: ScaledChain, lengths: Tensor, second_order: bool = False) -> tuple[Tensor, Tensor]:
     """log Z (B,) and the log forward variables (B x T x K, each position shifted so its max is 0;
-    junk past each length), plain autograd. ``left`` may also be per position: B x (T-1) x K x M."""
+    junk past each length), plain autograd. ``second_order``: twice differentiable without overflow
+    (``logmatmul.threshold``; what a double backward runs on). ``left`` may also be per position:
+    B x (T-1) x K x M."""
     chain = chain.folded()
     per_position = chain.left.dim() == 4
     mats = None if per_position else chain.matrices()
@@ -142,7 +147,7 @@ def forward(chain: ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
         if per_position:
             mats = [Matrix.from_log(blocks[t - 1]) if chain.left_is_log else Matrix.from_prob(blocks[t - 1])]
         w = weights[t - 1] if weights is not None else None
-        x, n = normalized(guarded_step(x, mats, w, u[t], lengths > t))
+        x, n = normalized(guarded_step(x, mats, w, u[t], lengths > t, second_order))
         xs.append(x)
         ns.append(n)
     alphas = torch.stack(xs, 1)
@@ -379,7 +384,7 @@ def differentiated_again(ctx, grad: Tensor, chain: ScaledChain, lengths: Tensor)
     The hand-written backwards keep no graph: their gradient would silently be a constant."""
     operands = (chain.u, chain.left, chain.right, chain.log_weights, chain.final)
     wanted = [i for i, x in enumerate(operands) if x is not None and ctx.needs_input_grad[i]]
-    log_z = forward(chain, lengths)[0]
+    log_z = forward(chain, lengths, second_order=True)[0]
     found = torch.autograd.grad(
         log_z, [operands[i] for i in wanted], grad, create_graph=True, allow_unused=True
     )
