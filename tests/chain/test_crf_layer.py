@@ -228,3 +228,44 @@ def test_state_dict_keeps_pytorch_crfs_keys_and_repr():
     assert set(crf.state_dict()) == {"start_transitions", "end_transitions", "transitions"}
     assert repr(crf) == "CRF(num_tags=3, batch_first=True, constrained)"
     assert torchcrf.CRF(3).load_state_dict(crf.state_dict())
+
+
+def test_pytorch_crf_inputs_it_accepts_and_empty_batches():
+    """An integer of numpy's as num_tags, and an empty batch (sum 0, mean NaN, no paths), as pytorch-crf."""
+    np = pytest.importorskip("numpy")
+    crf = CRF(np.int64(3), batch_first=True)
+    assert crf.num_tags == 3 and isinstance(crf.num_tags, int)
+    emissions, tags = torch.randn(0, 4, 3), torch.zeros(0, 4, dtype=torch.long)
+    assert crf(emissions, tags).item() == 0 and torch.isnan(crf(emissions, tags, reduction="mean"))
+    assert crf.decode(emissions) == [] and crf.marginals(emissions).shape == (0, 4, 3)
+
+
+def test_non_finite_emissions_are_named_inside_the_mask_and_ignored_past_it():
+    crf = CRF(3, batch_first=True)
+    emissions, tags = torch.randn(2, 4, 3), torch.zeros(2, 4, dtype=torch.long)
+    emissions[1, 3] = float("nan")
+    emissions[1, 2, 0] = float("inf")
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)
+    clean = emissions.clone()
+    clean[1, 2:] = 0.0
+    torch.testing.assert_close(crf(emissions, tags, mask, "none"), crf(clean, tags, mask, "none"))
+    assert crf.decode(emissions, mask) == crf.decode(clean, mask)
+    with pytest.raises(ValueError, match=r"NaN or \+inf where the mask is on: sequence 1, position 2"):
+        crf(emissions, tags)
+
+
+def test_a_sequence_the_constraints_leave_no_path_is_named():
+    """Start in tag 0, then 0 -> 2 -> 1, end in tag 1: length 3 has one path, length 2 none."""
+    crf = CRF(
+        3,
+        batch_first=True,
+        allowed_start=torch.tensor([True, False, False]),
+        allowed_end=torch.tensor([False, True, False]),
+        allowed_transitions=torch.tensor([[False, False, True], [False, False, False], [False, True, False]]),
+    )
+    emissions = torch.randn(2, 4, 3)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    for operation in (crf.decode, crf.marginals):
+        with pytest.raises(ValueError, match=r"sequences \[1\] \(lengths \[2\]\) have no tag sequence"):
+            operation(emissions, mask)
+    assert crf.decode(emissions[:1], mask[:1]) == [[0, 2, 1]]

@@ -10,11 +10,14 @@ value at padded positions of ``tags`` (e.g. -100) and clear errors on bad input.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor, nn
 
 from zoo.inference.chain.distribution import LinearChain
 from zoo.inference.chain.factors import DenseChain
+from zoo.inference.chain.scaled import ZeroProbability
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
 
@@ -48,8 +51,9 @@ class CRF(nn.Module):
         allowed_start: Tensor | None = None,
         allowed_end: Tensor | None = None,
     ):
-        if isinstance(num_tags, bool) or not isinstance(num_tags, int) or num_tags <= 0:
+        if isinstance(num_tags, bool) or not isinstance(num_tags, numbers.Integral) or num_tags <= 0:
             raise ValueError(f"num_tags must be a positive int, got {num_tags!r}")
+        num_tags = int(num_tags)
         super().__init__()
         self.num_tags = num_tags
         self.batch_first = batch_first
@@ -96,7 +100,10 @@ class CRF(nn.Module):
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         emissions, lengths = self._batch_major(emissions, mask)
         tags = self._checked_tags(tags, lengths, emissions.shape[1])
-        log_likelihood = self._chain(emissions, lengths).log_prob(tags)
+        if len(lengths) == 0:  # an empty batch, as pytorch-crf: sum 0, mean NaN
+            log_likelihood = emissions.new_zeros(0)
+        else:
+            log_likelihood = self._explained(emissions, lengths, lambda chain: chain.log_prob(tags))
         if reduction == "none":
             return log_likelihood
         if reduction == "sum":
@@ -109,13 +116,18 @@ class CRF(nn.Module):
         """The most probable tag sequence of each sequence (Viterbi): B lists of its length."""
         emissions, lengths = self._batch_major(emissions, mask)
         with torch.no_grad():
-            best = self._chain(emissions, lengths).argmax
+            if len(lengths) == 0:
+                return []
+            best = self._explained(emissions, lengths, lambda chain: chain.argmax)
         return [row[:length] for row, length in zip(best.tolist(), lengths.tolist())]
 
     def marginals(self, emissions: Tensor, mask: Tensor | None = None) -> Tensor:
         """p(y_t = i | emissions): T x B x N (B x T x N if batch_first), zero where the mask is off."""
         emissions, lengths = self._batch_major(emissions, mask)
-        marginals = self._chain(emissions, lengths).marginals
+        if len(lengths) == 0:
+            marginals = emissions.new_zeros(emissions.shape)
+        else:
+            marginals = self._explained(emissions, lengths, lambda chain: chain.marginals)
         return marginals if self.batch_first else marginals.transpose(0, 1)
 
     def distribution(self, emissions: Tensor, mask: Tensor | None = None) -> LinearChain:
@@ -137,6 +149,30 @@ class CRF(nn.Module):
         unary = torch.where(last.unsqueeze(-1), emissions + end.to(dtype), emissions)
         return LinearChain(DenseChain(unary, transitions.to(dtype), start.to(dtype)), lengths)
 
+    def _explained(self, emissions: Tensor, lengths: Tensor, operation):
+        """``operation(chain)``, where a sequence with no allowed tag sequence is an error naming it."""
+        try:
+            return operation(self._chain(emissions, lengths))
+        except ZeroProbability:
+            dead = self._without_path(emissions, lengths)
+            raise ValueError(
+                f"sequences {dead} (lengths {lengths[dead].tolist()}) have no tag sequence of non-zero "
+                "probability: the constraints allow none of that length, or the emissions are -inf for "
+                "every tag they allow at some position"
+            ) from None
+
+    def _without_path(self, emissions: Tensor, lengths: Tensor) -> list[int]:
+        """The sequences no allowed tag sequence with finite emissions covers (boolean forward)."""
+        allowed = self.allowed_transitions.float()
+        reach = self.allowed_start & torch.isfinite(emissions[:, 0])  # B x N
+        alive = []
+        for t in range(emissions.shape[1]):
+            if t:
+                reach = ((reach.float() @ allowed) > 0) & torch.isfinite(emissions[:, t])
+            alive.append((reach & self.allowed_end).any(-1))
+        ends = torch.stack(alive, 1).gather(1, (lengths - 1).unsqueeze(-1)).squeeze(-1)
+        return (~ends).nonzero().flatten().tolist()
+
     # --- input checks ------------------------------------------------------------------------
     def _batch_major(self, emissions: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """B x T x N emissions in the computing dtype and (B,) lengths from the mask."""
@@ -156,8 +192,25 @@ class CRF(nn.Module):
         emissions = emissions.to(dtype)
         B, T, _ = emissions.shape
         if mask is None:
-            return emissions, torch.full((B,), T, dtype=torch.long, device=emissions.device)
-        return emissions, self._lengths(mask, B, T)
+            lengths = torch.full((B,), T, dtype=torch.long, device=emissions.device)
+        else:
+            lengths = self._lengths(mask, B, T)
+        return self._finite(emissions, lengths), lengths
+
+    @staticmethod
+    def _finite(emissions: Tensor, lengths: Tensor) -> Tensor:
+        """The emissions, NaN or +inf past each length set to 0; raises where the mask is on."""
+        bad = torch.isnan(emissions) | (emissions == float("inf"))
+        if not bool(bad.any()):
+            return emissions
+        valid = torch.arange(emissions.shape[1], device=lengths.device) < lengths.unsqueeze(-1)
+        inside = (bad & valid.unsqueeze(-1)).any(-1)
+        if bool(inside.any()):
+            b, t = inside.nonzero()[0].tolist()
+            raise ValueError(
+                f"emissions must not be NaN or +inf where the mask is on: sequence {b}, position {t}"
+            )
+        return emissions.masked_fill(bad, 0.0)
 
     def _lengths(self, mask: Tensor, B: int, T: int) -> Tensor:
         """(B,) lengths of a left-aligned B x T (or T x B) mask, checked."""
