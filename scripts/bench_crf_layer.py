@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 import benchlib
-from benchlib import MB, Measurement, cells, describe, paragraphs, run_header, table
+from benchlib import MB, Measurement, cells, paragraphs, run_header, table
 from report import write_section
 
 THREADS = benchlib.THREADS = 1  # module level: also in each spawned configuration, before it measures
@@ -117,14 +117,7 @@ def build_step(job: Job) -> dict[str, Callable[[], None]]:
 
 
 def run(job: Job, plan: Plan) -> dict[str, Measurement]:
-    results = benchlib.run_group_in_child(
-        build_step, job, plan.repeats, plan.budget_s, default_allocator=True
-    )
-    if isinstance(results, Measurement):  # the whole process failed
-        results = {method: results for method in job.methods}
-    for method, m in results.items():
-        print(f"  {job} {method}: {describe(m)}", file=sys.stderr, flush=True)
-    return results
+    return benchlib.run_methods(build_step, job, plan.repeats, plan.budget_s)
 
 
 def main() -> None:

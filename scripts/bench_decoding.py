@@ -39,7 +39,7 @@ from bench_semimarkov import Shape, dense_args, torch_struct_edges
 from torch import Tensor
 
 import benchlib
-from benchlib import GB, MB, MEMORY_CAP, Measurement, cells, describe, paragraphs, run_header, table
+from benchlib import GB, MB, MEMORY_CAP, Measurement, cells, paragraphs, run_header, table
 from report import write_section
 
 THREADS = benchlib.THREADS = 1  # module level: also in each spawned configuration, before it measures
@@ -245,14 +245,7 @@ def build_step(job: Job) -> dict[str, Callable[[], None]]:
 
 
 def run(job: Job, plan: Plan) -> dict[str, Measurement]:
-    results = benchlib.run_group_in_child(
-        build_step, job, plan.repeats, plan.budget_s, default_allocator=True
-    )
-    if isinstance(results, Measurement):  # the whole process failed
-        results = {method: results for method in job.methods}
-    for method, m in results.items():
-        print(f"  {job.kind} {job} {method}: {describe(m)}", file=sys.stderr, flush=True)
-    return results
+    return benchlib.run_methods(build_step, job, plan.repeats, plan.budget_s)
 
 
 def rows_of(label: str, results: dict[str, Measurement]) -> list[list[str]]:

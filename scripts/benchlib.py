@@ -209,6 +209,17 @@ def run_group_in_child(
     return result
 
 
+def run_methods(build: Callable, job, repeats: int, budget_s: float) -> dict[str, Measurement]:
+    """``job.methods`` measured taking turns in one spawned process with glibc's default allocator
+    (``run_group_in_child``; a failed process is every method's result), each logged to stderr."""
+    results = run_group_in_child(build, job, repeats, budget_s, default_allocator=True)
+    if isinstance(results, Measurement):  # the whole process failed
+        results = {method: results for method in job.methods}
+    for method, m in results.items():
+        print(f"  {job} {method}: {describe(m)}", file=sys.stderr, flush=True)
+    return results
+
+
 def describe(m: Measurement) -> str:
     if not m.ok:
         return m.status
