@@ -219,8 +219,14 @@ def test_bad_input_is_a_clear_error():
         crf.decode(emissions, torch.ones(5, 2))
     with pytest.raises(ValueError, match=r"allowed_transitions must be a bool tensor of shape \(4, 4\)"):
         CRF(4, allowed_transitions=torch.ones(4, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match="must each allow at least one tag"):
+    with pytest.raises(ValueError, match="allow no tag sequence of any length"):
         CRF(2, allowed_start=torch.zeros(2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="allow no tag sequence of any length"):  # starts in 0, ends in 1
+        CRF(2, allowed_start=torch.tensor([True, False]), allowed_end=torch.tensor([False, True]),
+            allowed_transitions=torch.tensor([[False, False], [True, False]]))  # fmt: skip
+    # the same with 0 -> 1 allowed has a path of length 2
+    CRF(2, allowed_start=torch.tensor([True, False]), allowed_end=torch.tensor([False, True]),
+        allowed_transitions=torch.tensor([[False, True], [False, False]]))  # fmt: skip
 
 
 def test_state_dict_keeps_pytorch_crfs_keys_and_repr():

@@ -72,8 +72,11 @@ class CRF(nn.Module):
         self.register_buffer(
             "allowed_end", _allowed("allowed_end", allowed_end, (num_tags,)), persistent=False
         )
-        if not self.allowed_start.any() or not self.allowed_end.any():
-            raise ValueError("allowed_start and allowed_end must each allow at least one tag")
+        if not _some_length_allowed(self.allowed_start, self.allowed_transitions, self.allowed_end):
+            raise ValueError(
+                "the constraints allow no tag sequence of any length: no path from an allowed start tag "
+                "through allowed transitions reaches an allowed end tag"
+            )
         masks = (self.allowed_transitions, self.allowed_start, self.allowed_end)
         self.constrained = not all(bool(allowed.all()) for allowed in masks)
         self.reset_parameters()
@@ -294,6 +297,18 @@ def _allowed(name: str, value: Tensor | None, shape: tuple[int, ...]) -> Tensor:
     if value.dtype != torch.bool or tuple(value.shape) != shape:
         raise ValueError(f"{name} must be a bool tensor of shape {shape}, got {_described(value)}")
     return value.clone()
+
+
+def _some_length_allowed(start: Tensor, transitions: Tensor, end: Tensor) -> bool:
+    """Whether some tag sequence starts, moves and ends as allowed: the tags reachable after each number
+    of steps, until they repeat (boolean N-vectors; at most 2^N sets, in practice a few)."""
+    reach, seen = start, set()
+    while (key := tuple(reach.tolist())) not in seen:
+        if bool((reach & end).any()):
+            return True
+        seen.add(key)
+        reach = (reach.float() @ transitions.float()) > 0
+    return False
 
 
 def _described(value) -> str:
