@@ -34,7 +34,7 @@ def transition_constraints(labels: Sequence[str], scheme: str = "BIO") -> dict[s
     parsed = [_parsed(label, scheme, {begin, inside, end, single} - {None}) for label in labels]
     if len(set(labels)) != len(labels):
         raise ValueError(f"labels must be distinct, got {list(labels)}")
-    opens = {begin, single} | {"O"}  # what may follow outside a span
+    opens = {begin, single, "O"} - {None}  # what may follow outside a span
     continues = {inside, end} - {None}  # what may follow inside a span, of the same type
 
     def closes(prefix: str) -> bool:  # a span (or none) is finished after this tag

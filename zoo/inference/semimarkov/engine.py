@@ -103,17 +103,22 @@ def segmentation_score(factors: SemiMarkovFactors, seg: Tensor, lengths: Tensor)
     return torch.where(start, scores, 0.0).sum(-1)
 
 
-def one_frame_log_partition(factors, lengths: Tensor, probe: Tensor | None = None) -> Tensor | None:
-    """log Z of the linear chain a D = 1 HSMM equals (``factors.one_frame_chain``), on its own backend;
-    None where there is none, or where a sequence has no path (the D-window forward then gives its
-    -inf, which ``check_covered`` names)."""
+def on_one_frame_chain(factors, lengths: Tensor, answer, probe: Tensor | None = None):
+    """``answer(chain)`` on the linear chain a D = 1 HSMM equals (``factors.one_frame_chain``), on its
+    own backend; None where there is none, or where a sequence has no path (the semi-Markov DP then
+    gives its -inf, which ``check_covered`` names)."""
     chain = factors.one_frame_chain(probe)
     if chain is None:
         return None
     try:
-        return LinearChain(chain, lengths).log_partition
+        return answer(LinearChain(chain, lengths))
     except ZeroProbability:
         return None
+
+
+def one_frame_log_partition(factors, lengths: Tensor, probe: Tensor | None = None) -> Tensor | None:
+    """log Z of the chain a D = 1 HSMM equals (``on_one_frame_chain``), or None."""
+    return on_one_frame_chain(factors, lengths, lambda chain: chain.log_partition, probe)
 
 
 class SemiMarkovEngine(Engine):

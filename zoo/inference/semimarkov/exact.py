@@ -15,11 +15,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.chain import LinearChain
-from zoo.inference.chain.scaled import ZeroProbability
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import NATIVE
-from zoo.inference.semimarkov.engine import SemiMarkovEngine, one_frame_log_partition
+from zoo.inference.semimarkov.engine import SemiMarkovEngine, on_one_frame_chain, one_frame_log_partition
 from zoo.inference.semimarkov.factors import (
     DenseSemiMarkov,
     EdgeSemiMarkov,
@@ -48,14 +46,9 @@ def dense_log_partition(f: DenseSemiMarkov, lengths: Tensor, probe: Tensor | Non
 
 
 def dense_argmax(f: DenseSemiMarkov, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    chain = f.one_frame_chain()
-    if chain is not None:
-        try:  # a segment starts at every frame: the segmentation is the best state path
-            best = LinearChain(chain, lengths)
-            return best.max_score, best.argmax
-        except ZeroProbability:  # the max-product forward names the sequences no segmentation covers
-            pass
-    return best_segmentations(dense_problem(f), lengths, f.transition_columns)
+    # D = 1: a segment starts at every frame, so the segmentation is the best state path
+    best = on_one_frame_chain(f, lengths, lambda chain: (chain.max_score, chain.argmax))
+    return best_segmentations(dense_problem(f), lengths, f.transition_columns) if best is None else best
 
 
 def factorized_sample(problem: Problem, columns, lengths, n, temperature, generator, max_duration):
