@@ -1,15 +1,24 @@
-"""The chain's Viterbi (``zoo.inference.chain.viterbi``) against a plain float64 max-plus reference:
-shared and per-position transitions, ragged lengths, chunked reductions, forbidden paths, ties, and the
-best score's gradient."""
+"""The chain's Viterbi (``zoo.inference.chain.viterbi``, and ``viterbi_scan`` for few states) against a
+plain float64 max-plus reference: shared and per-position transitions, ragged lengths, chunked
+reductions, forbidden paths, ties, and the best score's gradient. The dense tests run both routes."""
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import zoo.inference.semiring as semiring
 from zoo.inference import DenseChain, LinearChain, LowRankChain, RankSpaceChain
-from zoo.inference.chain import viterbi
+from zoo.inference.chain import viterbi, viterbi_scan
 
 NEG_INF = float("-inf")
+
+
+@pytest.fixture(params=["steps", "scan"])
+def route(request, monkeypatch):
+    """The dense Viterbi step by step, or as the O(log T) scan, whatever the sizes."""
+    monkeypatch.setattr(viterbi_scan, "pays", lambda batch, length, states: request.param == "scan")
+    return request.param
 
 
 def reference_max_scores(unary, transition, init, lengths):
@@ -59,7 +68,7 @@ def check_best(unary, transition, init, lengths, atol=1e-4):
 
 @pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize("lengths", [[6, 6, 6], [6, 1, 4], [3, 5, 2]])
-def test_best_paths_match_the_reference(shared, lengths):
+def test_best_paths_match_the_reference(shared, lengths, route):
     check_best(*random_chain(3, 6, 5, shared), torch.tensor(lengths))
 
 
@@ -74,7 +83,7 @@ def test_chunked_reductions_give_the_same_paths(shared, monkeypatch):
     check_best(unary, transition, init, lengths)
 
 
-def test_forbidden_transitions_and_a_fixed_start():
+def test_forbidden_transitions_and_a_fixed_start(route):
     """A left-to-right chain (i -> i or i + 1) that starts in state 0, with emissions hundreds of nats
     apart in float32: the best path stays inside the topology."""
     B, T, N = 2, 40, 4
@@ -91,12 +100,12 @@ def test_forbidden_transitions_and_a_fixed_start():
     assert states[0, 0] == 0 and ((steps == 0) | (steps == 1)).all()
 
 
-def test_ties_give_a_best_path():
+def test_ties_give_a_best_path(route):
     unary = torch.zeros(2, 5, 3)
     check_best(unary, torch.zeros(3, 3), torch.zeros(3), torch.tensor([5, 2]))
 
 
-def test_a_chain_with_no_path_raises_and_padding_does_not_count():
+def test_a_chain_with_no_path_raises_and_padding_does_not_count(route):
     unary, transition, init = random_chain(2, 4, 3, shared=True)
     unary[1, 3] = NEG_INF  # past the second chain's length: ignored
     lengths = torch.tensor([4, 3])
@@ -109,7 +118,7 @@ def test_a_chain_with_no_path_raises_and_padding_does_not_count():
 
 
 @pytest.mark.parametrize("padding", [NEG_INF, 3e38, -3e38])
-def test_padding_that_overflows_changes_no_path(padding):
+def test_padding_that_overflows_changes_no_path(padding, route):
     """The forward runs through the padding unmasked: values there may reach -inf, +inf or NaN (float32
     overflow, then +inf + -inf), and no sequence's path may change."""
     unary, transition, init = random_chain(3, 6, 4, shared=True)
@@ -126,7 +135,7 @@ def test_padding_that_overflows_changes_no_path(padding):
 
 
 @pytest.mark.parametrize("shared", [True, False])
-def test_the_best_score_gradient_is_the_best_path(shared):
+def test_the_best_score_gradient_is_the_best_path(shared, route):
     unary, transition, init = (x.requires_grad_() for x in random_chain(2, 5, 4, shared, seed=3))
     lengths = torch.tensor([5, 3])
     dist = LinearChain(DenseChain(unary, transition, init), lengths)
@@ -137,6 +146,71 @@ def test_the_best_score_gradient_is_the_best_path(shared):
         expected[b, torch.arange(L), states[b, :L]] = 1.0
     assert torch.equal(unary.grad, expected)
     assert init.grad.sum() == 2 and transition.grad.sum() == (5 - 1) + (3 - 1)
+
+
+# --- the O(log T) scan (few states, long sequences) -----------------------------------------------------
+def steps_and_scan(chain, lengths, monkeypatch):
+    """The best paths of both routes (or the message of the error each raises)."""
+    outcomes = []
+    for scan in (False, True):
+        monkeypatch.setattr(viterbi_scan, "pays", lambda batch, length, states, scan=scan: scan)
+        try:
+            outcomes.append(LinearChain(chain, lengths).argmax)
+        except ValueError as error:
+            outcomes.append(str(error))
+    return outcomes
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    B=st.integers(1, 3), T=st.integers(1, 40), N=st.integers(1, 5), shared=st.booleans(),
+    seed=st.integers(0, 99),
+)
+def test_the_scan_takes_the_same_path_on_integer_scores(B, T, N, shared, seed):
+    """Integer scores (sums exact in float32, ties everywhere, forbidden entries): the scan adds in
+    another order, and must still give the step-by-step path, first best predecessor on every tie, or
+    the same error where the forbidden entries leave a sequence without a path."""
+    g = torch.Generator().manual_seed(seed)
+    unary, transition, init = random_chain(B, T, N, shared, seed)
+    unary, transition, init = ((3 * x).round() for x in (unary, transition, init))
+    transition = torch.where(torch.rand(transition.shape, generator=g) < 0.2, NEG_INF, transition)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        steps, scan = steps_and_scan(DenseChain(unary, transition, init), lengths, monkeypatch)
+    if isinstance(steps, str):
+        assert scan == steps and "zero probability" in steps
+    else:
+        assert torch.equal(steps, scan)
+
+
+def test_a_long_left_to_right_chain_goes_to_the_scan(monkeypatch):
+    """A Gaussian HMM's decoding (3 states, T = 3000, emissions hundreds of nats apart, a fixed start,
+    float32) takes the scan by default, and its path scores the float64 best (within the round-off of
+    a sum of 3000 terms of about 500)."""
+    B, T, N = 3, 3000, 3
+    g = torch.Generator().manual_seed(4)
+    unary = -500 + 200 * torch.randn(B, T, N, generator=g)
+    step = torch.arange(N)[None] - torch.arange(N)[:, None]
+    transition = torch.where((step == 0) | (step == 1), -0.01, NEG_INF)
+    init = torch.tensor([0.0, NEG_INF, NEG_INF])
+    lengths = torch.tensor([3000, 1700, 2999])
+    assert viterbi_scan.pays(B, T, N)
+    calls = []
+    monkeypatch.setattr(viterbi_scan, "scan_paths", lambda *args: calls.append(1) or scan_paths(*args))
+    check_best(unary, transition, init, lengths, atol=2.0)  # |scores| ~ 1.5e6: float32 ulp 0.125
+    assert calls
+
+
+scan_paths = viterbi_scan.scan_paths
+
+
+@pytest.mark.parametrize(
+    "batch, length, states, expected",
+    [(8, 1000, 3, True), (1, 5000, 8, True), (8, 1000, 8, True), (8, 100, 4, False), (64, 1000, 4, False),
+     (8, 1000, 32, False), (1, 10**6, 8, False)],
+)
+def test_the_scan_is_taken_where_it_pays(batch, length, states, expected):
+    assert viterbi_scan.pays(batch, length, states) == expected
 
 
 # --- low-rank chains with rank weights: streamed a step at a time ----------------------------------------

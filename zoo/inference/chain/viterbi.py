@@ -10,6 +10,9 @@ host synchronization, what decides the time at tagging sizes (N <= 64). Past a s
 forward goes on through the padding unmasked (nothing reads those values); the walk back starts each
 sequence at its own last position.
 
+With few states and long sequences (``viterbi_scan.pays``) the dense form goes instead to
+``viterbi_scan``: the same forward and walk back in O(log T) rounds of tensor operations.
+
 A dense chain's transition is read as it is. A low-rank chain whose transition changes with the position
 (rank weights w_t: the rank-space HMM's emissions) is streamed: each step forms its B x N x N log Psi_t
 a block of columns at a time by a guarded product (``logmatmul``), and the walk back one column of it,
@@ -26,6 +29,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from zoo.inference.chain import viterbi_scan
 from zoo.inference.chain.factors import ChainFactors, DenseChain, LowRankChain, RankSpaceChain
 from zoo.inference.chain.scaled import check_alive
 from zoo.inference.logmatmul import Matrix, log_matmul
@@ -85,6 +89,8 @@ def best_paths(chain: ChainFactors, lengths: Tensor) -> Tensor:
             best, into = streamed_steps(chain)
         else:
             chain = chain.dense()
+            if viterbi_scan.pays(chain.batch, chain.max_length, chain.num_states):
+                return viterbi_scan.scan_paths(chain, lengths)
             best, into = dense_steps(chain)
         unary = chain.folded_unary().unbind(1)
         T = chain.max_length
