@@ -37,38 +37,40 @@ def pays(batch: int, length: int, states: int) -> bool:
 
 
 def max_plus_product(left: Tensor, right: Tensor) -> Tensor:
-    """max_k left[..., i, k] + right[..., k, j]: ... x I x K times ... x K x J -> ... x I x J, one
-    sum and one maximum per k, in place (a broadcast sum reduced over its short axis is 4-14x slower)."""
-    out = left[..., :, :1] + right[..., :1, :]
+    """max_k left[i, k, ...] + right[k, j, ...]: I x K x ... times K x J x ... -> I x J x ..., one sum
+    and one maximum per k, in place. The matrices' own axes come first, so each operation runs along
+    the long batch of them (with the batch first, a short inner axis made it 4-9x slower)."""
+    out = left[:, :1] + right[:1]
     term = torch.empty_like(out)
-    for k in range(1, left.shape[-1]):
-        torch.add(left[..., :, k : k + 1], right[..., k : k + 1, :], out=term)
+    for k in range(1, left.shape[1]):
+        torch.add(left[:, k : k + 1], right[k : k + 1], out=term)
         torch.maximum(out, term, out=out)
     return out
 
 
 def first_argmax(scores: Tensor) -> Tensor:
-    """The first index of the maximum over the second-to-last axis: ... x I x J -> ... x J (long),
-    one comparison per i (``argmax`` over a short axis is slower than the whole rest of the scan)."""
-    best, index = scores[..., 0, :], torch.zeros_like(scores[..., 0, :], dtype=torch.long)
-    for i in range(1, scores.shape[-2]):
-        better = scores[..., i, :] > best
-        best = torch.where(better, scores[..., i, :], best)
+    """The first index of the maximum over the first axis: I x ... -> ... (long), one comparison per i
+    (``argmax`` over a short axis is slower than the whole rest of the scan)."""
+    best, index = scores[0], torch.zeros_like(scores[0], dtype=torch.long)
+    for i in range(1, scores.shape[0]):
+        better = scores[i] > best
+        best = torch.where(better, scores[i], best)
         index.masked_fill_(better, i)
     return index
 
 
 def prefix_maxima(first: Tensor, steps: Tensor) -> Tensor:
-    """The max-plus forward values after each step: first B x N, steps B x L x N x N -> B x L x N,
-    [:, l] = first (x) steps[:, 0] (x) ... (x) steps[:, l]."""
-    L = steps.shape[1]
+    """The max-plus forward values after each step: first N x B, steps N x N x L x B -> N x L x B,
+    [:, l] = first (x) steps[:, :, 0] (x) ... (x) steps[:, :, l]."""
+    L = steps.shape[2]
     if L == 1:
-        return max_plus_product(first.unsqueeze(-2), steps[:, 0])
-    pairs = max_plus_product(steps[:, 0 : L - 1 : 2], steps[:, 1::2])  # steps 2k and 2k+1 at once
+        return max_plus_product(first[None, :, None], steps)[0]
+    even, odd = steps[:, :, 0::2].contiguous(), steps[:, :, 1::2].contiguous()  # one run of L/2 x B
+    pairs = max_plus_product(even[:, :, : L // 2], odd)  # steps 2k and 2k+1 at once
     after_odd = prefix_maxima(first, pairs)  # the values after steps 1, 3, 5, ...
-    before_even = torch.cat([first.unsqueeze(1), after_odd[:, : (L - 1) // 2]], 1)
-    after_even = max_plus_product(before_even.unsqueeze(-2), steps[:, 0::2]).squeeze(-2)
-    out = steps.new_empty(steps.shape[:-1])
+    before_even = torch.cat([first[:, None], after_odd[:, : (L - 1) // 2]], 1)
+    after_even = max_plus_product(before_even[None], even)[0]
+    out = steps.new_empty(steps.shape[1:])
     out[:, 0::2], out[:, 1::2] = after_even, after_odd
     return out
 
@@ -76,27 +78,28 @@ def prefix_maxima(first: Tensor, steps: Tensor) -> Tensor:
 def scan_paths(chain: DenseChain, lengths: Tensor) -> Tensor:
     """The best state sequence of each chain, B x T long, -1 past each length (ties: the first best
     predecessor). A sequence with no finite path raises ``ZeroProbability``."""
-    unary = chain.folded_unary()
-    B, T, N = unary.shape
+    unary = chain.folded_unary().permute(2, 1, 0)  # N x T x B: states first, the batch last
+    N, T, B = unary.shape
     positions = torch.arange(T, device=unary.device)
     if T == 1:
-        check_alive(unary[:, 0].amax(-1))
-        return unary[:, 0].argmax(-1, keepdim=True)
-    transition = chain.transition  # N x N, or B x (T-1) x N x N
-    live = (positions[1:] < lengths.unsqueeze(-1)).view(B, T - 1, 1, 1)  # the step into position t
-    identity = torch.full((N, N), float("-inf"), dtype=unary.dtype, device=unary.device)
-    identity.fill_diagonal_(0.0)
-    steps = torch.where(live, transition + unary[:, 1:].unsqueeze(-2), identity)
-    values = torch.cat([unary[:, :1], prefix_maxima(unary[:, 0], steps)], 1)  # B x T x N
-    check_alive(values[:, -1].amax(-1))
-    states = torch.arange(N, device=unary.device).expand(B, T - 1, N)
-    # pointers[:, t, j]: the best state at t before state j at t + 1 (itself past the length)
-    pointers = torch.where(live[..., 0], first_argmax(values[:, :-1].unsqueeze(-1) + transition), states)
+        check_alive(unary[:, 0].amax(0))
+        return unary[:, 0].argmax(0)[:, None]
+    # [i, j, t - 1, b] = log Psi_t(i, j)
+    transition = chain.transition[..., None, None] if chain.shared else chain.transition.permute(2, 3, 1, 0)
+    live = positions[1:, None] < lengths  # (T-1) x B: the step into position t
+    identity = torch.full((N, N, 1, 1), float("-inf"), dtype=unary.dtype, device=unary.device)
+    identity.diagonal().fill_(0.0)
+    steps = torch.where(live, transition + unary[None, :, 1:], identity)
+    values = torch.cat([unary[:, :1], prefix_maxima(unary[:, 0], steps)], 1)  # N x T x B
+    check_alive(values[:, -1].amax(0))
+    states = torch.arange(N, device=unary.device)[:, None, None]
+    # pointers[j, t, b]: the best state at t before state j at t + 1 (itself past the length)
+    pointers = torch.where(live, first_argmax(values[:, None, :-1] + transition), states)
     hop = 1
     while hop < T - 1:  # pointers[:, t]: the map from the state at min(t + hop, T - 1) to the one at t
-        ahead = torch.cat([pointers[:, hop:], states[:, :hop]], 1)
-        pointers = pointers.gather(-1, ahead)
+        ahead = torch.cat([pointers[:, hop:], states.expand(N, hop, B)], 1)
+        pointers = pointers.gather(0, ahead)
         hop *= 2
-    last = values[:, -1].argmax(-1)  # B
-    path = torch.cat([pointers.gather(-1, last.view(B, 1, 1).expand(B, T - 1, 1))[..., 0], last[:, None]], 1)
-    return torch.where(positions < lengths.unsqueeze(-1), path, -1)
+    last = values[:, -1].argmax(0)  # B
+    path = torch.cat([pointers.gather(0, last.expand(1, T - 1, B))[0], last[None]])  # T x B
+    return torch.where(positions[:, None] < lengths, path, -1).T.contiguous()
