@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from zoo.inference import DenseGrammar, TreeDistribution
-from zoo.inference.tree import viterbi
+from zoo.inference.tree import chart
 
 
 def random_grammar(B, T, NT, PT, seed=0, batched=False, forbidden=0.0):
@@ -42,7 +42,7 @@ def test_chunked_rule_applications_give_the_same_trees(monkeypatch):
     grammar, terms = random_grammar(3, 9, 4, 5, seed=2, batched=True)
     lengths = torch.tensor([9, 5, 8])
     whole = TreeDistribution(grammar, terms, lengths)
-    monkeypatch.setattr(viterbi, "VITERBI_CHUNK", 1)  # one sentence a chunk
+    monkeypatch.setattr(chart, "RULES_CHUNK", 1)  # one sentence a chunk
     chunked = TreeDistribution(grammar, terms, lengths)
     assert torch.equal(chunked.argmax, whole.argmax)
     torch.testing.assert_close(chunked.max_score, whole.max_score, atol=0, rtol=0)

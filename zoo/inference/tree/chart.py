@@ -73,6 +73,30 @@ def split_weights(left_scale: Tensor, right_scale: Tensor) -> tuple[Tensor, Tens
     return m, (pair - m.unsqueeze(-1)).exp().unsqueeze(-1)
 
 
+#: entries of the B x n x NT x K1 x K2 tensor that ``over_rules`` builds at once
+RULES_CHUNK = 1 << 22
+
+
+def over_rules(rules: Tensor, block: tuple[bool, bool], pairs: Tensor, reduce) -> Tensor:
+    """``reduce(score, -1)`` (a max or a log-sum-exp) over the label pairs of score[b, i, A, (K1 K2)] =
+    rules[g, A, K1, K2] + pairs[b, i, K1, K2], the block's rules (G x NT x S x S dense log-potentials,
+    the children's kinds in ``block``) and the spans' summed children (B x n x K1 x K2): B x n x NT,
+    in chunks of sentences (at most ``RULES_CHUNK`` entries)."""
+    NT = rules.shape[1]
+    rows = slice(0, NT) if block[0] else slice(NT, None)
+    cols = slice(0, NT) if block[1] else slice(NT, None)
+    sub = rules[:, :, rows, cols]  # G x NT x K1 x K2
+    pairs = pairs.contiguous()  # the children's views may order it otherwise: the sums below follow it
+    B, n, K1, K2 = pairs.shape
+    step = max(1, RULES_CHUNK // max(1, n * NT * K1 * K2))
+    out = []
+    for b0 in range(0, B, step):
+        g = sub if sub.shape[0] == 1 else sub[b0 : b0 + step]
+        score = g.unsqueeze(1) + pairs[b0 : b0 + step, :, None]  # b x n x NT x K1 x K2
+        out.append(reduce(score.flatten(-2), -1))
+    return torch.cat(out) if len(out) > 1 else out[0]
+
+
 def span_diagonal(x: Tensor, width: int) -> Tensor:
     """The entries [b, i, i+width] of a B x T x (T+1) (x ...) span tensor: B x (T-width+1) (x ...)."""
     T = x.shape[1]

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from zoo.inference.numerics import logsumexp
 from zoo.inference.semiring import Log
+from zoo.inference.tree import log_space
 from zoo.inference.tree.chart import Scaled, combine, finite_max, matvec, outer_sum, to_scaled
 from zoo.inference.tree.cky import cky, leaf_block
 from zoo.inference.tree.factors import GrammarFactors
@@ -158,13 +159,15 @@ def inside(
 
 def guarded_log_partition(rule_op_of: Callable[[GrammarFactors], RuleOp]):
     """log Z (B,) = f(grammar, terms, lengths, span_scores=None, label_scores=None) by ``inside`` with
-    the rules applied by ``rule_op_of(grammar)``, the sentences its guard marks in float64
-    (``guard.guarded``)."""
+    the rules applied by ``rule_op_of(grammar)``, the sentences its guard marks in float64, and those a
+    float64 pass marks in log space (``guard.guarded``, ``log_space``)."""
 
     def run(grammar, terms, lengths, span_scores, guard, label_scores=None):
         return inside(grammar, rule_op_of(grammar), terms, lengths, span_scores, label_scores, guard)[0]
 
     def log_partition(grammar, terms, lengths, span_scores=None, label_scores=None):
-        return guarded(run, grammar, terms, lengths, span_scores, label_scores)
+        return guarded(
+            run, grammar, terms, lengths, span_scores, label_scores, log_space=log_space.log_partition
+        )
 
     return log_partition

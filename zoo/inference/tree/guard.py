@@ -32,8 +32,11 @@ class UnderflowGuard:
     """
 
     RISK = 2.0**-60
+    RISK_FLOAT64 = 2.0**-900  # float64 flushes below 2^-1022: at most K 2^-122 of a kept maximum
 
-    def __init__(self, lengths: Tensor):
+    def __init__(self, lengths: Tensor, dtype: torch.dtype = torch.float32):
+        if dtype == torch.float64:
+            self.RISK = self.RISK_FLOAT64
         self.lengths = lengths
         self.unsafe = torch.zeros_like(lengths, dtype=torch.bool)
         self.roots: list[tuple[Tensor, Tensor]] = []  # (root sums B, their floor G) per width 2, 3, ...
@@ -54,9 +57,12 @@ class UnderflowGuard:
             self.unsafe |= (totals.gather(1, pick) < floors.gather(1, pick)).squeeze(1)
 
 
-def guard_for(lengths: Tensor, dtype: torch.dtype) -> UnderflowGuard | None:
-    """A guard for a pass in ``dtype``; None in float64, whose range the guard does not need."""
-    return None if dtype == torch.float64 else UnderflowGuard(lengths)
+def guard_for(lengths: Tensor, dtype: torch.dtype, float64: bool = False) -> UnderflowGuard | None:
+    """A guard for a pass in ``dtype``; in float64 only with ``float64`` (a pass with a log-space
+    fallback: ``guarded``), None otherwise."""
+    if dtype == torch.float64:
+        return UnderflowGuard(lengths, dtype) if float64 else None
+    return UnderflowGuard(lengths)
 
 
 def any_marked(guard: UnderflowGuard | None) -> bool:
@@ -64,22 +70,29 @@ def any_marked(guard: UnderflowGuard | None) -> bool:
     return guard is not None and bool(guard.unsafe.any())
 
 
-def guarded(inside, grammar: GrammarFactors, terms, lengths, span_scores=None, *per_sentence):
+def guarded(inside, grammar: GrammarFactors, terms, lengths, span_scores=None, *per_sentence, log_space=None):
     """``inside(grammar, terms, lengths, span_scores, guard, *per_sentence)`` -> log Z (B,), with the
-    sequences its ``UnderflowGuard`` marks computed again in float64 (returned in the terms' dtype).
-    Then the others are computed again too, in their dtype, so that no gradient passes through the
-    marked rows' float32 graph (its NaNs would reach the shared grammar)."""
-    guard = guard_for(lengths, terms.dtype)
+    sequences its ``UnderflowGuard`` marks computed again in float64 (returned in the terms' dtype), and
+    with ``log_space(grammar, terms, lengths, span_scores, *per_sentence)`` (an inside that scales
+    nothing) those that a float64 pass marks too. Then the others are computed again too, in their
+    dtype, so that no gradient passes through the marked rows' graph (its NaNs would reach the shared
+    grammar)."""
+    guard = guard_for(lengths, terms.dtype, float64=log_space is not None)
     log_z = inside(grammar, terms, lengths, span_scores, guard, *per_sentence)
     if not any_marked(guard):
         return log_z
+    if terms.dtype == torch.float64:
+        again = log_space
+    else:
+        def again(*args):
+            return guarded(inside, *args[:4], *args[4:], log_space=log_space)
     parts = []
     for marked, dtype in ((guard.unsafe, torch.float64), (~guard.unsafe, terms.dtype)):
         rows = marked.nonzero()[:, 0]
         if len(rows):
             scores, *extra = (None if x is None else x[rows].to(dtype) for x in (span_scores, *per_sentence))
-            sub = grammar.rows(rows, dtype)
-            part = inside(sub, terms[rows].to(dtype), lengths[rows], scores, None, *extra)
+            args = grammar.rows(rows, dtype), terms[rows].to(dtype), lengths[rows], scores
+            part = again(*args, *extra) if marked is guard.unsafe else inside(*args, None, *extra)
             parts.append((rows, part.to(terms.dtype)))
     order = torch.cat([rows for rows, _ in parts])
     return torch.cat([part for _, part in parts])[torch.argsort(order)]

@@ -15,11 +15,8 @@ import torch
 from torch import Tensor
 
 from zoo.inference.semiring import Max
-from zoo.inference.tree.chart import backtrack, check_some_tree
+from zoo.inference.tree.chart import backtrack, check_some_tree, over_rules
 from zoo.inference.tree.cky import cky
-
-#: entries of the B x n x NT x K1 x K2 max-plus tensor built at once
-VITERBI_CHUNK = 1 << 22
 
 
 class ViterbiRules:
@@ -36,22 +33,10 @@ class ViterbiRules:
         return value
 
     def part(self, block, splits, left, right) -> Tensor:
-        NT = self.rules.shape[1]
-        rows = slice(0, NT) if block[0] else slice(NT, None)
-        cols = slice(0, NT) if block[1] else slice(NT, None)
-        sub = self.rules[:, :, rows, cols]  # G x NT x K1 x K2
         pairs = left[:, :, 0, :, None] + right[:, :, 0, None, :]  # B x n x K1 x K2, the best split's
         for j in range(1, len(splits)):
             pairs = torch.maximum(pairs, left[:, :, j, :, None] + right[:, :, j, None, :])
-        pairs = pairs.contiguous()  # the children's views may order it otherwise: the sums below follow it
-        B, n, K1, K2 = pairs.shape
-        step = max(1, VITERBI_CHUNK // max(1, n * NT * K1 * K2))
-        best = []
-        for b0 in range(0, B, step):
-            g = sub if sub.shape[0] == 1 else sub[b0 : b0 + step]
-            score = g.unsqueeze(1) + pairs[b0 : b0 + step, :, None]  # b x n x NT x K1 x K2
-            best.append(score.flatten(-2).amax(-1))
-        return torch.cat(best) if len(best) > 1 else best[0]
+        return over_rules(self.rules, block, pairs, lambda score, dim: score.amax(dim))
 
     @staticmethod
     def combine(parts: list[Tensor]) -> Tensor:

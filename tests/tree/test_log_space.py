@@ -1,0 +1,136 @@
+"""Sentences whose trees all run through entries hundreds of nats below their span's best: the scaled
+inside loses them even in float64, so the guard sends them to the log-space inside (``tree.log_space``),
+and log Z, marginals and gradients stay exact; a plain float64 log-sum-exp inside is the reference."""
+
+import pytest
+import torch
+
+from zoo.inference import DenseGrammar, LowRankGrammar, TreeDistribution
+from zoo.inference.tree import log_space
+
+NEG_INF = float("-inf")
+
+
+def plain_inside(root, rules, terms, lengths, nodes=None):
+    """log Z (B,) by the textbook recursion over spans, one log-sum-exp per span and label (float64)."""
+    NT, S = rules.shape[0], rules.shape[-1]
+    out = []
+    for b, n in enumerate(lengths.tolist()):
+        chart = {}
+        for i in range(n):
+            leaf = torch.full((S,), NEG_INF, dtype=torch.float64)
+            leaf[NT:] = terms[b, i]
+            chart[i, i + 1] = leaf
+        for w in range(2, n + 1):
+            for i in range(n - w + 1):
+                k = i + w
+                children = torch.stack([chart[i, j][:, None] + chart[j, k][None, :] for j in range(i + 1, k)])
+                value = torch.full((S,), NEG_INF, dtype=torch.float64)
+                value[:NT] = (rules + children.logsumexp(0)).flatten(1).logsumexp(-1)
+                if nodes is not None:
+                    value[:NT] = value[:NT] + nodes[b, i, k]
+                chart[i, k] = value
+        out.append((chart[0, n][:NT] + root).logsumexp(-1))
+    return torch.stack(out)
+
+
+def gap_grammar(gap, dtype):
+    """One nonterminal whose only rule takes two P1 leaves; each word scores P0 at 0, P1 at -gap:
+    the one tree of two words scores -2 gap."""
+    rules = torch.full((1, 3, 3), NEG_INF, dtype=dtype)
+    rules[0, 2, 2] = 0.0
+    terms = torch.tensor([[[0.0, -gap], [0.0, -gap]]], dtype=dtype)
+    return DenseGrammar(torch.zeros(1, dtype=dtype), rules), terms
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("gap", [300.0, 360.0, 400.0, 2000.0])
+def test_leaves_far_below_their_best_preterminal(gap, dtype):
+    """At gap 360 the scaled float64 inside returned -708.4 (the log of its smallest normal number),
+    from 380 on a false "no tree" error."""
+    grammar, terms = gap_grammar(gap, dtype)
+    terms.requires_grad_()
+    dist = TreeDistribution(grammar, terms)
+    torch.testing.assert_close(dist.log_partition, torch.tensor([-2 * gap], dtype=dtype))
+    (grad,) = torch.autograd.grad(dist.log_partition.sum(), terms)
+    torch.testing.assert_close(grad, torch.tensor([[[0.0, 1.0], [0.0, 1.0]]], dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("low", [-760.0, -1e4])
+def test_the_only_usable_rule_far_below_the_best(low, dtype):
+    """The parent's best rule needs a preterminal no word can be: the tree's rule at -760 or -1e4 was
+    flushed to zero in float64 (a false "no tree" error)."""
+    rules = torch.full((1, 3, 3), NEG_INF, dtype=dtype)
+    rules[0, 2, 2], rules[0, 1, 1] = 0.0, low
+    terms = torch.tensor([[[0.0, NEG_INF], [0.0, NEG_INF]]], dtype=dtype)
+    dist = TreeDistribution(DenseGrammar(torch.zeros(1, dtype=dtype), rules), terms)
+    torch.testing.assert_close(dist.log_partition, torch.tensor([low], dtype=dtype))
+
+
+def constrained_crf(T, B, seed=0):
+    """A tree CRF (node scores) with label constraints: A0 scores +400 on every span but may only sit
+    over two leaves, A1 never has an A0 child; random scores for A1."""
+    g = torch.Generator().manual_seed(seed)
+    rules = torch.zeros(2, 3, 3, dtype=torch.float64)
+    rules[0] = NEG_INF
+    rules[0, 2, 2] = 0.0
+    rules[1, 0, :] = rules[1, :, 0] = NEG_INF
+    nodes = torch.zeros(B, T, T + 1, 2, dtype=torch.float64)
+    nodes[..., 0] = 400.0
+    nodes[..., 1] = torch.randn(B, T, T + 1, generator=g, dtype=torch.float64)
+    terms = torch.zeros(B, T, 1, dtype=torch.float64)
+    return DenseGrammar(torch.zeros(2, dtype=torch.float64), rules), terms, nodes
+
+
+def test_a_constrained_tree_crf_with_a_dominant_label():
+    """T = 4 with A1's scores zero: five bracketings, log Z = log 5 (was a false "no tree" error); at
+    T = 24 the plain inside's values (were 6 nats off, silently)."""
+    grammar, terms, nodes = constrained_crf(4, 1)
+    nodes[..., 1] = 0.0
+    log_z = TreeDistribution(grammar, terms, node_scores=nodes).log_partition
+    torch.testing.assert_close(log_z, torch.tensor([5.0], dtype=torch.float64).log())
+    grammar, terms, nodes = constrained_crf(24, 2, seed=1)
+    lengths = torch.tensor([24, 11])
+    dist = TreeDistribution(grammar, terms, lengths, node_scores=nodes)
+    expected = plain_inside(grammar.root[0], grammar.rules[0], terms, lengths, nodes)
+    torch.testing.assert_close(dist.log_partition, expected)
+    marginals = dist.marginals
+    assert torch.isfinite(marginals).all() and (marginals[..., 0] == 0).all()  # A0 never fits: A1 only
+
+
+@pytest.mark.parametrize("backend", ["exact", "low-rank"])
+def test_only_the_marked_sentences_go_to_log_space(backend, monkeypatch):
+    """A batch with one sentence that needs log space and one that does not: only the first is
+    recomputed there, and both get the plain inside's log Z (a low-rank grammar: its materialized
+    rules)."""
+    g = torch.Generator().manual_seed(3)
+    NT, PT, R, T = 2, 3, 4, 5
+    rules = torch.randn(NT, NT + PT, NT + PT, generator=g, dtype=torch.float64)
+    head, children = torch.rand(NT, R, generator=g, dtype=torch.float64), torch.rand(NT, NT, R, generator=g,
+                                                                                      dtype=torch.float64)
+    grammar = LowRankGrammar(torch.zeros(NT, dtype=torch.float64), rules, head, children)
+    terms = torch.randn(2, T, PT, generator=g, dtype=torch.float64)
+    rules[:, NT] = rules[:, :, NT] = NEG_INF  # the first preterminal is no one's child
+    terms[0, :, 1:] -= 900.0  # sentence 0: its trees run through leaves 900 nats below their best
+    lengths = torch.tensor([5, 4])
+    seen = []
+    original = log_space.log_partition
+    monkeypatch.setattr(log_space, "log_partition", lambda grammar, terms, *rest: seen.append(len(terms))
+                        or original(grammar, terms, *rest))  # fmt: skip
+    log_z = TreeDistribution(grammar, terms, lengths, backend=backend).log_partition
+    expected = plain_inside(grammar.root[0], grammar.dense_rules()[0], terms, lengths)
+    torch.testing.assert_close(log_z, expected)
+    assert seen == [1]
+
+
+def test_the_log_space_inside_is_the_scaled_one_where_nothing_underflows():
+    g = torch.Generator().manual_seed(4)
+    NT, PT, T = 3, 4, 7
+    rules = torch.randn(2, NT, NT + PT, NT + PT, generator=g, dtype=torch.float64)
+    grammar = DenseGrammar(torch.randn(2, NT, generator=g, dtype=torch.float64), rules)
+    terms = torch.randn(2, T, PT, generator=g, dtype=torch.float64)
+    nodes = torch.randn(2, T, T + 1, NT, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([7, 3])
+    scaled = TreeDistribution(grammar, terms, lengths, node_scores=nodes).log_partition
+    torch.testing.assert_close(log_space.log_partition(grammar, terms, lengths, None, nodes), scaled)

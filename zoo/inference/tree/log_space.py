@@ -1,0 +1,57 @@
+"""The inside pass in log space: where a float64 scaled inside loses its values.
+
+The scaled insides (``exact``, ``low_rank``) keep every span's vector in probability space under one
+log-scale, so even float64 flushes an entry about 708 nats below its span's best label, and a rule that
+far below its parent's best: a sentence whose every tree runs through such entries gets a log Z that is
+off by nats or -inf (a false "no tree" error). ``guard.guarded`` marks those sentences and recomputes
+them here: the same CKY loop (``cky``) in the log semiring on log-values, each block's splits summed by
+a log-sum-exp (B x n x K1 x K2), then its label pairs with the dense rules (``chart.over_rules``). No
+entry is ever scaled, so none is lost, at the cost of elementwise log-sum-exps where the scaled pass
+runs matrix products.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.inference.numerics import logsumexp
+from zoo.inference.semiring import Log
+from zoo.inference.tree.chart import over_rules
+from zoo.inference.tree.cky import cky
+from zoo.inference.tree.factors import GrammarFactors
+
+
+class LogSpaceRules:
+    """The log semiring's rule application (``cky.SpanRules``) on log-values and dense rules."""
+
+    semiring = Log
+
+    def __init__(self, rules: Tensor, terms: Tensor):
+        self.rules, self.leaves = rules, terms  # G x NT x S x S, B x T x PT
+
+    @staticmethod
+    def entry(value: Tensor) -> Tensor:
+        return value
+
+    def part(self, block, splits, left, right) -> Tensor:
+        pairs = logsumexp(left[..., :, None] + right[..., None, :], 2)  # B x n x K1 x K2, over the splits
+        return over_rules(self.rules, block, pairs, logsumexp)
+
+    @staticmethod
+    def combine(parts: list[Tensor]) -> Tensor:
+        return logsumexp(torch.stack(parts), 0)
+
+
+def log_partition(
+    grammar: GrammarFactors,
+    terms: Tensor,
+    lengths: Tensor,
+    span_scores: Tensor | None = None,
+    label_scores: Tensor | None = None,
+) -> Tensor:
+    """log Z (B,) in log space, on the grammar's dense rules (a low-rank grammar's materialized; a
+    ValueError names the size where that is too large); the arguments as ``exact.inside``'s."""
+    top, _ = cky(LogSpaceRules(grammar.dense().dense_rules(), terms), grammar.root, lengths, span_scores,
+                 label_scores)  # fmt: skip
+    return logsumexp(top, -1)
