@@ -266,6 +266,14 @@ def test_word_ids_outside_the_vocabulary(bad):
         terminal_scores(lp(PT, V_SIZE), words)
 
 
+@pytest.mark.parametrize("lengths, match", [([4, 2], r"lengths must lie in 1\.\.T = 1\.\.3, got \[4, 2\]"),
+                                            ([3, 2, 1], r"lengths must have shape \(B,\) = \(2,\)")])
+def test_terminal_scores_lengths_past_the_words(lengths, match):
+    """Lengths longer than the words were accepted (the terms then ended before the sentence did)."""
+    with pytest.raises(ValueError, match=match):
+        terminal_scores(lp(PT, V_SIZE), torch.tensor([[0, 1, 2], [2, 3, -1]]), torch.tensor(lengths))
+
+
 def test_terminal_scores_shapes():
     emission = lp(PT, V_SIZE)
     with pytest.raises(TypeError, match="words must be a B x T integer tensor"):
@@ -436,7 +444,7 @@ def test_randomized_backend_without_options():
 def test_options_for_backends_without_any():
     with pytest.raises(ValueError, match="options are only used by"):
         log_z(backend="exact", options=RDPOptions(1, 1))
-    with pytest.raises(ValueError, match="options are only used by"):
+    with pytest.raises(ValueError, match=r"options are only used by .* the tree's 'rank-space' one"):
         log_z(low_rank(), options="state-space")
     with pytest.raises(ValueError, match="algorithm must be 'rank-space' or 'state-space'"):
         log_z(rank_space(), backend="rank-space", options="bogus")
@@ -491,14 +499,17 @@ def test_bad_number_of_samples(n):
 # --------------------------------------------------------------------------- sample_sentences
 @pytest.mark.parametrize(
     "case, match",
-    [("length 1", "at least 2 words"), ("NaN emission", "NaN"), ("emission PT", "PT")],
-    ids=["length-1", "nan-emission", "emission-PT"],
+    [("length 1", r"lengths must lie in 2\.\.T = 2\.\.3 \(sentences need at least 2 words"),
+     ("length 0", r"lengths must lie in 2\.\.T = 2\.\.3 \(sentences need"), ("NaN emission", "NaN"),
+     ("emission PT", "PT")],
+    ids=["length-1", "length-0", "nan-emission", "emission-PT"],
 )
 def test_sample_sentences_bad_input(case, match):
+    """Length 0 said "lengths must lie in 1..T" (1 is refused too)."""
     emission = lp(PT, 4).log_softmax(-1)
     lengths = torch.tensor([3, 2])
-    if case == "length 1":
-        lengths = torch.tensor([3, 1])
+    if case in ("length 1", "length 0"):
+        lengths = torch.tensor([3, int(case[-1])])
     if case == "NaN emission":
         emission = with_entry(emission, NAN)
     if case == "emission PT":

@@ -77,4 +77,7 @@ def _build(engine: type, backend: Backend, options):
         return engine()
     if getattr(engine, "takes_options", False):
         return engine(options)
-    raise ValueError(f"options are only used by the 'randomized' backend, not {backend.value!r}")
+    raise ValueError(
+        f"options are only used by the 'randomized' backend (RDPOptions) and the tree's 'rank-space' one "
+        f"('state-space'), not by {backend.value!r}"
+    )

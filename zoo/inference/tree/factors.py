@@ -21,7 +21,14 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.checks import as_dp_tensor, check_finite, check_nonnegative, check_same_dtype, check_shape
+from zoo.inference.checks import (
+    as_dp_tensor,
+    check_finite,
+    check_lengths,
+    check_nonnegative,
+    check_same_dtype,
+    check_shape,
+)
 from zoo.inference.numerics import safe_log, underflow_safe_exp
 
 #: the most entries a dense NT x S x S rule tensor may have when materialized for an exact fallback
@@ -333,7 +340,7 @@ def terminal_scores(emission: Tensor, words: Tensor, lengths: Tensor | None = No
     pad = words < 0
     inside = (~pad).flip(-1).int().cummax(-1).values.flip(-1).bool()  # at or before a row's last word
     if lengths is not None:
-        lengths = torch.as_tensor(lengths, device=words.device).view(B, 1)  # CPU lengths are common
+        lengths = check_lengths(lengths, B, T, words.device).view(B, 1)  # CPU lengths are common
         inside = inside | (torch.arange(T, device=words.device) < lengths)
     if bool((pad & inside).any()):
         b, t = (pad & inside).nonzero()[0].tolist()

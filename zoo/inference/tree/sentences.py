@@ -56,12 +56,8 @@ def sample_sentences(
         raise ValueError(f"lengths must have shape (B,), got {tuple(lengths.shape)}")
     B = lengths.shape[0]
     T = int(lengths.max())
-    lengths = check_lengths(lengths, B, T, emission.device)
-    if (lengths < 2).any():
-        raise ValueError(
-            "sentences need at least 2 words (a CNF tree's root is a nonterminal), "
-            f"got lengths {lengths.tolist()}"
-        )
+    why = " (sentences need at least 2 words: a CNF tree's root is a nonterminal)"
+    lengths = check_lengths(lengths, B, T, emission.device, 2, why)
     for name, size in (("emission", emission.shape[0]), ("grammar", grammar.grammar_batch)):
         if size not in (1, B):
             raise ValueError(f"the {name} has batch size {size} but lengths has B = {B}")
