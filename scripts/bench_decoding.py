@@ -1,6 +1,6 @@
-"""Benchmark of decoding where it changed: the semi-Markov Viterbi and the Viterbi of chains whose low-rank
-transitions change with the position (the rank-space HMM's), each against the implementation it replaced,
-and the PCFG's Viterbi against torch-struct's.
+"""Benchmark of decoding where it changed: the semi-Markov Viterbi, the Viterbi of chains whose low-rank
+transitions change with the position (the rank-space HMM's) and of chains with few states and long
+sequences, each against the implementation it replaced, and the PCFG's Viterbi against torch-struct's.
 
 * Semi-Markov chains: ``SemiMarkovChain(DenseSemiMarkov(...)).argmax`` (the max-product forward keeps each
   segment's best duration; the walk back recomputes the previous state from one column) against
@@ -10,6 +10,9 @@ and the PCFG's Viterbi against torch-struct's.
 * Rank-space HMM chains: ``viterbi.best_paths`` on the ``RankSpaceChain`` (each step's N x N formed a block
   of columns at a time) against ``dense form``, the same Viterbi on ``chain.dense()``, the
   B x (T-1) x N x N tensor it was run on before.
+* Chains with few states: ``LinearChain(DenseChain(...)).argmax`` where ``viterbi_scan.pays`` (the max-plus
+  forward as a parallel prefix and the walk back by pointer jumping, O(log T) rounds of tensor operations)
+  against ``step by step``, the same Viterbi a position at a time, what these sizes ran before.
 * PCFGs: ``TreeDistribution(DenseGrammar(...)).argmax`` (values-only max-plus CKY, each decomposition on
   the best tree recomputed) against torch-struct 0.5's ``SentCFG.argmax`` (the gradient of its max).
 
@@ -49,7 +52,7 @@ COLUMNS = ["time (ms)", "time / ours", "peak (MB)", "peak / ours"]
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # "semimarkov", "rank-space chain" or "pcfg"
+    kind: str  # "semimarkov", "rank-space chain", "few-state chain" or "pcfg"
     B: int
     T: int
     N: int  # states, or nonterminals (PCFG)
@@ -62,6 +65,7 @@ class Plan:
     semimarkov: tuple[tuple[str, int, int, int, int], ...]  # label, B, T, N, D
     fits: tuple[tuple[int, int, int, int], ...]  # B, T, N, D: torch-struct beside ours
     chains: tuple[tuple[int, int, int, int], ...]  # B, T, N, R
+    few_states: tuple[tuple[int, int, int], ...]  # B, T, N
     grammars: tuple[tuple[int, int, int, int], ...]  # B, T, NT, PT
     repeats: int
     budget_s: float
@@ -69,6 +73,7 @@ class Plan:
 
 SEMIMARKOV = ("ours", "general walk back")
 CHAIN = ("ours", "dense form")
+FEW_STATES = ("ours", "step by step")
 PCFG = ("ours", "torch-struct 0.5")
 FULL = Plan(
     semimarkov=(
@@ -79,6 +84,7 @@ FULL = Plan(
     ),
     fits=((1, 16, 16, 32), (1, 16, 64, 8)),
     chains=((4, 32, 512, 64), (4, 32, 1024, 128), (4, 32, 2048, 256), (4, 32, 4096, 512)),
+    few_states=((1, 5000, 4), (8, 1000, 3), (8, 1000, 8), (32, 1000, 4), (4, 200, 8)),
     grammars=((4, 20, 30, 60), (4, 40, 30, 60), (4, 20, 60, 120)),
     repeats=20,
     budget_s=60.0,
@@ -87,6 +93,7 @@ QUICK = Plan(
     semimarkov=(("short segments", 4, 40, 8, 8),),
     fits=((1, 8, 8, 8),),
     chains=((2, 16, 128, 16),),
+    few_states=((2, 200, 3),),
     grammars=((2, 8, 5, 10),),
     repeats=3,
     budget_s=5.0,
@@ -180,6 +187,33 @@ def chain_calls(job: Job) -> dict[str, Callable[[], None]]:
     return {method: no_grad(calls[method]) for method in job.methods}
 
 
+def few_state_calls(job: Job) -> dict[str, Callable[[], None]]:
+    """The Viterbi of a dense chain (shared transition, N(0, 1) scores) as the O(log T) scan and step by
+    step (``viterbi_scan.pays`` set to say no); the step-by-step paths score the scan's best."""
+    from zoo.inference import DenseChain, LinearChain
+    from zoo.inference.chain import viterbi_scan
+    from zoo.inference.chain.engine import sequence_score
+
+    if not viterbi_scan.pays(job.B, job.T, job.N):
+        raise SystemExit(f"the scan is not taken at B = {job.B}, T = {job.T}, N = {job.N}")
+    chain = DenseChain(torch.randn(job.B, job.T, job.N), torch.randn(job.N, job.N))
+    lengths = torch.full((job.B,), job.T)
+    pays = viterbi_scan.pays
+
+    def step_by_step() -> Tensor:
+        viterbi_scan.pays = lambda batch, length, states: False
+        try:
+            return LinearChain(chain, lengths).argmax
+        finally:
+            viterbi_scan.pays = pays
+
+    calls = {"ours": lambda: LinearChain(chain, lengths).argmax, "step by step": step_by_step}
+    with torch.no_grad():
+        best = sequence_score(chain, calls["ours"](), lengths)
+        check_score("step by step", sequence_score(chain, step_by_step(), lengths), best)
+    return {method: no_grad(calls[method]) for method in job.methods}
+
+
 # --- the PCFG decoders -----------------------------------------------------------------------------------
 def pcfg_calls(job: Job) -> dict[str, Callable[[], None]]:
     """Ours and torch-struct's Viterbi on one grammar shared by the batch (``bench_tree``'s), full
@@ -240,7 +274,10 @@ def check_score(method: str, found: Tensor, best: Tensor) -> None:
 def build_step(job: Job) -> dict[str, Callable[[], None]]:
     """The calls of one shape, built from the same seed (run in their own process)."""
     torch.manual_seed(0)
-    calls = {"semimarkov": semimarkov_calls, "rank-space chain": chain_calls, "pcfg": pcfg_calls}
+    calls = {
+        "semimarkov": semimarkov_calls, "rank-space chain": chain_calls, "few-state chain": few_state_calls,
+        "pcfg": pcfg_calls,
+    }  # fmt: skip
     return calls[job.kind](job)
 
 
@@ -260,7 +297,7 @@ def main() -> None:
     plan = QUICK if args.quick else FULL
     benchlib.prepare_environment()
     started, load_before = time.time(), os.getloadavg()[0]
-    semimarkov, fits, chains, grammars = [], [], [], []
+    semimarkov, fits, chains, few_states, grammars = [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="bench_decoding_") as copy:
         version = benchlib.snapshot_zoo(Path(copy))
         sys.path.insert(0, copy)  # ahead of the editable install's finder, in every spawned configuration
@@ -279,6 +316,9 @@ def main() -> None:
             if need > MEMORY_CAP:
                 results["dense form"] = Measurement(status=f"OOM (skipped: needs > {need / GB:,.0f} GB)")
             chains += rows_of(f"B = {B}, T = {T}, N = {N}, R = {R}", results)
+        for B, T, N in plan.few_states:
+            results = run(Job("few-state chain", B, T, N, 0, FEW_STATES), plan)
+            few_states += rows_of(f"B = {B}, T = {T}, N = {N}", results)
         for B, T, NT, PT in plan.grammars:
             results = run(Job("pcfg", B, T, NT, PT, PCFG), plan)
             grammars += rows_of(f"B = {B}, T = {T}, NT = {NT}, PT = {PT}", results)
@@ -309,6 +349,13 @@ def main() -> None:
         "same Viterbi on `chain.dense()`, the B x (T-1) x N x N tensor decoding ran on before. Rank R = "
         "N / 8; softmax U and V, emission log-weights N(0, 3^2). Both take O(T N^2 R) time.",
         table(["shape", "method", *COLUMNS], chains),
+        "### Viterbi of chains with few states",
+        "`ours`: `LinearChain(DenseChain(unary, transition)).argmax`, which at these sizes (few states, long "
+        "sequences, a small batch: `viterbi_scan.pays`) runs the max-plus forward as a parallel prefix and "
+        "the walk back by pointer jumping, O(log T) rounds of tensor operations and O(T N^3) work. `step by "
+        "step`: the same Viterbi a position at a time (a few tensor operations a position), what these sizes "
+        "ran before. A shared N x N transition and unary scores N(0, 1).",
+        table(["shape", "method", *COLUMNS], few_states),
         "### PCFG Viterbi",
         "`ours`: `TreeDistribution(DenseGrammar(root, rules), terms).argmax` (values-only max-plus CKY: the "
         "best pair of children over the splits, then the rules over label pairs; each decomposition on the "
