@@ -48,3 +48,20 @@ def test_padding_never_matters(combo, fill, data):
     args = padded_args(spec.args, lengths, PADDED[kind], fill, data.draw(st.integers(0, 2**31 - 1)))
     with torch.no_grad():
         assert_unchanged(answers(SMSpec(kind, args, lengths), backend), answers(spec, backend))
+
+
+def test_segmentation_entries_past_the_length_are_ignored():
+    """log_prob reads a segmentation up to each length (documented): a padded batch may hold any state
+    past it, as in chains."""
+    from zoo.inference import DenseSemiMarkov, SemiMarkovChain
+
+    g = torch.Generator().manual_seed(0)
+    dist = SemiMarkovChain(
+        DenseSemiMarkov(torch.randn(2, 6, 3, generator=g), torch.randn(3, 3, generator=g),
+                        torch.randn(3, 4, generator=g)),
+        torch.tensor([6, 3]),
+    )  # fmt: skip
+    best = dist.argmax
+    noisy = best.clone()
+    noisy[1, 3:] = torch.tensor([2, 0, 1])
+    assert torch.equal(dist.log_prob(noisy), dist.log_prob(best))
