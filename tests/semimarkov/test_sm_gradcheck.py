@@ -85,3 +85,30 @@ def test_entropy_and_marginals_are_differentiable():
         return d.entropy.sum() + (d.marginals * torch.linspace(0, 1, N, dtype=DTYPE)).sum()
 
     assert torch.autograd.gradcheck(f, (unary,), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_the_entropys_second_derivative_ignores_the_padding():
+    """A length-1 sequence padded to T = 40 with scores of +-100s, forbidden transitions and a fixed start
+    (float64): the gradient of the entropy's gradient was NaN on 112 entries, from the padding's tiny
+    products divided twice in the entropy step; it is the zero-padded sequence's, and 0 on the padding."""
+    import math
+
+    from zoo.inference import DenseSemiMarkov, SemiMarkovChain
+
+    g = torch.Generator().manual_seed(6)
+    noise = torch.randn(3, 40, 4, generator=g, dtype=torch.float64)[2:] * 100
+    transition = torch.randn(4, 4, generator=g, dtype=torch.float64).log_softmax(1)
+    transition.fill_diagonal_(-math.inf)
+    transition[0, 3] = -math.inf
+    durations = (torch.randn(4, 5, generator=g, dtype=torch.float64) * 3).log_softmax(1)
+    init = torch.tensor([0.0, -math.inf, -math.inf, -math.inf], dtype=torch.float64)
+    rows = []
+    for unary in (noise, torch.cat([noise[:, :1], torch.zeros_like(noise[:, 1:])], 1)):
+        unary = unary.clone().requires_grad_()
+        chain = DenseSemiMarkov(unary, transition, durations, init)
+        entropy = SemiMarkovChain(chain, torch.tensor([1])).entropy
+        (grad,) = torch.autograd.grad(entropy.sum(), unary, create_graph=True)
+        (second,) = torch.autograd.grad(grad.sum(), unary)
+        rows.append(second)
+    assert torch.isfinite(rows[0]).all() and (rows[0][:, 1:] == 0).all()
+    torch.testing.assert_close(rows[0], rows[1])

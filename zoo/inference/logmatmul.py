@@ -167,7 +167,9 @@ def entropy_step(x: Tensor, H: Tensor, matrix: Matrix, live: Tensor | None = Non
     cross = (v.unsqueeze(-2) @ matrix.p_log_p).squeeze(-2)
     h = pair[..., 0, :]
     index = repair_index(h.detach(), matrix.rows, live, second_order=True)  # its gradient divides by h
-    usable = h > 0 if index is None else (h > 0) & outside(h, index)
+    # every entry below the bound leaves the graph: the repaired ones, and those of rows that are not
+    # live (junk, but a double backward multiplied their 1 / h^2 by zero: NaN)
+    usable = h.detach() >= threshold(matrix.rows, h.dtype, second_order=True)
     safe = torch.where(usable, h, torch.ones_like(h))
     H_next = (pair[..., 1, :] - cross) / safe + safe.log()
     log_h = torch.where(h > 0, safe.log(), float("-inf")) + matrix.shift + m
