@@ -5,7 +5,7 @@ and log Z, marginals and gradients stay exact; a plain float64 log-sum-exp insid
 import pytest
 import torch
 
-from zoo.inference import DenseGrammar, LowRankGrammar, TreeDistribution
+from zoo.inference import DenseGrammar, LowRankGrammar, RankSpaceGrammar, TreeDistribution
 from zoo.inference.tree import log_space
 
 NEG_INF = float("-inf")
@@ -134,3 +134,16 @@ def test_the_log_space_inside_is_the_scaled_one_where_nothing_underflows():
     lengths = torch.tensor([7, 3])
     scaled = TreeDistribution(grammar, terms, lengths, node_scores=nodes).log_partition
     torch.testing.assert_close(log_space.log_partition(grammar, terms, lengths, None, nodes), scaled)
+
+
+@pytest.mark.parametrize("algorithm", [None, "state-space"])
+@pytest.mark.parametrize("gap", [800.0, 1500.0])
+def test_a_cpd_grammar_beyond_float64s_range(gap, algorithm):
+    """A CPD grammar whose only usable children are preterminal P1, each word's P1 ``gap`` nats under P0
+    (float64): the rank-space and state-space insides flushed them from 800 on; log Z is -2 gap."""
+    ones = torch.ones(1, 1, dtype=torch.float64)
+    usable = torch.tensor([[0.0], [0.0], [1.0]], dtype=torch.float64)  # symbols A, P0, P1
+    grammar = RankSpaceGrammar(torch.zeros(1, dtype=torch.float64), ones, usable, usable.clone())
+    terms = torch.tensor([[[0.0, -gap], [0.0, -gap]]], dtype=torch.float64)
+    dist = TreeDistribution(grammar, terms, backend="rank-space", options=algorithm)
+    torch.testing.assert_close(dist.log_partition, torch.tensor([-2 * gap], dtype=torch.float64))

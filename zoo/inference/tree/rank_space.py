@@ -30,6 +30,7 @@ from torch import Tensor
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE, UNSUPPORTED
 from zoo.inference.numerics import safe_log
+from zoo.inference.tree import log_space
 from zoo.inference.tree.chart import Scaled, check_some_tree, finite_max, span_diagonal, to_scaled
 from zoo.inference.tree.engine import TreeEngine
 from zoo.inference.tree.exact import grammar_matmul
@@ -187,7 +188,7 @@ def rank_space_log_partition(grammar, terms, lengths, span_scores=None):
         leaves = leaf_projections(grammar, terms, guard)
         return projected_inside(rank_space_lift(grammar, guard), leaves, lengths, span_scores, guard)
 
-    return guarded(inside, grammar, terms, lengths, span_scores)
+    return guarded(inside, grammar, terms, lengths, span_scores, log_space=log_space.log_partition)
 
 
 def state_space_log_partition(grammar, terms, lengths, span_scores=None, label_scores=None):
@@ -197,7 +198,9 @@ def state_space_log_partition(grammar, terms, lengths, span_scores=None, label_s
         lift = state_space_lift(grammar, label_scores, guard)
         return projected_inside(lift, leaf_projections(grammar, terms, guard), lengths, span_scores, guard)
 
-    return guarded(inside, grammar, terms, lengths, span_scores, label_scores)
+    return guarded(
+        inside, grammar, terms, lengths, span_scores, label_scores, log_space=log_space.log_partition
+    )
 
 
 def _log_values(x: Scaled) -> Tensor:
