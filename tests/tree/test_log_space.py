@@ -11,6 +11,15 @@ from zoo.inference.tree import log_space
 NEG_INF = float("-inf")
 
 
+def lse(x, dim):
+    """log-sum-exp over ``dim``, -inf with a zero gradient where every entry is -inf."""
+    m = x.detach().amax(dim, keepdim=True)
+    m = torch.where(torch.isinf(m), 0.0, m)
+    total = (x - m).exp().sum(dim)
+    alive = total > 0
+    return torch.where(alive, torch.where(alive, total, 1.0).log(), NEG_INF) + m.squeeze(dim)
+
+
 def plain_inside(root, rules, terms, lengths, nodes=None):
     """log Z (B,) by the textbook recursion over spans, one log-sum-exp per span and label (float64)."""
     NT, S = rules.shape[0], rules.shape[-1]
@@ -26,11 +35,11 @@ def plain_inside(root, rules, terms, lengths, nodes=None):
                 k = i + w
                 children = torch.stack([chart[i, j][:, None] + chart[j, k][None, :] for j in range(i + 1, k)])
                 value = torch.full((S,), NEG_INF, dtype=torch.float64)
-                value[:NT] = (rules + children.logsumexp(0)).flatten(1).logsumexp(-1)
+                value[:NT] = lse((rules + lse(children, 0)).flatten(1), -1)
                 if nodes is not None:
                     value[:NT] = value[:NT] + nodes[b, i, k]
                 chart[i, k] = value
-        out.append((chart[0, n][:NT] + root).logsumexp(-1))
+        out.append(lse(chart[0, n][:NT] + root, -1))
     return torch.stack(out)
 
 
@@ -147,3 +156,41 @@ def test_a_cpd_grammar_beyond_float64s_range(gap, algorithm):
     terms = torch.tensor([[[0.0, -gap], [0.0, -gap]]], dtype=torch.float64)
     dist = TreeDistribution(grammar, terms, backend="rank-space", options=algorithm)
     torch.testing.assert_close(dist.log_partition, torch.tensor([-2 * gap], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("gap", [400.0, 2000.0])
+def test_entropy_and_samples_of_a_sentence_with_one_usable_tree(gap, dtype):
+    """Beyond float64's range the entropy pass and the sampler's chart lost the sentence's one tree too (a
+    false "no tree" error): its entropy is 0 and every sample is that tree."""
+    grammar, terms = gap_grammar(gap, dtype)
+    dist = TreeDistribution(grammar, terms)
+    torch.testing.assert_close(dist.entropy, torch.zeros(1, dtype=dtype))
+    samples = dist.sample(5, generator=torch.Generator().manual_seed(0))
+    assert (samples[:, 0] == torch.tensor([[0, 2, 0], [0, 1, 1], [1, 2, 1]])).all()
+
+
+def test_entropy_and_samples_of_a_constrained_tree_crf():
+    """The dominant label never fits: at T = 4 the five bracketings (label A1) are equally likely,
+    entropy log 5, and the samples spread evenly over them; at T = 12 the entropy is log Z - E[score]
+    of the plain inside (its expected node scores by autograd), with finite gradients."""
+    grammar, terms, nodes = constrained_crf(4, 1)
+    nodes[..., 1] = 0.0
+    dist = TreeDistribution(grammar, terms, node_scores=nodes)
+    torch.testing.assert_close(dist.entropy, torch.tensor([5.0], dtype=torch.float64).log())
+    trees = dist.sample(2000, generator=torch.Generator().manual_seed(0))[:, 0]  # 2000 x 7 x 3
+    wide = (trees[..., 1] - trees[..., 0]) >= 2
+    assert (trees[..., 2][wide] == 1).all()
+    _, counts = torch.unique(trees[..., :2].flatten(1), dim=0, return_counts=True)
+    assert len(counts) == 5 and ((counts - 400).abs() < 72).all(), counts  # 4 standard deviations
+    grammar, terms, nodes = constrained_crf(12, 2, seed=1)
+    lengths = torch.tensor([12, 7])
+    nodes.requires_grad_()
+    entropy = TreeDistribution(grammar, terms, lengths, node_scores=nodes).entropy
+    reference_nodes = nodes.detach().clone().requires_grad_()
+    log_z = plain_inside(grammar.root[0], grammar.rules[0], terms, lengths, reference_nodes)
+    (counts,) = torch.autograd.grad(log_z.sum(), reference_nodes)
+    expected_score = (counts * reference_nodes.detach()).flatten(1).sum(-1)
+    torch.testing.assert_close(entropy, log_z.detach() - expected_score)
+    (grad,) = torch.autograd.grad(entropy.sum(), nodes)
+    assert torch.isfinite(grad).all()

@@ -18,10 +18,11 @@ from torch import Tensor
 from zoo.inference.engines import Engine, register_engine
 from zoo.inference.kinds import NATIVE
 from zoo.inference.numerics import needs_grad
-from zoo.inference.tree import exact
+from zoo.inference.tree import exact, log_space
 from zoo.inference.tree.chart import check_some_tree, mbr_tree
 from zoo.inference.tree.entropy import entropy as tree_entropy
 from zoo.inference.tree.factors import DenseGrammar, GrammarFactors
+from zoo.inference.tree.guard import guarded
 from zoo.inference.tree.sampling import sample_trees
 from zoo.inference.tree.trees import tree_score
 from zoo.inference.tree.viterbi import viterbi
@@ -105,11 +106,18 @@ class TreeEngine(Engine):
         """H by the inside pass in the entropy semiring on the dense grammar, differentiable: (B,).
         In float64 and returned in the terms' dtype, as the semi-Markov entropy: each span's entropy is
         N / Y + log Y of terms of the size of its -log weights, and float32 lost up to 1.7e-4 nats
-        over 24 words (tests/numerics/test_tree_float32.py)."""
+        over 24 words (tests/numerics/test_tree_float32.py). The sentences beyond float64's range
+        (``guard.guarded``) get log Z - E[score] in log space (``log_space.entropy``)."""
         dense = grammar.dense()
         wide = DenseGrammar(dense.root.double(), dense.rules.double())
         nodes = None if nodes is None else nodes.double()
-        return tree_entropy(wide, terms.double(), lengths, nodes).to(terms.dtype)
+
+        def inside(grammar, terms, lengths, span_scores, guard, nodes):
+            return tree_entropy(grammar, terms, lengths, nodes, guard)
+
+        H = guarded(inside, wide, terms.double(), lengths, None, nodes, log_space=log_space.entropy)
+        check_some_tree(torch.where(torch.isneginf(H.detach()), float("-inf"), 0.0), lengths)  # no tree: -inf
+        return H.to(terms.dtype)
 
     def argmax(self, grammar, terms, lengths, nodes=None) -> tuple[Tensor, Tensor]:
         """Viterbi on the dense grammar: (best score (B,), tree B x (2T-1) x 3)."""

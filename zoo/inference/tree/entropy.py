@@ -27,8 +27,9 @@ from zoo.inference.numerics import finite_or_zero, safe_log
 from zoo.inference.semiring import Entropy
 from zoo.inference.tree.chart import check_some_tree, matvec, split_weights, to_scaled
 from zoo.inference.tree.cky import cky, leaf_block
-from zoo.inference.tree.exact import grammar_matmul, rule_sum, scaled_rules
+from zoo.inference.tree.exact import grammar_matmul, leaf_bound, rule_sum, scaled_rules
 from zoo.inference.tree.factors import DenseGrammar
+from zoo.inference.tree.guard import UnderflowGuard
 
 # a part of a span: (log-scale B x n, total Y B x n x NT, entropy numerator N B x n x NT)
 Part = tuple[Tensor, Tensor, Tensor]
@@ -76,7 +77,7 @@ def split_part(left: Carried, right: Carried, rules: tuple) -> Part:
 def leaf_part(q: tuple, other: Carried, at: int) -> Part:
     """The part with a preterminal child at each span's position ``at`` and a nonterminal child
     ``other`` (B x n x NT); q: the per-position leaf rules (``leaf_rules``)."""
-    q_scale, Q, QL = q
+    q_scale, Q, QL, _ = q
     mC, vC, aC = other
     n = vC.shape[-2]
     Q, QL = Q[:, at : at + n], QL[:, at : at + n]  # B x n x NT x NT
@@ -87,8 +88,9 @@ def leaf_part(q: tuple, other: Carried, at: int) -> Part:
 
 def leaf_rules(grammar: DenseGrammar, terms: Tensor) -> dict:
     """The rules with their preterminal child summed out at every position, and the same of w log w:
-    {block: (log-scale B x T, Q B x T x NT x NT, QL B x T x NT x NT)}, Q[b, t, A, C] = sum_P P(A, P, C)
-    tv[b, t, P] (leaf on the left; likewise on the right), QL the same sum of P tv log(P tv)."""
+    {block: (log-scale B x T, Q B x T x NT x NT, QL B x T x NT x NT, the guard's bound G x 1)},
+    Q[b, t, A, C] = sum_P P(A, P, C) tv[b, t, P] (leaf on the left; likewise on the right), QL the same
+    sum of P tv log(P tv)."""
     t_scale, tv = to_scaled(terms)
     tv_log = tv * finite_or_zero(terms - t_scale.unsqueeze(-1))
     out = {}
@@ -96,7 +98,7 @@ def leaf_rules(grammar: DenseGrammar, terms: Tensor) -> dict:
         r_scale, probs, p_log_p = rules_with_entropy(grammar.rules_block(*block))
         Q = rule_sum(pattern, probs, tv)
         QL = rule_sum(pattern, p_log_p, tv) + rule_sum(pattern, probs, tv_log)
-        out[block] = (t_scale + r_scale.view(-1, 1), Q, QL)
+        out[block] = (t_scale + r_scale.view(-1, 1), Q, QL, leaf_bound(probs, block))
     return out
 
 
@@ -114,15 +116,17 @@ def combined(parts: list[Part]) -> Tensor:
 class EntropyRules:
     """The entropy semiring's rule application (``cky.SpanRules``) on a dense grammar, its children
     read as ``Carried`` (made once a width): parts (log-scale, total, entropy numerator) of the leaf
-    blocks through ``leaf_rules``, of the others through ``split_part``."""
+    blocks through ``leaf_rules``, of the others through ``split_part``; ``guard`` checks each part's
+    total against the most its rules give children of at most 1, as the inside's."""
 
     semiring = Entropy
 
-    def __init__(self, grammar: DenseGrammar, terms: Tensor):
+    def __init__(self, grammar: DenseGrammar, terms: Tensor, guard: UnderflowGuard | None = None):
         self.leaves = Entropy.lift(terms)  # a leaf's entropy is 0
         self.leaf_rules = leaf_rules(grammar, terms) if terms.shape[1] >= 3 else {}
         pairs = ((True, True), (False, False))
         self.pair_rules = {block: rules_with_entropy(grammar.rules_block(*block)) for block in pairs}
+        self.guard = guard
 
     @staticmethod
     def entry(value: Tensor) -> Carried:
@@ -132,19 +136,35 @@ class EntropyRules:
         leaf = leaf_block(block, splits, left, right)
         if leaf is not None:
             at, other = leaf
-            return leaf_part(self.leaf_rules[block], other, at)
-        return split_part(left, right, self.pair_rules[block])
+            part = leaf_part(self.leaf_rules[block], other, at)
+        else:
+            part = split_part(left, right, self.pair_rules[block])
+        if self.guard is not None:
+            self.guard.check(part[1].detach().amax(-1), self.guard.RISK * self.bound(block))
+        return part
+
+    def bound(self, block: tuple[bool, bool]) -> Tensor:
+        """The most the block's scaled rules give children of at most 1: G x 1."""
+        if block in self.pair_rules:
+            return self.pair_rules[block][1].detach().flatten(2).sum(-1).amax(-1, keepdim=True)
+        return self.leaf_rules[block][3]
 
     def combine(self, parts: list[Part]) -> Tensor:
         return combined(parts)
 
 
 def entropy(
-    grammar: DenseGrammar, terms: Tensor, lengths: Tensor, label_scores: Tensor | None = None
+    grammar: DenseGrammar,
+    terms: Tensor,
+    lengths: Tensor,
+    label_scores: Tensor | None = None,
+    guard: UnderflowGuard | None = None,
 ) -> Tensor:
     """The entropy (B,) of p(tree | sentence), differentiable. terms: B x T x PT (masked past each
-    length); label_scores: optional B x T x (T+1) x NT node log-scores."""
-    top, _ = cky(EntropyRules(grammar, terms), grammar.root, lengths, label_scores=label_scores)
+    length); label_scores: optional B x T x (T+1) x NT node log-scores; ``guard``: marks the sentences
+    whose values a part lost (the caller then checks that every sentence has a tree)."""
+    top, _ = cky(EntropyRules(grammar, terms, guard), grammar.root, lengths, label_scores=label_scores)
     total = Entropy.sum(top, -1)  # log Z and the entropy
-    check_some_tree(total[0], lengths)
+    if guard is None:
+        check_some_tree(total[0], lengths)
     return Entropy.result(total)

@@ -70,11 +70,18 @@ def leaf_rules(grammar: GrammarFactors, terms: Tensor) -> dict:
     """
     t_scale, t_values = to_scaled(terms)  # B x T, B x T x PT
     out = {}
-    for block, pattern, p_dim in (((False, True), "apc,btp->btac", 2), ((True, False), "acp,btp->btac", 3)):
+    for block, pattern in (((False, True), "apc,btp->btac"), ((True, False), "acp,btp->btac")):
         r_scale, probs = scaled_rules(grammar.rules_block(*block))  # G, G x NT x (PT x NT | NT x PT)
-        bound = probs.detach().sum(p_dim).flatten(1).amax(1, keepdim=True)
-        out[block] = t_scale + r_scale.view(-1, 1), rule_sum(pattern, probs, t_values), bound
+        scale = t_scale + r_scale.view(-1, 1)
+        out[block] = scale, rule_sum(pattern, probs, t_values), leaf_bound(probs, block)
     return out
+
+
+def leaf_bound(probs: Tensor, block: tuple[bool, bool]) -> Tensor:
+    """The most a leaf block's scaled rules (G x NT x PT x NT or G x NT x NT x PT) give scaled children
+    (each at most 1): max over (A, C) of sum_P, G x 1 (``UnderflowGuard``'s bound)."""
+    p_dim = 2 if block == (False, True) else 3
+    return probs.detach().sum(p_dim).flatten(1).amax(1, keepdim=True)
 
 
 def rule_sum(pattern: str, rule: Tensor, leaf: Tensor) -> Tensor:

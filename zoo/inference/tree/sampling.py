@@ -13,9 +13,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.numerics import gumbel_noise
-from zoo.inference.tree import exact
+from zoo.inference.numerics import gumbel_noise, logsumexp
+from zoo.inference.tree import exact, log_space
 from zoo.inference.tree.chart import check_some_tree, finite_max, mask_terms
+from zoo.inference.tree.cky import cky
 from zoo.inference.tree.factors import DenseGrammar
 from zoo.inference.tree.guard import any_marked, guard_for
 
@@ -79,6 +80,24 @@ def top_down(lengths: Tensor, n: int, T: int, root, expand) -> Tensor:
     return out.view(n, B, 2 * T - 1, 3)
 
 
+def sampling_chart(grammar: DenseGrammar, terms: Tensor, lengths: Tensor, nodes: Tensor | None):
+    """The log inside chart to draw from: (grammar, terms, nodes, chart, in log space). Scaled in the
+    terms' dtype; in float64 where the float32 guard marks a sentence (lost mass decides the draws); in
+    log space (``log_space``) where a float64 pass marks one too, and then the splits are weighed in log
+    space as well."""
+    dtypes = (terms.dtype,) if terms.dtype == torch.float64 else (terms.dtype, torch.float64)
+    for dtype in dtypes:
+        if dtype != terms.dtype:
+            grammar = grammar.rows(None, dtype)
+            terms, nodes = terms.to(dtype), None if nodes is None else nodes.to(dtype)
+        guard = guard_for(lengths, dtype, float64=True)
+        _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes, guard)
+        if not any_marked(guard):
+            return grammar, terms, nodes, chart, False
+    _, chart = cky(log_space.LogSpaceRules(grammar.rules, terms), grammar.root, lengths, None, nodes)
+    return grammar, terms, nodes, chart, True
+
+
 def sample_trees(
     grammar: DenseGrammar, terms: Tensor, lengths: Tensor, n: int, generator=None, nodes=None
 ) -> Tensor:
@@ -91,12 +110,7 @@ def sample_trees(
     s = torch.arange(1, T, device=terms.device)  # candidate splits (left widths)
     with torch.no_grad():
         terms = mask_terms(terms, lengths)
-        guard = guard_for(lengths, terms.dtype)
-        _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes, guard)
-        if any_marked(guard):  # float32 lost mass that decides the draws: draw from float64 charts
-            grammar = grammar.rows(None, torch.float64)
-            terms, nodes = terms.double(), None if nodes is None else nodes.double()
-            _, chart = exact.inside(grammar, exact.dense_rule_op(grammar), terms, lengths, None, nodes)
+        grammar, terms, nodes, chart, in_log_space = sampling_chart(grammar, terms, lengths, nodes)
         full = full_chart(chart, terms)
 
         def root_logits(b, length):
@@ -112,11 +126,14 @@ def sample_trees(
             left = full[b.unsqueeze(-1), i.unsqueeze(-1), mid]  # M x (T-1) x S
             right = full[b.unsqueeze(-1), mid.clamp_max(T - 1), k.unsqueeze(-1)]
             rules = grammar.rules[grammar_of(b), label]  # M x S x S
-            # p(split) by log-einsum-exp: exp(left) @ exp(rules) . exp(right)
-            ml, mr, mg = finite_max(left, -1), finite_max(right, -1), finite_max(rules.flatten(1), -1)
-            inner = (left - ml.unsqueeze(-1)).exp() @ (rules - mg.view(-1, 1, 1)).exp()
-            mass = (inner * (right - mr.unsqueeze(-1)).exp()).sum(-1)
-            split_logits = torch.where(mid < k.unsqueeze(-1), mass.log() + ml + mr, float("-inf"))
+            if in_log_space:  # p(split) by a log-sum-exp over the children's labels
+                pair_sums = left.unsqueeze(-1) + rules.unsqueeze(1) + right.unsqueeze(-2)  # M x (T-1) x S x S
+                log_mass = logsumexp(pair_sums.flatten(-2), -1)
+            else:  # by log-einsum-exp: exp(left) @ exp(rules) . exp(right)
+                ml, mr, mg = finite_max(left, -1), finite_max(right, -1), finite_max(rules.flatten(1), -1)
+                inner = (left - ml.unsqueeze(-1)).exp() @ (rules - mg.view(-1, 1, 1)).exp()
+                log_mass = (inner * (right - mr.unsqueeze(-1)).exp()).sum(-1).log() + ml + mr
+            split_logits = torch.where(mid < k.unsqueeze(-1), log_mass, float("-inf"))
             pick = gumbel_argmax(split_logits, generator)  # index into s
             one = torch.arange(len(b), device=b.device)
             pair = left[one, pick].unsqueeze(-1) + rules + right[one, pick].unsqueeze(-2)
