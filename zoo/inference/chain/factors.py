@@ -330,16 +330,27 @@ class LowRankChain(ChainFactors):
         self.log_rank_weights = log_rank_weights
         self.normalize = normalize
         if normalize:
-            with full_precision():  # built under the caller's autocast too: a bfloat16 mass is 0.4% off a row
-                mass = left @ right.sum(0)
+            with torch.no_grad():
+                mass = self._row_mass()
             if (mass <= 0).any():
                 raise ValueError(
                     "normalize=True needs every row of left @ right.T to have positive mass; "
                     f"{int((mass <= 0).sum())} rows sum to 0"
                 )
-            self.log_scale = -mass.log()
-        else:
-            self.log_scale = left.new_zeros(N)
+
+    def _row_mass(self) -> Tensor:
+        """sum_j (L R^T)[i, j]: (N,), in full precision (under the caller's autocast too: a bfloat16 mass
+        is 0.4% off a row)."""
+        with full_precision():
+            return self.left @ self.right.sum(0)
+
+    @property
+    def log_scale(self) -> Tensor:
+        """log c: (N,), each row's -log mass with ``normalize`` (else 0). Formed at every use, so that each
+        operation has a graph of its own (a ``backward`` of one freed what the next would need)."""
+        if not self.normalize:
+            return self.left.new_zeros(self.num_states)
+        return -self._row_mass().log()
 
     @property
     def rank(self) -> int:

@@ -62,11 +62,12 @@ def streamed_steps(chain: LowRankChain) -> tuple[Step, Step]:
     at a time: [b, j, i] = log c_i + log sum_r R[j, r] w_t[b, r] L[i, r], O(B N^2 R) a step."""
     B, N, R = chain.batch, chain.num_states, chain.rank
     log_right, left = safe_log(chain.right), Matrix.from_prob(chain.left.T)  # N x R, R x N
+    log_scale = chain.log_scale
     chunk = max(1, STREAM_CHUNK // (B * max(N, R)))
 
     def best(t: int, values: Tensor) -> Tensor:
         weights = chain.log_rank_weights[:, t - 1].unsqueeze(-2)  # B x 1 x R
-        scaled = (values + chain.log_scale).unsqueeze(-2)  # B x 1 x N
+        scaled = (values + log_scale).unsqueeze(-2)  # B x 1 x N
         out = [
             (scaled + log_matmul(log_right[j : j + chunk] + weights, left)).amax(-1)
             for j in range(0, N, chunk)

@@ -337,16 +337,27 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
         self.left, self.right = left, right
         self.normalize, self.self_transitions = bool(normalize), bool(self_transitions)
         if normalize:
-            with full_precision():  # built under the caller's autocast too (LowRankChain's normalizer)
-                mass = left @ right.sum(0) - (0 if self_transitions else self.diagonal())
+            with torch.no_grad():
+                mass = self._row_mass()
             if (mass <= 0).any():
                 raise ValueError(
                     "normalize=True needs every state to have positive outgoing mass left[i] . right[j] "
                     f"over the allowed next states; {int((mass <= 0).sum())} states have none"
                 )
-            self.log_scale = -mass.log()
-        else:
-            self.log_scale = left.new_zeros(N)
+
+    def _row_mass(self) -> Tensor:
+        """Each state's outgoing mass over the allowed next states: (N,), in full precision (under the
+        caller's autocast too: ``LowRankChain``'s normalizer)."""
+        with full_precision():
+            return self.left @ self.right.sum(0) - (0 if self.self_transitions else self.diagonal())
+
+    @property
+    def log_scale(self) -> Tensor:
+        """log c: (N,), -log of each state's mass with ``normalize`` (else 0). Formed at every use, so that
+        each operation has a graph of its own (a ``backward`` of one freed what the next would need)."""
+        if not self.normalize:
+            return self.left.new_zeros(self.num_states)
+        return -self._row_mass().log()
 
     @property
     def rank(self) -> int:

@@ -84,12 +84,18 @@ class TreeDistribution(StructuredDistribution):
         self.lengths = check_lengths(lengths, B, T, terms.device, shortest=2, why=why)
         self._choose_engine(grammar, backend, options)
         self.grammar = self.engine.prepare(grammar)
-        self.terms = mask_terms(terms, self.lengths)
+        self._given_terms = terms
         if node_scores is not None:
             NT = grammar.num_nonterminals
             check_shape("node_scores", node_scores, (B, T, T + 1, NT), "B x T x (T+1) x NT")
             check_finite("node_scores", node_scores)
         self.node_scores = node_scores
+
+    @property
+    def terms(self) -> Tensor:
+        """The terms, zero past each length: B x T x PT. Masked again for every operation, so that each
+        has a graph of its own (a ``backward`` of one freed what the next would need)."""
+        return mask_terms(self._given_terms, self.lengths)
 
     @property
     def _args(self):
