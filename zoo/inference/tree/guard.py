@@ -71,12 +71,12 @@ def any_marked(guard: UnderflowGuard | None) -> bool:
 
 
 def guarded(inside, grammar: GrammarFactors, terms, lengths, span_scores=None, *per_sentence, log_space=None):
-    """``inside(grammar, terms, lengths, span_scores, guard, *per_sentence)`` -> log Z (B,), with the
-    sequences its ``UnderflowGuard`` marks computed again in float64 (returned in the terms' dtype), and
-    with ``log_space(grammar, terms, lengths, span_scores, *per_sentence)`` (an inside that scales
-    nothing) those that a float64 pass marks too. Then the others are computed again too, in their
-    dtype, so that no gradient passes through the marked rows' graph (its NaNs would reach the shared
-    grammar)."""
+    """``inside(grammar, terms, lengths, span_scores, guard, *per_sentence)`` -> log Z (B,) (or the
+    entropy), with the sequences its ``UnderflowGuard`` marks computed again in float64 (returned in the
+    terms' dtype), and with ``log_space(grammar, terms, lengths, span_scores, *per_sentence)`` (a pass
+    that scales nothing) those that a float64 pass marks too. Then the others are computed again too, in
+    their dtype, so that no gradient passes through the marked rows' graph (its NaNs would reach the
+    shared grammar)."""
     guard = guard_for(lengths, terms.dtype, float64=log_space is not None)
     log_z = inside(grammar, terms, lengths, span_scores, guard, *per_sentence)
     if not any_marked(guard):
@@ -85,7 +85,7 @@ def guarded(inside, grammar: GrammarFactors, terms, lengths, span_scores=None, *
         again = log_space
     else:
         def again(*args):
-            return guarded(inside, *args[:4], *args[4:], log_space=log_space)
+            return guarded(inside, *args, log_space=log_space)
     parts = []
     for marked, dtype in ((guard.unsafe, torch.float64), (~guard.unsafe, terms.dtype)):
         rows = marked.nonzero()[:, 0]
