@@ -224,22 +224,39 @@ def test_nothing_loads_partially(saved):
     assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
 
 
-def test_resaving_another_model_keeps_the_old_extras_unless_told(tmp_path):
+@pytest.mark.parametrize("extras", [True, False], ids=["with-extras", "weights-only"])
+def test_saving_over_another_models_save_needs_overwrite(tmp_path, extras):
+    """Another model's save (other class, arguments or weights) is never replaced without overwrite=True,
+    its extras or not (its weights, card and vocab.json were replaced silently)."""
     folder = tmp_path / "m"
-    tiny().save_pretrained(
-        folder, results={"dataset": "ptb", "metrics": {"test/ppl": 10.0}}, training_config="a: 1\n"
-    )
+    given = {"results": {"dataset": "ptb", "metrics": {"test/ppl": 10.0}}, "training_config": "a: 1\n"}
+    tiny().save_pretrained(folder, **(given if extras else {}))
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    for other in (tiny("exact"), zoo.create_model("pcfg_nt10_pt20_d64", backend="exact")):
+        with pytest.raises(FileExistsError, match=r"holds another model \(a CategoricalHMM .*overwrite=True"):
+            other.save_pretrained(folder)
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing written
     other = tiny("exact")
-    with pytest.raises(FileExistsError, match="holds results.json, training_config.yaml of another model"):
-        other.save_pretrained(folder)
-    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing written
     other.save_pretrained(folder, training_config="b: 2\n", overwrite=True)
     assert sorted(p.name for p in folder.iterdir()) == [
         "README.md", "config.json", "model.safetensors", "training_config.yaml"
     ]  # fmt: skip
     assert zoo.from_pretrained(folder).config == other.config
     assert not list(folder.glob(".*"))  # no temporary files left behind
+
+
+def test_the_training_config_as_text_or_a_files_path(tmp_path):
+    """A recipe's path was written as the file's text, then a crash left a half-written folder."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model: {architecture: hmm_categorical_n512_d64}\n")
+    for given in (recipe, str(recipe), recipe.read_text()):
+        folder = tmp_path / f"saved-{type(given).__name__}-{len(str(given))}"
+        tiny().save_pretrained(folder, training_config=given)
+        assert (folder / "training_config.yaml").read_text() == recipe.read_text()
+    for bad, message in (("recipe_missing.yaml", "no such file"), ("- a\n- b\n", "a YAML mapping")):
+        with pytest.raises(ValueError, match=message):
+            tiny().save_pretrained(tmp_path / "bad", training_config=bad)
+        assert not (tmp_path / "bad").exists()  # checked before anything is written
 
 
 def test_resaving_the_same_model_keeps_its_results_training_config_and_curve(tmp_path):

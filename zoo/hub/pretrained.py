@@ -138,7 +138,7 @@ def save_pretrained(
     directory: str | os.PathLike,
     *,
     results: str | os.PathLike | dict | list | None = None,
-    training_config: str | None = None,
+    training_config: str | os.PathLike | None = None,
     architecture: str | None = None,
     storage_dtype: str | torch.dtype | None = None,
     learning_curve: str | os.PathLike | None = None,
@@ -150,7 +150,8 @@ def save_pretrained(
     Args:
         results: measured metrics for the card and ``results.json`` (``zoo.hub.cards.read_results``'s
             formats: a dict, a list of dicts or a JSON file).
-        training_config: the YAML text of the ``zoo fit`` configuration that trained the model.
+        training_config: the ``zoo fit`` configuration that trained the model: its YAML text, or the path of
+            its file (a mapping, checked before anything is written).
         architecture: the registry name (``zoo.list_models()``); by default the architecture whose
             configuration the model's arguments match, if any.
         storage_dtype: write the floating weights in this dtype (e.g. ``torch.float16``: half the
@@ -163,11 +164,11 @@ def save_pretrained(
             file-size limit. Default: one ``model.safetensors``.
         overwrite: replace or remove every checkpoint file already in the folder (below).
     The model's vocabulary (``model.vocab``, a text model's) is written as ``vocab.json``. Saved into
-    an earlier save's folder, it replaces that model's ``config.json``, weights, ``vocab.json`` and card;
-    its ``results.json``, ``training_config.yaml`` and ``learning_curve.png`` are kept where not given
-    again if the model is the same (class, arguments and weight values). Without ``overwrite``, a
-    FileExistsError lists the files the save would otherwise replace or remove: those extras of another
-    model, or any checkpoint file of a folder that is not a zoo checkpoint (e.g. your own README.md);
+    an earlier save of the same model (class, arguments and weight values), it rewrites that save's
+    ``config.json``, weights, ``vocab.json`` and card, and keeps its ``results.json``,
+    ``training_config.yaml`` and ``learning_curve.png`` where not given again. Without ``overwrite``, a
+    FileExistsError lists the files the save would otherwise replace or remove: those of another model's
+    save, or any checkpoint file of a folder that is not a zoo checkpoint (e.g. your own README.md);
     other files (notes, code) are never touched.
     """
     from zoo.hub.cards import read_results
@@ -180,6 +181,7 @@ def save_pretrained(
         registered(architecture)  # an unknown name is an error before anything is written
     results = read_results(results) if results is not None else None
     curve = _read_png(learning_curve) if learning_curve is not None else None
+    training_config = _read_training_config(training_config) if training_config is not None else None
     compute_dtype = _floating_dtype(model)
     stored = (
         compute_dtype if storage_dtype is None else _dtype_name(parse_dtype(storage_dtype, "storage_dtype"))
@@ -241,15 +243,14 @@ def _kept_extras(model: ZooModel, directory: Path, weights: dict[str, Tensor], g
             f"there would replace or remove {', '.join(present)}: save to another folder, or pass "
             "overwrite=True (zoo export --overwrite) to replace them"
         ) from None
-    absent = [name for name, content in given.items() if content is None and name in present]
-    if not absent or _same_model(model, directory, config, weights):
-        return set(absent)
-    raise FileExistsError(
-        f"{directory} holds {', '.join(absent)} of another model (other arguments or weights than this "
-        "one's), which this save would remove: pass this model's (results=, training_config=, "
-        "learning_curve=; zoo export --results ...), save to another folder, or pass overwrite=True "
-        "(zoo export --overwrite) to remove them"
-    )
+    if not _same_model(model, directory, config, weights):
+        raise FileExistsError(
+            f"{directory} holds another model (a {config['class_path'].rsplit('.', 1)[-1]} with other "
+            f"arguments or weights than this one's): saving there would replace or remove its "
+            f"{', '.join(present)}. Save to another folder, or pass overwrite=True (zoo export --overwrite) "
+            "to replace it"
+        )
+    return {name for name, content in given.items() if content is None and name in present}
 
 
 def _same_model(model: ZooModel, directory: Path, config: dict[str, Any], weights: dict[str, Tensor]) -> bool:
@@ -335,6 +336,29 @@ def _write_weights(
     for path in earlier - kept:
         path.unlink(missing_ok=True)
     return checksum, shards
+
+
+def _read_training_config(config: str | os.PathLike) -> str:
+    """The YAML text of a ``zoo fit`` configuration given as text or as a file's path; ValueError unless
+    it is a mapping (what LightningCLI writes)."""
+    import yaml
+
+    if not isinstance(config, (str, os.PathLike)):
+        raise TypeError(f"training_config must be YAML text or a file's path, got {type(config).__name__}")
+    is_path = isinstance(config, os.PathLike) or ("\n" not in config and Path(config).is_file())
+    text = Path(config).read_text() if is_path else config
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"training_config is not valid YAML: {error}") from None
+    if not isinstance(parsed, dict):
+        one_line = "\n" not in text
+        shown = str(config) if is_path else repr(text[:60]) + (" (no such file)" if one_line else "")
+        raise ValueError(
+            f"training_config must be a zoo fit configuration (a YAML mapping, as text or a file's path), "
+            f"got {shown}"
+        )
+    return text
 
 
 def _read_png(path: str | os.PathLike) -> bytes:

@@ -200,6 +200,7 @@ class PCFG(RandomizedEvaluation, ZooModel):
         and their lengths n = lengths - 1 (B,) of a text batch. Ids past each length are padding and
         may hold anything (-1 included); those within it must be word ids (``zoo.models.inputs``)."""
         tokens, lengths = token_ids(*batch_inputs("PCFG", batch, self.observation_key), self.vocab_size)
+        self._check_eos(tokens, lengths)
         n = lengths - 1  # <eos> is the last token: the grammar generates the words before it
         if (n < 2).any():
             raise ValueError(
@@ -208,6 +209,20 @@ class PCFG(RandomizedEvaluation, ZooModel):
                 "(zoo.data.PCFGDataModule does, as Kim et al. 2019)"
             )
         return tokens[:, : int(n.max())], n
+
+    def _check_eos(self, tokens: Tensor, lengths: Tensor) -> None:
+        """With a vocabulary, a ValueError where a sentence's last token is not its ``<eos>`` (the
+        grammar generates the words before it: without one, the last word was dropped unseen)."""
+        if self.vocab is None or tokens.shape[0] == 0:
+            return
+        last = tokens.gather(1, (lengths.to(tokens.device) - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+        wrong = (last != self.vocab.eos_id).nonzero().flatten().tolist()
+        if wrong:
+            raise ValueError(
+                f"a PCFG sentence ends with {self.vocab.eos} (id {self.vocab.eos_id}): the grammar generates "
+                f"the words before it; sentences {wrong[:5]} end with ids {last[wrong[:5]].tolist()}. "
+                "Encode them with vocab.encode(text, add_eos=True)"
+            )
 
     distribution = renamed("distribution", "posterior")
 
