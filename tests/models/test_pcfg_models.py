@@ -202,3 +202,19 @@ def test_batch_errors():
         model.log_likelihood(batch_of([[1, 9]]))
     with pytest.raises(KeyError, match="needs batch\\['tokens'\\]"):
         model.log_likelihood({"lengths": torch.tensor([3])})
+
+
+def test_a_sentence_without_its_eos_is_an_error_when_the_vocabulary_says_which():
+    """With a vocabulary the model knows its <eos>: a sentence encoded without it lost its last word
+    unseen (the grammar generates the words before the last token)."""
+    from zoo.data import Vocabulary
+
+    model = tiny("exact")
+    model.vocab = Vocabulary(["<eos>", "<unk>", "a", "b"])
+    sentences = [model.vocab.encode("a b", add_eos=True), model.vocab.encode("a b a")]
+    as_given = {"tokens": torch.tensor(sentences), "lengths": torch.tensor([3, 3])}
+    with pytest.raises(ValueError, match=r"sentences \[1\] end with ids \[2\].*add_eos=True"):
+        model.log_likelihood(as_given)
+    assert torch.isfinite(model.log_likelihood(batch_of([[2, 3], [2, 3, 2]]))).all()
+    model.vocab = None  # without one, the convention is the caller's
+    assert torch.isfinite(model.log_likelihood(as_given)).all()
