@@ -42,3 +42,16 @@ def test_nothing_left_out_nothing_said(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         PCFGDataModule(data_dir=str(tmp_path)).setup()
+
+
+def test_training_sentences_over_max_length_are_said(tmp_path):
+    """The recipes' max_length dropped training sentences without a word (validation and test keep
+    theirs)."""
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"ptb.{split}.txt").write_text("the cat sat\na dog ran far away today\nthe cat\n")
+    data = PCFGDataModule(data_dir=str(tmp_path), max_length=3, batch_size=4, batch_tokens=None)
+    data.setup("fit")
+    message = r"the training split: 1 of 3 sentences left out \(first at sentence 2\): over max_length = 3"
+    with pytest.warns(UserWarning, match=message):
+        assert sum(len(b["lengths"]) for b in data.train_dataloader()) == 2
+    assert sum(len(b["lengths"]) for b in data.val_dataloader()) == 3

@@ -40,9 +40,12 @@ def test_small_files_eos_appended_and_counted(ptb_dir):
 
 
 def test_max_length_filters_training_only(ptb_dir):
+    """... and says so (it dropped them without a word)."""
     dm = PTBDataModule(data_dir=str(ptb_dir), batch_tokens=100, max_length=5)
     dm.setup()
-    train = [n for b in dm.train_dataloader() for n in b["lengths"].tolist()]
+    left_out = r"the training split: 1 of 4 sentences left out \(first at sentence 4\): over max_length = 5"
+    with pytest.warns(UserWarning, match=left_out):
+        train = [n for b in dm.train_dataloader() for n in b["lengths"].tolist()]
     assert sorted(train) == [3, 4, 5]
     assert [n for b in dm.val_dataloader() for n in b["lengths"].tolist()] == [4]
     with pytest.raises(ValueError, match="max_length must be a positive int or None, got 0"):

@@ -223,9 +223,13 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
         train = self.datasets["train"]
         if self.max_length is None:
             return train
-        keep = [i for i, n in enumerate(train.lengths.tolist()) if n - 1 <= self.max_length]
+        words = [n - 1 for n in train.lengths.tolist()]
+        keep = [i for i, n in enumerate(words) if n <= self.max_length]
         if not keep:
             raise ValueError(f"max_length={self.max_length} drops every training sentence")
+        why = f"over max_length = {self.max_length} words (validation and test keep theirs)"
+        dropped = [i + 1 for i, n in enumerate(words) if n > self.max_length]
+        warn_left_out("the training split", dropped, len(words), "sentence", why)
         spans = None if train.spans is None else [train.spans[i] for i in keep]
         return SentenceDataset([train.ids[i] for i in keep], spans)
 

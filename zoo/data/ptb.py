@@ -194,9 +194,13 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
         train = self.datasets["train"]
         if self.max_length is None:
             return train
-        keep = [i for i, n in enumerate(train.lengths.tolist()) if n <= self.max_length]
+        lengths = train.lengths.tolist()
+        keep = [i for i, n in enumerate(lengths) if n <= self.max_length]
         if not keep:
             raise ValueError(f"max_length={self.max_length} drops every training sentence")
+        why = f"over max_length = {self.max_length} tokens (<eos> included; validation and test keep theirs)"
+        dropped = [i + 1 for i, n in enumerate(lengths) if n > self.max_length]
+        warn_left_out("the training split", dropped, len(lengths), "sentence", why)
         return PackedSequences.from_sequences([train[i] for i in keep])
 
 
