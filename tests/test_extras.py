@@ -77,7 +77,7 @@ def test_engine_and_pretrained_models_without_extras():
         ("import zoo.metrics", "train"),
         ("from zoo.data import PTBDataModule", "train"),
         ("import zoo; zoo.from_pretrained('vae_crf_n100_enc2x128_lstm128_v8000_d64.ptb_exact')", "vae"),
-        ("from zoo.data.gpt2_tokenizer import gpt2_tokenizer; gpt2_tokenizer()", "vae"),
+        ("from zoo.data.gpt2_bpe import gpt2_tokenizer; gpt2_tokenizer()", "vae"),
         ("from zoo.plot import plot_learning_curves; plot_learning_curves('.')", "plots"),
     ],
 )

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zoo.data.gpt2_tokenizer import END_OF_TEXT, GPT2_VOCAB_SIZE, gpt2_ranks_file, gpt2_tokenizer
+from zoo.data.gpt2_bpe import END_OF_TEXT, GPT2_VOCAB_SIZE, gpt2_ranks_file, gpt2_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +62,15 @@ def test_a_corrupt_cache_is_a_clear_error(tmp_path):
 
 def test_ranks_ship_with_openai_whisper():
     assert gpt2_ranks_file().name == "gpt2.tiktoken"
+
+
+def test_the_package_names_the_function_after_the_captions_are_imported():
+    """docs/vae.md's ``zoo.data.gpt2_tokenizer()``: its module had the same name, and importing the
+    captions (which import it) made the package's name the module."""
+    import types
+
+    import zoo.data
+    from zoo.data import CaptionsDataModule  # noqa: F401
+
+    assert not isinstance(zoo.data.gpt2_tokenizer, types.ModuleType)
+    assert zoo.data.gpt2_tokenizer is gpt2_tokenizer

@@ -117,7 +117,7 @@ _LAZY.update(
     {
         "CaptionsDataModule": "zoo.data.captions",
         "read_captions": "zoo.data.captions",
-        "gpt2_tokenizer": "zoo.data.gpt2_tokenizer",
+        "gpt2_tokenizer": "zoo.data.gpt2_bpe",
     }
 )
 __all__ += ["CaptionsDataModule", "read_captions", "gpt2_tokenizer"]

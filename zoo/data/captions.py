@@ -28,7 +28,7 @@ import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SPLITS, SequenceDataModule
-from zoo.data.gpt2_tokenizer import END_OF_TEXT, GPT2_VOCAB_SIZE, gpt2_tokenizer
+from zoo.data.gpt2_bpe import END_OF_TEXT, GPT2_VOCAB_SIZE, gpt2_tokenizer
 from zoo.data.hf_source import load_sentences, load_token_ids, replacing
 from zoo.data.left_out import warn_left_out
 from zoo.data.utf8 import read_utf8
