@@ -54,10 +54,14 @@ def test_engine_and_pretrained_models_without_extras():
         assert torch.isfinite(chain.log_partition).all()
         lengths = torch.tensor([5, 3])
         g = torch.Generator().manual_seed(0)
+
+        def ending_with_eos(tokens):  # a PCFG sentence's last token is its <eos> (id 0 in PTB's vocabulary)
+            return tokens.index_put((torch.arange(2), lengths - 1), torch.tensor(0))
+
         batches = {
             "hmm_categorical_n512_d64.ptb_exact": lambda c: {"tokens": torch.randint(c["vocab_size"], (2, 5), generator=g)},
             "hmm_bernoulli_n256_d64.chorales_rank_space": lambda c: {"frames": (torch.rand(2, 5, c["num_keys"], generator=g) < 0.1).float()},
-            "pcfg_nt10_pt20_d64.ptb_low_rank": lambda c: {"tokens": torch.randint(c["vocab_size"], (2, 5), generator=g)},
+            "pcfg_nt10_pt20_d64.ptb_low_rank": lambda c: {"tokens": ending_with_eos(torch.randint(c["vocab_size"], (2, 5), generator=g))},
             "hsmm_gaussian_n8_dur32_in12_f12_d32.smartwatch_exact": lambda c: {"features": torch.randn(2, 5, c["input_dim"], generator=g)},
         }
         for tag, make in batches.items():
