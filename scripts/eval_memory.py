@@ -68,6 +68,8 @@ def measure(name: str, backend: str, batch_size: int, length: int) -> dict:
     lengths = torch.full((batch_size,), length)
     if "vocab_size" in config:
         batch = {"tokens": torch.randint(config["vocab_size"], (batch_size, length), generator=g)}
+        if model.vocab is not None:  # sentences end with <eos> (a PCFG with a vocabulary checks)
+            batch["tokens"][:, -1] = model.vocab.eos_id
     elif "num_keys" in config:
         batch = {"frames": (torch.rand(batch_size, length, config["num_keys"], generator=g) < 0.1).float()}
     else:
