@@ -160,6 +160,17 @@ def test_pretrained_hook_with_a_local_folder(tmp_path, monkeypatch, capsys):
         register_pretrained(PretrainedTag("pcfg_nt11_pt20_d64.test", str(folder)))
 
 
+def test_a_tag_whose_folder_holds_another_architecture(tmp_path, monkeypatch):
+    """from_pretrained(tag) returned whatever the tag's folder held (create_model(tag) refused it)."""
+    monkeypatch.setattr("zoo.hub.registry._PRETRAINED", {})
+    folder = zoo.create_model("pcfg_nt10_pt20_d64", backend="exact").save_pretrained(tmp_path / "pcfg")
+    register_pretrained(PretrainedTag("hmm_categorical_n512_d64.mine", str(folder)))
+    for load in (zoo.from_pretrained, zoo.create_model):
+        with pytest.raises(ValueError, match=f"mine: {folder} does not hold a hmm_categorical_n512_d64"):
+            load("hmm_categorical_n512_d64.mine")
+    assert type(zoo.from_pretrained(folder)).__name__ == "PCFG"  # the folder itself: what it holds
+
+
 RECIPES = sorted((REPO / "recipes").glob("*/*.yaml"))
 MODEL_RECIPES = [r for r in RECIPES if "model" in yaml.safe_load(r.read_text())]
 

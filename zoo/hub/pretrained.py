@@ -789,15 +789,20 @@ def from_pretrained(
     ``compute_dtype``, else the dtype its weights are stored in). Other arguments as ``resolve``."""
     if dtype is not None:
         parse_dtype(dtype)  # a bad dtype is an error before anything is downloaded
+    from zoo.hub.registry import check_tag_holds, list_models
+
     folder = resolve(
         source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
     )
     try:
-        return load_folder(folder, dtype)
+        model = load_folder(folder, dtype)
     except CheckpointError as error:
         if folder == Path(source):
             raise
         raise CheckpointError(f"{source} (revision {revision or 'main'}): {error}") from None
+    if isinstance(source, str) and source in list_models(pretrained=True):
+        check_tag_holds(source, model)
+    return model
 
 
 # --- pushing -----------------------------------------------------------------------------------

@@ -179,7 +179,7 @@ def check_arguments(class_path: str, names: Any, what: str) -> None:
 
 
 def _create_pretrained(name: str, arch_name: str, tag: str, backend: str | None, overrides: dict):
-    from zoo.hub.pretrained import from_pretrained, public_class_path
+    from zoo.hub.pretrained import from_pretrained
 
     architecture(arch_name)
     if not tag:
@@ -191,18 +191,27 @@ def _create_pretrained(name: str, arch_name: str, tag: str, backend: str | None,
                 + f"; train it with zoo fit (recipes: {', '.join(architecture(arch_name).recipes) or 'none'})"
             )
         name = tags[0]
-    entry = pretrained_tag(name)
+    pretrained_tag(name)  # an unknown tag: its error, with the close names
     if overrides:
         raise ValueError(
             f"{name}: pretrained weights fix the model's arguments, so they take no overrides, got "
             f"{sorted(overrides)} (pretrained=False builds the model of {name} with fresh weights and them)"
         )
-    model = from_pretrained(entry.source, revision=entry.revision)
-    if match_architecture(public_class_path(model), model.config) != arch_name:
-        raise ValueError(f"{name}: {entry.source} does not hold a {arch_name}; its arguments: {model.config}")
+    model = from_pretrained(name)  # checks that the tag's weights are of its architecture
     if backend is not None and Backend.parse(backend).value != model.config["backend"]:
         raise ValueError(f"{name} was trained with backend {model.config['backend']!r}, not {backend!r}")
     return model
+
+
+def check_tag_holds(name: str, model) -> None:
+    """ValueError unless ``model``, loaded from the pretrained tag ``name`` (``arch.tag``), is of the
+    tag's architecture (a registered tag may name any folder or repo)."""
+    from zoo.hub.pretrained import public_class_path
+
+    arch_name = name.partition(".")[0]
+    if match_architecture(public_class_path(model), model.config) != arch_name:
+        source = pretrained_tag(name).source
+        raise ValueError(f"{name}: {source} does not hold a {arch_name}; its arguments: {model.config}")
 
 
 def match_architecture(class_path: str, config: dict[str, Any]) -> str | None:
