@@ -200,6 +200,8 @@ def test_dataset_names(monkeypatch):
     assert dataset_name({"class_path": captions, "init_args": {"source": "coco-karpathy"}}) == "mscoco"
     assert dataset_name({"class_path": captions, "init_args": {}}) == "ptb-short"
     assert dataset_name({"class_path": captions, "init_args": {"source": "text", "path": "d/caps"}}) == "caps"
+    own = {"class_path": captions, "init_args": {"path": "d/mytext"}}  # ptb-short of your own text: not PTB's
+    assert dataset_name(own) == "text in mytext, short sentences"
     npy = {"class_path": "zoo.data.NpyFolderDataModule", "init_args": {"data_dir": "/data/my-imu/"}}
     assert dataset_name(npy) == "my-imu"
     assert dataset_name(None) is None

@@ -214,10 +214,16 @@ class CaptionsDataModule(SequenceDataModule):
     @classmethod
     def dataset_name(cls, args: dict[str, Any]) -> str:
         """The source's name ("mscoco" for the Karpathy captions); the user's own sentences
-        (``source: text``) by their folder's name."""
+        (``source: text``) by their folder's name; ptb-short from a folder by what its text is
+        (``ptb.text_folder_name``: "ptb-short" only for Mikolov's PTB itself)."""
+        from zoo.data.ptb import text_folder_name
+
         source = args.get("source", "ptb-short")
         if source == "text" and args.get("path"):
             return Path(args["path"]).name
+        if source == "ptb-short" and args.get("path"):
+            name = text_folder_name(Path(args["path"]))
+            return "ptb-short" if name == "ptb" else f"{name}, short sentences"
         return {"coco-karpathy": "mscoco"}.get(source, source)
 
     def setup(self, stage: str | None = None) -> None:
