@@ -234,6 +234,24 @@ def state_usage_command(checkpoint: str, out: str, split: str, max_batches: int 
     print(f"{out}: {int((counts > 0).sum())} of {len(counts)} states used over {int(counts.sum())} tokens")
 
 
+def model_flags(argv: list[str]) -> dict[str, object]:
+    """The ``--model.init_args.NAME VALUE`` (or ``=VALUE``) flags of a command line, each value read as
+    YAML, as jsonargparse reads it."""
+    import yaml
+
+    flags, prefix = {}, "--model.init_args."
+    for i, arg in enumerate(argv):
+        if not isinstance(arg, str) or not arg.startswith(prefix):
+            continue
+        name, equals, value = arg[len(prefix) :].partition("=")
+        if not equals:
+            if i + 1 >= len(argv):
+                continue
+            value = argv[i + 1]
+        flags[name] = yaml.safe_load(value)
+    return flags
+
+
 def zoo_cli_class():
     """``LightningCLI`` with the zoo's options, checks and outputs, on Lightning's public hooks."""
     import torch
@@ -247,6 +265,21 @@ def zoo_cli_class():
                 default=None,
                 help="validate / test: write the metrics to this JSON (for zoo export / zoo card --results)",
             )
+
+        def _parse_ckpt_path(self) -> None:
+            """Lightning puts a ``--ckpt_path`` checkpoint's hyperparameters over the whole model section,
+            the command line's ``--model.init_args.*`` flags too (Lightning-AI/pytorch-lightning#21455):
+            those flags are set again on top, so that they win as everywhere else."""
+            super()._parse_ckpt_path()
+            args = self.config[self.config.subcommand].get("model") if self.config.get("subcommand") else None
+            init_args = args.get("init_args") if hasattr(args, "get") else None
+            for name, value in model_flags(self._given).items() if init_args is not None else ():
+                *path, last = name.split(".")
+                target = init_args
+                for key in path:  # a nested one: the task's model spec (model.init_args.X)
+                    target = target.get(key) if hasattr(target, "get") else None
+                if hasattr(target, "get"):
+                    target[last] = value
 
         def instantiate_classes(self) -> None:
             """With ``--ckpt_path`` or ``init_from`` every model weight is replaced after the model is
@@ -404,6 +437,7 @@ def zoo_cli_class():
 
         def parse_arguments(self, parser, args) -> None:
             words = sys.argv[1:] if args is None else args
+            self._given = words if isinstance(words, list) else []  # for _parse_ckpt_path
             if isinstance(words, list):
                 self.config = parser.parse_args(model_arguments_as_specs(words))
             else:

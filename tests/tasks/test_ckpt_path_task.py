@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import torch
+import yaml
 
 from zoo.cli import main
 
@@ -43,3 +44,25 @@ def test_a_checkpoint_rebuilds_its_task_old_and_new(tmp_path):
         assert main([*args, "--results", str(out)]) == 0
         results[name] = json.loads(out.read_text())["metrics"]
     assert results["new"] == results["old"] and results["new"]["val/nll"] > 0
+
+
+def test_command_line_model_flags_win_over_the_checkpoints(tmp_path):
+    """Lightning put the checkpoint's hyperparameters over the command line's --model.init_args.* flags,
+    so that e.g. the max_eval_length its own error asks for was ignored without a word."""
+    recipe = str(REPO / "recipes/hmm/ptb-rank-space-small.yaml")
+    data = ["--data.init_args.data_dir", str(write_text(tmp_path))]
+    one = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1"]
+    one += ["--trainer.limit_val_batches", "1"]
+    main([
+        "fit", "--config", recipe, *data, "--model.init_args.init_from", TAG, *one,
+        "--model.init_args.max_eval_length", "20", "--trainer.enable_progress_bar", "false",
+        "--trainer.default_root_dir", str(tmp_path),
+    ])  # fmt: skip
+    checkpoint = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "best.ckpt"
+    assert torch.load(checkpoint, weights_only=True)["hyper_parameters"]["max_eval_length"] == 20
+    root = tmp_path / "validate"
+    args = ["validate", "--config", recipe, *data, "--ckpt_path", str(checkpoint)]
+    args += ["--trainer.default_root_dir", str(root), "--trainer.limit_val_batches", "1"]
+    assert main([*args, "--model.init_args.max_eval_length=1000"]) == 0
+    config = yaml.safe_load(next(root.glob("lightning_logs/version_*/config.yaml")).read_text())
+    assert config["model"]["init_args"]["max_eval_length"] == 1000
