@@ -52,6 +52,15 @@ def test_lengths_are_checked_first_and_may_be_a_list(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
+def test_an_empty_batch_is_named(name):
+    """B = 0 was a torch reduction error (the PCFG) or named an internal tensor (``unary``)."""
+    model, batch, key = build(name)
+    empty = {key: batch[key][:0], "lengths": batch["lengths"][:0]}
+    with pytest.raises(ValueError, match=rf"{name} got an empty batch: batch\['{key}'\] has shape \(0, "):
+        score(model, empty)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
 def test_padding_contents_do_not_matter(name):
     model, batch, key = build(name)
     expected = score(model, batch)

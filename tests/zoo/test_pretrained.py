@@ -99,6 +99,9 @@ def test_bad_dtypes_are_errors(tmp_path, saved):
     assert not (tmp_path / "int8").exists()
     with pytest.raises(ValueError, match="dtype must name a floating torch dtype .*'half-ish'"):
         zoo.from_pretrained("no-such-org/no-such-model", dtype="half-ish")
+    _, folder = saved  # float16 was loaded, then its first use named an internal tensor
+    with pytest.raises(ValueError, match=r"dtype float16: every dynamic program refuses it .*storage_dtype"):
+        zoo.from_pretrained(folder, dtype=torch.float16)
 
 
 def test_subclass_from_pretrained_checks_the_class(saved):

@@ -786,9 +786,14 @@ def from_pretrained(
     a Hub repo id), rebuilt as the class its ``config.json`` names, weights strictly checked, in eval
     mode. A tag resolves to its registered source (the bundled folder, or a Hub repo at its pinned
     revision unless ``revision`` is given). ``dtype`` casts the loaded model (default: the folder's
-    ``compute_dtype``, else the dtype its weights are stored in). Other arguments as ``resolve``."""
-    if dtype is not None:
-        parse_dtype(dtype)  # a bad dtype is an error before anything is downloaded
+    ``compute_dtype``, else the dtype its weights are stored in; float16 is refused: no dynamic program
+    runs in it). Other arguments as ``resolve``."""
+    if dtype is not None and parse_dtype(dtype) == torch.float16:  # a bad dtype: before any download
+        raise ValueError(
+            "dtype float16: every dynamic program refuses it (its range, 65504, is too small for a log Z); "
+            "load in float32 or bfloat16 (computed in float32), or store half-size weights with "
+            "save_pretrained(storage_dtype='float16')"
+        )
     from zoo.hub.registry import check_tag_holds, list_models
 
     folder = resolve(

@@ -13,11 +13,16 @@ from zoo.inference.checks import check_lengths
 
 
 def batch_inputs(owner: str, batch: dict, key: str) -> tuple:
-    """``batch[key]`` and ``batch["lengths"]``; a KeyError names a missing key and ``owner``."""
+    """``batch[key]`` and ``batch["lengths"]``; a KeyError names a missing key and ``owner``, a
+    ValueError an empty batch (B = 0)."""
     for name in (key, "lengths"):
         if name not in batch:
             raise KeyError(f"{owner} needs batch[{name!r}]; the batch has keys {sorted(batch)}")
-    return batch[key], batch["lengths"]
+    values = batch[key]
+    if getattr(values, "ndim", 0) >= 1 and values.shape[0] == 0:
+        shape = tuple(values.shape)
+        raise ValueError(f"{owner} got an empty batch: batch[{key!r}] has shape {shape} (B = 0)")
+    return values, batch["lengths"]
 
 
 def checked_lengths(values: Tensor, lengths) -> tuple[Tensor, Tensor]:
