@@ -43,6 +43,7 @@ def test_predict_writes_each_sentences_score_states_and_words(tmp_path, backend)
         assert predict(path, ckpt, "zoo.tasks.LikelihoodWriter", out) == 0
     written = rows(out)
     assert [r["index"] for r in written] == [0, 1, 2]
+    assert [r["line"] for r in written] == [1, 2, 4]  # its line in the file (the blank one left out)
     assert [" ".join(r["words"]) for r in written] == [
         "the cat sat <eos>", "the zebra ran on the mat <eos>", "a dog <eos>"
     ]  # fmt: skip

@@ -162,6 +162,14 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
         (a word the vocabulary lacks keeps its spelling, not ``<unk>``), ``<eos>`` last, by ``index``."""
         return [[*words, self.vocab.eos] for words in self.sentences(self.predict_split)]
 
+    def predict_lines(self) -> tuple[list[list[str]], list[int], int]:
+        """For the ``zoo predict`` writers: the words of each sentence of the predicted split as read, by
+        ``index``; the input line of each (from 1: a line of a text file, a dataset's row); and the
+        number of input lines, the blank ones (left out) included."""
+        every = read_text(self.predict_split, self.data_dir, self.hf_dataset, keep_blank=True)
+        numbers = [i + 1 for i, words in enumerate(every) if words]
+        return [every[n - 1] for n in numbers], numbers, len(every)
+
     def build_vocab(self) -> Vocabulary:
         """The vocabulary of the training split (``<eos>`` id 0, ``<unk>`` id 1 when absent from the text)."""
         return Vocabulary.build(self.sentences("train"), eos=EOS, unk=UNK)

@@ -439,7 +439,9 @@ class LikelihoodWriter(EpochWriter):
     -log p / events, nats a token or frame; a sentence's perplexity is exp(nll)), with ``states`` (the
     most probable state of each event, for the models that decode: the HMMs' Viterbi path, the structured
     VAE's MAP states of q) and ``words`` (each event's word or token, the end token last, from a data
-    module with ``predict_words()``: PTB's words as read, the captions' GPT-2 tokens as text).
+    module with ``predict_words()``: PTB's words as read, the captions' GPT-2 tokens as text) and
+    ``line`` (the input line it was read from, from 1, where the data module has ``predict_lines()``:
+    blank lines are left out, so ``index`` counts sentences and ``line`` finds each in the file).
 
     Args:
         output_path: the file to write (its directory is created).
@@ -447,6 +449,7 @@ class LikelihoodWriter(EpochWriter):
 
     def write(self, trainer, batches: list[dict]) -> None:
         words = self.from_data(trainer, "predict_words")
+        inputs = self.from_data(trainer, "predict_lines")
         rows = []
         for out in batches:
             for b, events in enumerate(out["events"].tolist()):
@@ -458,6 +461,8 @@ class LikelihoodWriter(EpochWriter):
                     row["states"] = states[states >= 0].tolist()
                 if words is not None:
                     row["words"] = words[index]
+                if inputs is not None:
+                    row["line"] = inputs[1][index]
                 rows.append(row)
         self.warn_unpredicted(trainer, (row["index"] for row in rows))
         self.write_json_lines(rows)
