@@ -509,6 +509,8 @@ def zoo_cli_class():
             """Data files that are not there, and weights from a checkpoint whose vocabulary size is not
             the data's: one line (for the latter, how to give the data their vocabulary: the checkpoint's
             arguments win over a recipe's)."""
+            if subcommand == "predict":
+                self._check_writer()
             try:
                 super()._run_subcommand(subcommand)
             except OSError as error:  # data files the data module's setup cannot find
@@ -520,6 +522,19 @@ def zoo_cli_class():
                 if hint is None:
                     raise
                 raise CommandError(hint) from error
+
+        def _check_writer(self) -> None:
+            """``zoo predict`` without a writer callback computes every prediction and keeps none: a
+            warning names the writers."""
+            from lightning.pytorch.callbacks import BasePredictionWriter
+
+            if not any(isinstance(c, BasePredictionWriter) for c in self.trainer.callbacks):
+                warnings.warn(
+                    "zoo predict without a writer callback writes nothing: add --trainer.callbacks+ "
+                    "'{\"class_path\": \"zoo.tasks.LikelihoodWriter\", \"init_args\": {\"output_path\": "
+                    "\"out.jsonl\"}}' (TreeWriter for a PCFG, SegmentationWriter for an HSMM)",
+                    stacklevel=2,
+                )
 
         def _vocabulary_hint(self, subcommand: str) -> str | None:
             config = self.config[subcommand]

@@ -75,6 +75,14 @@ def test_the_predicted_split_is_chosen_and_checked(tmp_path):
         PTBDataModule(data_dir=str(tmp_path), predict_split="dev")
 
 
+def test_predict_without_a_writer_says_it_writes_nothing(tmp_path):
+    vocab = write_ptb(tmp_path)
+    path = recipe(tmp_path, vocab, "exact")
+    ckpt = fitted(path)
+    with pytest.warns(UserWarning, match="zoo predict without a writer callback writes nothing"):
+        assert main(["predict", "--config", str(path), "--ckpt_path", str(ckpt)]) == 0
+
+
 def test_predict_decodes_music_frames(tmp_path):
     path = music_recipe(tmp_path)
     ckpt = fitted(path)
