@@ -73,6 +73,19 @@ def split_weights(left_scale: Tensor, right_scale: Tensor) -> tuple[Tensor, Tens
     return m, (pair - m.unsqueeze(-1)).exp().unsqueeze(-1)
 
 
+class DenseSpanRules:
+    """What the rule applications on dense rules and plain log-values share (``cky.SpanRules``; the
+    Viterbi's max-plus and the log-space inside's log-sum-exp): the rules, the leaves, the values kept
+    as they are."""
+
+    def __init__(self, rules: Tensor, terms: Tensor):
+        self.rules, self.leaves = rules, terms  # G x NT x S x S, B x T x PT
+
+    @staticmethod
+    def entry(value: Tensor) -> Tensor:
+        return value
+
+
 #: entries of the B x n x NT x K1 x K2 tensor that ``over_rules`` builds at once
 RULES_CHUNK = 1 << 22
 

@@ -18,22 +18,15 @@ from torch import Tensor
 
 from zoo.inference.numerics import finite_or_zero, logsumexp
 from zoo.inference.semiring import Log
-from zoo.inference.tree.chart import over_rules
+from zoo.inference.tree.chart import DenseSpanRules, over_rules
 from zoo.inference.tree.cky import cky
 from zoo.inference.tree.factors import DenseGrammar, GrammarFactors
 
 
-class LogSpaceRules:
+class LogSpaceRules(DenseSpanRules):
     """The log semiring's rule application (``cky.SpanRules``) on log-values and dense rules."""
 
     semiring = Log
-
-    def __init__(self, rules: Tensor, terms: Tensor):
-        self.rules, self.leaves = rules, terms  # G x NT x S x S, B x T x PT
-
-    @staticmethod
-    def entry(value: Tensor) -> Tensor:
-        return value
 
     def part(self, block, splits, left, right) -> Tensor:
         pairs = logsumexp(left[..., :, None] + right[..., None, :], 2)  # B x n x K1 x K2, over the splits

@@ -15,22 +15,15 @@ import torch
 from torch import Tensor
 
 from zoo.inference.semiring import Max
-from zoo.inference.tree.chart import backtrack, check_some_tree, over_rules
+from zoo.inference.tree.chart import DenseSpanRules, backtrack, check_some_tree, over_rules
 from zoo.inference.tree.cky import cky
 
 
-class ViterbiRules:
+class ViterbiRules(DenseSpanRules):
     """The max-plus rule application (``cky.SpanRules``) on dense rules: the best value of every span
     and label, over its splits and children's labels."""
 
     semiring = Max
-
-    def __init__(self, rules: Tensor, terms: Tensor):
-        self.rules, self.leaves = rules, terms  # G x NT x S x S, B x T x PT
-
-    @staticmethod
-    def entry(value: Tensor) -> Tensor:
-        return value
 
     def part(self, block, splits, left, right) -> Tensor:
         pairs = left[:, :, 0, :, None] + right[:, :, 0, None, :]  # B x n x K1 x K2, the best split's
