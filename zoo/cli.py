@@ -271,14 +271,16 @@ def zoo_cli_class():
             the command line's ``--model.init_args.*`` flags too (Lightning-AI/pytorch-lightning#21455):
             those flags are set again on top, so that they win as everywhere else."""
             super()._parse_ckpt_path()
-            args = self.config[self.config.subcommand].get("model") if self.config.get("subcommand") else None
-            init_args = args.get("init_args") if hasattr(args, "get") else None
-            for name, value in model_flags(self._given).items() if init_args is not None else ():
+            config = self.config[self.config.subcommand] if self.config.get("subcommand") else {}
+            ckpt_path, args = config.get("ckpt_path"), config.get("model")
+            if not ckpt_path or not Path(ckpt_path).is_file() or not hasattr(args, "get"):
+                return
+            for name, value in model_flags(self._given).items():
                 *path, last = name.split(".")
-                target = init_args
+                target = args.get("init_args")
                 for key in path:  # a nested one: the task's model spec (model.init_args.X)
                     target = target.get(key) if hasattr(target, "get") else None
-                if hasattr(target, "get"):
+                if hasattr(target, "get") and not hasattr(target.get(last), "get"):  # values, not specs
                     target[last] = value
 
         def instantiate_classes(self) -> None:
