@@ -171,6 +171,22 @@ def test_a_tag_whose_folder_holds_another_architecture(tmp_path, monkeypatch):
     assert type(zoo.from_pretrained(folder)).__name__ == "PCFG"  # the folder itself: what it holds
 
 
+def test_a_local_folder_named_like_a_tag_is_loaded_and_said(tmp_path, monkeypatch):
+    """A folder saved under a tag's name (a fine-tuned copy of a bundled model) lost to the tag without a
+    word; now from_pretrained loads it (a local folder first, as transformers does) and warns.
+    create_model(tag) keeps to the registry."""
+    monkeypatch.chdir(tmp_path)
+    tag = "hmm_categorical_n512_d64.ptb_exact"
+    bundled = zoo.from_pretrained(tag)
+    tuned = zoo.create_model("hmm_categorical_n512_d64", backend="exact")
+    tuned.save_pretrained(tag)
+    batch = example_batch(tuned)
+    with pytest.warns(UserWarning, match=f"{tag}: a local folder of that name is loaded, not the pretrained"):
+        local = zoo.from_pretrained(tag)
+    assert torch.equal(scores(local, batch), scores(tuned, batch))
+    assert torch.equal(scores(zoo.create_model(tag), batch), scores(bundled, batch))
+
+
 RECIPES = sorted((REPO / "recipes").glob("*/*.yaml"))
 MODEL_RECIPES = [r for r in RECIPES if "model" in yaml.safe_load(r.read_text())]
 

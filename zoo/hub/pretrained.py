@@ -30,6 +30,7 @@ import inspect
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -700,8 +701,15 @@ def resolve(
             raise ValueError(f"{source}@{pinned} pins revision {pinned!r}; revision={revision!r} disagrees")
         revision = pinned
     if isinstance(source, str) and source in list_models(pretrained=True):
-        entry = pretrained_tag(source)  # a registered tag: its bundled folder or pinned Hub repo
-        source, revision = entry.source, revision or entry.revision
+        if Path(source).expanduser().is_dir():  # a local folder first, as transformers does: said
+            warnings.warn(
+                f"{source}: a local folder of that name is loaded, not the pretrained tag; rename the folder "
+                "to load the tag",
+                stacklevel=3,
+            )
+        else:
+            entry = pretrained_tag(source)  # a registered tag: its bundled folder or pinned Hub repo
+            source, revision = entry.source, revision or entry.revision
     elif isinstance(source, str) and "/" not in source and not Path(source).expanduser().exists():
         _check_zoo_name(source)
     path = Path(source).expanduser()
@@ -805,7 +813,7 @@ def from_pretrained(
         if folder == Path(source):
             raise
         raise CheckpointError(f"{source} (revision {revision or 'main'}): {error}") from None
-    if isinstance(source, str) and source in list_models(pretrained=True):
+    if isinstance(source, str) and source in list_models(pretrained=True) and folder != Path(source):
         check_tag_holds(source, model)
     return model
 

@@ -191,13 +191,14 @@ def _create_pretrained(name: str, arch_name: str, tag: str, backend: str | None,
                 + f"; train it with zoo fit (recipes: {', '.join(architecture(arch_name).recipes) or 'none'})"
             )
         name = tags[0]
-    pretrained_tag(name)  # an unknown tag: its error, with the close names
+    entry = pretrained_tag(name)
     if overrides:
         raise ValueError(
             f"{name}: pretrained weights fix the model's arguments, so they take no overrides, got "
             f"{sorted(overrides)} (pretrained=False builds the model of {name} with fresh weights and them)"
         )
-    model = from_pretrained(name)  # checks that the tag's weights are of its architecture
+    model = from_pretrained(entry.source, revision=entry.revision)  # the registry's, whatever the folder here
+    check_tag_holds(name, model)
     if backend is not None and Backend.parse(backend).value != model.config["backend"]:
         raise ValueError(f"{name} was trained with backend {model.config['backend']!r}, not {backend!r}")
     return model
