@@ -127,6 +127,10 @@ class EntropyRules:
         pairs = ((True, True), (False, False))
         self.pair_rules = {block: rules_with_entropy(grammar.rules_block(*block)) for block in pairs}
         self.guard = guard
+        # the most each block's scaled rules give children of at most 1 (G x 1), for the guard
+        self.bounds = {block: q[3] for block, q in self.leaf_rules.items()}
+        for block, (_, probs, _) in self.pair_rules.items():
+            self.bounds[block] = probs.detach().flatten(2).sum(-1).amax(-1, keepdim=True)
 
     @staticmethod
     def entry(value: Tensor) -> Carried:
@@ -140,14 +144,8 @@ class EntropyRules:
         else:
             part = split_part(left, right, self.pair_rules[block])
         if self.guard is not None:
-            self.guard.check(part[1].detach().amax(-1), self.guard.RISK * self.bound(block))
+            self.guard.check(part[1].detach().amax(-1), self.guard.RISK * self.bounds[block])
         return part
-
-    def bound(self, block: tuple[bool, bool]) -> Tensor:
-        """The most the block's scaled rules give children of at most 1: G x 1."""
-        if block in self.pair_rules:
-            return self.pair_rules[block][1].detach().flatten(2).sum(-1).amax(-1, keepdim=True)
-        return self.leaf_rules[block][3]
 
     def combine(self, parts: list[Part]) -> Tensor:
         return combined(parts)
