@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import warnings
 
-__all__ = ["BLANK", "few", "warn_left_out"]
+__all__ = ["BLANK", "few", "kept_under", "warn_left_out"]
 
 BLANK = "blank, no sentence (it would count as <eos> alone)"
 
@@ -26,3 +26,15 @@ def warn_left_out(where: str, positions: list[int], total: int, unit: str, why: 
             f"{where}: {len(positions)} of {total} {unit}s left out (first at {unit} {positions[0]}): {why}",
             stacklevel=3,
         )
+
+
+def kept_under(sizes: list[int], limit: int, unit: str) -> list[int]:
+    """The indices of the training sentences whose size (in ``unit``s) is at most ``limit``, the others
+    said (``warn_left_out``); a ValueError where none is left."""
+    keep = [i for i, n in enumerate(sizes) if n <= limit]
+    if not keep:
+        raise ValueError(f"max_length={limit} drops every training sentence")
+    dropped = [i + 1 for i, n in enumerate(sizes) if n > limit]
+    why = f"over max_length = {limit} {unit} (validation and test keep theirs)"
+    warn_left_out("the training split", dropped, len(sizes), "sentence", why)
+    return keep

@@ -35,7 +35,7 @@ from zoo.data.buckets import collate_tokens
 from zoo.data.datamodule import SPLITS, SequenceDataModule
 from zoo.data.digest import files_digest
 from zoo.data.hf_source import load_token_ids, replacing
-from zoo.data.left_out import warn_left_out
+from zoo.data.left_out import kept_under, warn_left_out
 from zoo.data.ptb import read_text, split_source, text_folder_name
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.trees import preprocess, read_mrg, spans_to_tensor
@@ -223,13 +223,7 @@ class PCFGDataModule(TextVocabulary, SequenceDataModule):
         train = self.datasets["train"]
         if self.max_length is None:
             return train
-        words = [n - 1 for n in train.lengths.tolist()]
-        keep = [i for i, n in enumerate(words) if n <= self.max_length]
-        if not keep:
-            raise ValueError(f"max_length={self.max_length} drops every training sentence")
-        why = f"over max_length = {self.max_length} words (validation and test keep theirs)"
-        dropped = [i + 1 for i, n in enumerate(words) if n > self.max_length]
-        warn_left_out("the training split", dropped, len(words), "sentence", why)
+        keep = kept_under([n - 1 for n in train.lengths.tolist()], self.max_length, "words")
         spans = None if train.spans is None else [train.spans[i] for i in keep]
         return SentenceDataset([train.ids[i] for i in keep], spans)
 

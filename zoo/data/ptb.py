@@ -23,7 +23,7 @@ from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SPLITS, SequenceDataModule
 from zoo.data.digest import files_digest
 from zoo.data.hf_source import load_sentences, load_token_ids, replacing
-from zoo.data.left_out import BLANK, warn_left_out
+from zoo.data.left_out import BLANK, kept_under, warn_left_out
 from zoo.data.text_vocab import TextVocabulary
 from zoo.data.utf8 import read_utf8
 from zoo.data.vocab import EOS, UNK, Vocabulary
@@ -202,13 +202,7 @@ class PTBDataModule(TextVocabulary, SequenceDataModule):
         train = self.datasets["train"]
         if self.max_length is None:
             return train
-        lengths = train.lengths.tolist()
-        keep = [i for i, n in enumerate(lengths) if n <= self.max_length]
-        if not keep:
-            raise ValueError(f"max_length={self.max_length} drops every training sentence")
-        why = f"over max_length = {self.max_length} tokens (<eos> included; validation and test keep theirs)"
-        dropped = [i + 1 for i, n in enumerate(lengths) if n > self.max_length]
-        warn_left_out("the training split", dropped, len(lengths), "sentence", why)
+        keep = kept_under(train.lengths.tolist(), self.max_length, "tokens, <eos> included")
         return PackedSequences.from_sequences([train[i] for i in keep])
 
 

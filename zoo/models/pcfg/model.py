@@ -213,9 +213,9 @@ class PCFG(RandomizedEvaluation, ZooModel):
     def _check_eos(self, tokens: Tensor, lengths: Tensor) -> None:
         """With a vocabulary, a ValueError where a sentence's last token is not its ``<eos>`` (the
         grammar generates the words before it: without one, the last word was dropped unseen)."""
-        if self.vocab is None or tokens.shape[0] == 0:
+        if self.vocab is None:
             return
-        last = tokens.gather(1, (lengths.to(tokens.device) - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+        last = tokens.gather(1, (lengths.to(tokens.device) - 1).unsqueeze(1)).squeeze(1)
         wrong = (last != self.vocab.eos_id).nonzero().flatten().tolist()
         if wrong:
             raise ValueError(
