@@ -5,8 +5,8 @@ and log Z, marginals and gradients stay exact; a plain float64 log-sum-exp insid
 import pytest
 import torch
 
-from zoo.inference import DenseGrammar, LowRankGrammar, RankSpaceGrammar, TreeDistribution
-from zoo.inference.tree import log_space
+from zoo.inference import DenseGrammar, LowRankGrammar, RankSpaceGrammar, RDPOptions, TreeDistribution
+from zoo.inference.tree import log_space, randomized
 
 NEG_INF = float("-inf")
 
@@ -194,3 +194,67 @@ def test_entropy_and_samples_of_a_constrained_tree_crf():
     torch.testing.assert_close(entropy, log_z.detach() - expected_score)
     (grad,) = torch.autograd.grad(entropy.sum(), nodes)
     assert torch.isfinite(grad).all()
+
+
+def gap_grammars(gap, dtype):
+    """``gap_grammar``'s one tree as a dense, an LPCFG and a CPD grammar (A -> P1 P1 only)."""
+    dense, terms = gap_grammar(gap, dtype)
+    ones = torch.ones(1, 1, dtype=dtype)
+    lpcfg = LowRankGrammar(dense.root, dense.rules, ones, ones.view(1, 1, 1))
+    usable = torch.tensor([[0.0], [0.0], [1.0]], dtype=dtype)  # symbols A, P0, P1
+    cpd = RankSpaceGrammar(dense.root, ones, usable, usable.clone())
+    return (dense, lpcfg, cpd), terms
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("gap", [400.0, 2000.0])
+@pytest.mark.parametrize("kind", range(3))
+def test_the_randomized_estimate_of_a_sentence_beyond_float64s_range(kind, gap, dtype):
+    """Every label kept (k1 = NT), the estimate is the exact log Z: it was -inf for the dense and LPCFG
+    grammars from a gap of 400 nats and for the CPD one from 2000, float64 included."""
+    grammars, terms = gap_grammars(gap, dtype)
+    terms.requires_grad_()
+    dist = TreeDistribution(grammars[kind], terms, backend="randomized", options=RDPOptions(k1=1, k2=0))
+    torch.testing.assert_close(dist.log_partition, torch.tensor([-2 * gap], dtype=dtype))
+    (grad,) = torch.autograd.grad(dist.log_partition.sum(), terms)
+    torch.testing.assert_close(grad, torch.tensor([[[0.0, 1.0], [0.0, 1.0]]], dtype=dtype))
+
+
+def test_the_log_space_randomized_inside_is_the_scaled_one_on_the_same_kept_labels():
+    """Where nothing underflows, the log-space pass over the kept labels (k1 + k2 < NT, so draws and
+    weights matter) gives the scaled pass's estimate, with node scores and ragged lengths."""
+    g = torch.Generator().manual_seed(5)
+    NT, PT, T = 5, 4, 7
+    rules = torch.randn(2, NT, NT + PT, NT + PT, generator=g, dtype=torch.float64)
+    grammar = DenseGrammar(torch.randn(2, NT, generator=g, dtype=torch.float64), rules)
+    terms = torch.randn(2, T, PT, generator=g, dtype=torch.float64)
+    nodes = torch.randn(2, T, T + 1, NT, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([7, 4])
+    kept = randomized.select_labels(grammar, terms, RDPOptions(k1=2, k2=1, generator=g))
+    scaled = randomized.gathered_inside(grammar, terms, lengths, kept, None, nodes)
+    in_logs = randomized.gathered_inside(grammar, terms, lengths, kept, None, nodes, in_log_space=True)
+    assert torch.isfinite(scaled).all()
+    torch.testing.assert_close(in_logs, scaled)
+
+
+def bracketing_cpd(gap):
+    """A CPD grammar (float64) whose every binary tree has the same score, once each word is its P1
+    (``gap`` nats under P0): psi(A, b, c) = 1 for b, c in {A, P1}, 0 where a child is P0."""
+    usable = torch.tensor([[1.0], [0.0], [1.0]], dtype=torch.float64)  # symbols A, P0, P1
+    grammar = RankSpaceGrammar(torch.zeros(1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64),
+                               usable, usable.clone())  # fmt: skip
+    return grammar, torch.tensor([[0.0, -gap]], dtype=torch.float64).expand(1, 4, 2)
+
+
+@pytest.mark.parametrize("gap", [800.0, 2000.0])
+def test_rank_space_samples_of_a_sentence_beyond_float64s_range(gap):
+    """The rank-space sampler's float64 charts lost every tree (a false "no tree" error): the five
+    bracketings of four words are equally likely and each draws about a fifth of 2000 samples."""
+    grammar, terms = bracketing_cpd(gap)
+    dist = TreeDistribution(grammar, terms, backend="rank-space")
+    torch.testing.assert_close(dist.log_partition, torch.tensor([5.0], dtype=torch.float64).log() - 4 * gap)
+    trees = dist.sample(2000, generator=torch.Generator().manual_seed(0))[:, 0]  # 2000 x 7 x 3
+    leaves = (trees[..., 1] - trees[..., 0]) == 1
+    assert (trees[..., 2][leaves] == 1).all() and (trees[..., 2][~leaves] == 0).all()  # P1 leaves, A nodes
+    _, counts = torch.unique(trees[..., :2].flatten(1), dim=0, return_counts=True)
+    assert len(counts) == 5 and ((counts - 400).abs() < 72).all(), counts  # 4 standard deviations

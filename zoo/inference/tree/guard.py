@@ -11,7 +11,8 @@ a product's maximum falls below 2^-60 of that bound; ``guarded`` computes them a
 
 Users: the exact and low-rank insides (``exact.InsideRules``: every rule application), the rank-space
 and state-space insides (``rank_space``: split sums, projections, root sums), the randomized ones
-(the whole batch again in float64 with the same kept labels) and the samplers (float64 charts).
+(the whole batch again in float64 with the same kept labels, then in log space) and the samplers
+(float64 charts, then log-space ones).
 """
 
 from __future__ import annotations

@@ -161,10 +161,23 @@ def _feature_entries(grammar: LowRankGrammar, g: Tensor, parent: Tensor, left_sy
     return safe_log(torch.einsum("bnkr,bnsxyr->bnskxy", heads, pairs)).to(grammar.head.dtype)
 
 
+def _kept_width_log(grammar, flat_rules, g, parent, kinds, *tensors) -> Tensor:
+    """``_kept_width`` in log space: one width's log values (B x n x K), each block's sum over its
+    splits and kept children a log-sum-exp, nothing scaled (no entry flushed)."""
+    blocks = [tensors[i : i + 4] for i in range(0, len(tensors), 4)]
+    psis = _kept_rules(grammar, flat_rules, g, parent, kinds, [(block[0], block[2]) for block in blocks])
+    parts = []
+    for (_, left, _, right), psi in zip(blocks, psis):
+        x = psi + left[:, :, :, None, :, None] + right[:, :, :, None, None, :]  # B x n x s x K x KL x KR
+        parts.append(logsumexp(x.transpose(2, 3).flatten(3), -1))
+    return logsumexp(torch.stack(parts), 0)
+
+
 def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None, label_scores=None,
-                    guard: UnderflowGuard | None = None):
+                    guard: UnderflowGuard | None = None, in_log_space: bool = False):
     """Randomized log Z_hat (B,) for dense or LPCFG rules, psi gathered per kept triple; ``guard``
-    checks each block's sum (its terms are at most 1)."""
+    checks each block's sum (its terms are at most 1). ``in_log_space``: every sum a log-sum-exp
+    (``_kept_width_log``), for sentences beyond float64's range."""
     B, T, _ = terms.shape
     NT = grammar.num_nonterminals
     g = (torch.arange(B) if grammar.grammar_batch > 1 else torch.zeros(B, dtype=torch.long))
@@ -193,12 +206,16 @@ def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None,
                 r_sym, right = (torch.stack(x, 2) for x in zip(*(child(w - s, s, n) for s in splits)))
                 kinds.append(block)
                 blocks += [l_sym, left, r_sym, right]
-        scales, values = checkpoint(
-            _kept_width, grammar, flat_rules, g, parent, kinds, *blocks, use_reentrant=False
-        )
-        if guard is not None:
-            guard.check(values.detach().amax(-1).flatten(1), guard.RISK)  # every block of every span
-        beta = combine(list(zip(scales.unbind(-1), values.unbind(-2))))
+        if in_log_space:
+            beta = checkpoint(_kept_width_log, grammar, flat_rules, g, parent, kinds, *blocks,
+                              use_reentrant=False)  # fmt: skip
+        else:
+            scales, values = checkpoint(
+                _kept_width, grammar, flat_rules, g, parent, kinds, *blocks, use_reentrant=False
+            )
+            if guard is not None:
+                guard.check(values.detach().amax(-1).flatten(1), guard.RISK)  # every block of every span
+            beta = combine(list(zip(scales.unbind(-1), values.unbind(-2))))
         if span_scores is not None:
             beta = beta + span_diagonal(span_scores, w).unsqueeze(-1)
         if label_scores is not None:
@@ -314,17 +331,26 @@ class RandomizedEngine(RandomizedLifecycle, TreeEngine):
         return select_labels(grammar, terms, self.options)
 
     def log_partition(self, grammar, terms, lengths, span_scores=None, label_scores=None):
+        """Alg. 2's estimate; where a pass's guard marks a sentence (guard.py), the whole batch again
+        with the same kept labels: in float64 after float32, in log space after float64 (a CPD
+        grammar's materialized rules; a ValueError names the size where they are too big)."""
         kept = self.kept_states(grammar, terms)
         inside = projected_kept_inside if isinstance(grammar, RankSpaceGrammar) else gathered_inside
-        guard = guard_for(lengths, terms.dtype)
+        guard = guard_for(lengths, terms.dtype, float64=True)
         log_z = inside(grammar, terms, lengths, kept, span_scores, label_scores, guard)
         if not any_marked(guard):
             return log_z
-        # float32 lost mass (guard.py): the whole batch again in float64, with the same kept labels
         wide = [None if x is None else x.double() for x in (span_scores, label_scores)]
-        kept = KeptLabels(*(KeptStates(k.index, k.log_weights.double()) for k in (kept.spans, kept.leaves)))
-        grammar = grammar.rows(None, torch.float64)
-        return inside(grammar, terms.double(), lengths, kept, *wide).to(terms.dtype)
+        kept64 = KeptLabels(*(KeptStates(k.index, k.log_weights.double()) for k in (kept.spans, kept.leaves)))
+        if terms.dtype != torch.float64:
+            guard = guard_for(lengths, torch.float64, float64=True)
+            log_z = inside(grammar.rows(None, torch.float64), terms.double(), lengths, kept64, *wide, guard)
+            if not any_marked(guard):
+                return log_z.to(terms.dtype)
+        rules = grammar.dense() if isinstance(grammar, RankSpaceGrammar) else grammar
+        log_z = gathered_inside(rules.rows(None, torch.float64), terms.double(), lengths, kept64, *wide,
+                                in_log_space=True)  # fmt: skip
+        return log_z.to(terms.dtype)
 
     def log_prob(self, grammar, terms, lengths, trees, nodes=None, log_z=None):  # exact, not the estimate's
         return exact_engine(grammar).log_prob(grammar, terms, lengths, trees, nodes)

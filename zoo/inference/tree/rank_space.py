@@ -36,7 +36,7 @@ from zoo.inference.tree.engine import TreeEngine
 from zoo.inference.tree.exact import grammar_matmul
 from zoo.inference.tree.factors import RankSpaceGrammar
 from zoo.inference.tree.guard import UnderflowGuard, any_marked, guard_for, guarded
-from zoo.inference.tree.sampling import gumbel_argmax, top_down
+from zoo.inference.tree.sampling import gumbel_argmax, sample_trees, top_down
 
 #: lift(gamma, width) -> (left projection, right projection, root log-value B x n) of the spans
 Lift = Callable[[Scaled, int], tuple[Scaled, Scaled, Tensor]]
@@ -214,13 +214,15 @@ def sample_rank_space(grammar: RankSpaceGrammar, terms, lengths, n: int, generat
     proportional to U[A, r] l_{i,i+s}[r] r_{i+s,k}[r] (the rank-space inside's projections), then
     its children independently: the left one with probability proportional to V[b, r] beta(b) and
     the right one to W[c, r] beta(c), where beta = U gamma (a nonterminal) or exp(terms) (a leaf).
-    O(T r) per split draw and O((NT + PT) r) per child: n x B x (2T-1) x 3 long.
+    O(T r) per split draw and O((NT + PT) r) per child: n x B x (2T-1) x 3 long. Where the guard marks
+    a sentence, from float64 charts; where a float64 pass marks one too, from the materialized rules'
+    log-space chart (``sampling.sample_trees``; a ValueError names the size where they are too big).
     """
     B, T, PT = terms.shape
     NT = grammar.num_nonterminals
     grammar_of = (lambda b: b) if grammar.grammar_batch > 1 else torch.zeros_like
     with torch.no_grad():
-        guard = guard_for(lengths, terms.dtype)
+        guard = guard_for(lengths, terms.dtype, float64=True)
         leaves = leaf_projections(grammar, terms, guard)
         lift = rank_space_lift(grammar, guard)
         charts: dict[int, tuple] = {1: (None, *leaves)}
@@ -231,9 +233,11 @@ def sample_rank_space(grammar: RankSpaceGrammar, terms, lengths, n: int, generat
             return left, right, top
 
         projected_inside(capture, leaves, lengths, None, guard)
-        if any_marked(guard):  # float32 lost mass that decides the draws: draw from float64 charts
+        if any_marked(guard) and terms.dtype != torch.float64:  # lost mass decides the draws: float64 charts
             in_float64 = grammar.rows(None, torch.float64)
             return sample_rank_space(in_float64, terms.double(), lengths, n, generator)
+        if any_marked(guard):  # beyond float64's range: the materialized rules' log-space chart
+            return sample_trees(grammar.dense(), terms, lengths, n, generator)
         r = grammar.rank
         # log projections and inside, B x start x width x r (width 0 unused)
         left = terms.new_full((B, T, T + 1, r), float("-inf"))
