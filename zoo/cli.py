@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
+import importlib
+import inspect
 import io
 import json
 import logging
@@ -33,6 +36,7 @@ import signal
 import sys
 import traceback
 import warnings
+from argparse import ArgumentError
 from pathlib import Path
 
 from zoo.extras import MissingExtraError, imported
@@ -440,10 +444,14 @@ def zoo_cli_class():
         def parse_arguments(self, parser, args) -> None:
             words = sys.argv[1:] if args is None else args
             self._given = words if isinstance(words, list) else []  # for _parse_ckpt_path
-            if isinstance(words, list):
-                self.config = parser.parse_args(model_arguments_as_specs(words))
-            else:
-                super().parse_arguments(parser, args)
+            try:
+                with raising(parser):  # an option a recipe's class lacks: one line (unknown_option)
+                    self._parse(parser, words, args)
+            except ArgumentError as error:
+                line = unknown_option(str(error)) or unrecognized(str(error), parser)
+                if line is not None:
+                    raise CommandError(line) from None
+                self._parse(parser, words, args)  # jsonargparse's usage and message
             self._check_model_spec(parser, words)
             subcommand = self.config.get("subcommand")
             path = self.config[subcommand].get("ckpt_path") if subcommand else None
@@ -456,6 +464,12 @@ def zoo_cli_class():
             model = {"class_path": task, "init_args": hparams}
             self.config = parser.parse_object({subcommand: {"model": model, "ckpt_path": None}}, self.config)
             self._held_ckpt_path = path
+
+        def _parse(self, parser, words, args) -> None:
+            if isinstance(words, list):
+                self.config = parser.parse_args(model_arguments_as_specs(words))
+            else:
+                super().parse_arguments(parser, args)
 
         def before_instantiate_classes(self) -> None:
             if self._held_ckpt_path is not None:
@@ -642,6 +656,58 @@ def lightning_command(argv: list[str] | None) -> int:
 
 
 MODEL_ARGUMENT = "--model.init_args.model.init_args."  # a task's model's own argument: NAME VALUE
+
+
+@contextlib.contextmanager
+def raising(parser):
+    """``parser`` and its subcommands' parsers raise ArgumentError on an error, not print and exit."""
+    subparsers = parser._subcommands_action._name_parser_map.values() if parser._subcommands_action else ()
+    parsers = [parser, *subparsers]
+    try:
+        for each in parsers:
+            each.exit_on_error = False
+        yield
+    finally:
+        for each in parsers:
+            each.exit_on_error = True
+
+
+UNKNOWN_OPTION = re.compile(r"Problem with given class_path '([\w.]+)':\s+Option '(\w+)' is not accepted")
+
+
+def unknown_option(message: str) -> str | None:
+    """jsonargparse's error for an option the class of a recipe's key (the task, its data) lacks, as
+    one line naming the key, the class, the option's close match and the class's arguments (None for
+    another error)."""
+    found, key = UNKNOWN_OPTION.search(message), re.match(r'Parser key "([\w.]+)"', message)
+    if found is None or key is None:
+        return None
+    class_path, option = found.groups()
+    module, _, name = class_path.rpartition(".")
+    parameters = [p for p in inspect.signature(getattr(importlib.import_module(module), name)).parameters
+                  if p not in ("self", "args", "kwargs")]  # fmt: skip
+    close = difflib.get_close_matches(option, parameters, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if not close and key.group(1) == "model" and "model" in parameters:
+        hint = f" (a model's own argument is --model.init_args.model.init_args.{option})"
+    listed = ", ".join(parameters)
+    return f"{key.group(1)} ({name}) takes no argument {option!r}{hint}; its arguments: {listed}"
+
+
+def unrecognized(message: str, parser) -> str | None:
+    """argparse's "unrecognized arguments" as one line, with each option's close match among the
+    parser's and its subcommands' options (None for another error)."""
+    if not message.startswith("unrecognized arguments: "):
+        return None
+    subparsers = parser._subcommands_action._name_parser_map.values() if parser._subcommands_action else ()
+    known = {option for each in (parser, *subparsers) for option in each._option_string_actions}
+    hints = []
+    for word in message.split(": ", 1)[1].split():
+        option = word.split("=")[0]
+        close = difflib.get_close_matches(option, known, n=1, cutoff=0.8) if option[:2] == "--" else []
+        if close:
+            hints.append(f"{option}: did you mean {close[0]}?")
+    return message + (f" ({'; '.join(hints)})" if hints else "") + "; all options: zoo SUBCOMMAND --help"
 
 
 def split_model_arguments(words: list[str]) -> list[str | tuple[str, str]]:

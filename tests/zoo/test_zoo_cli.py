@@ -192,6 +192,39 @@ def test_a_misspelled_model_argument_is_one_line_naming_it(trained, capsys):
         assert f"{misspelled!r} (did you mean {meant!r}?)" in line
 
 
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        (["--data.init_args.batchsize", "3"],
+         "zoo: error: data (PTBDataModule) takes no argument 'batchsize' (did you mean 'batch_size'?); its "
+         "arguments: data_dir, batch_tokens, batch_size,"),
+        (["--model.init_args.lr_factr", "0.5"],
+         "zoo: error: model (LikelihoodTask) takes no argument 'lr_factr' (did you mean 'lr_factor'?)"),
+        (["--model.init_args.num_states", "7"],
+         "zoo: error: model (LikelihoodTask) takes no argument 'num_states' (a model's own argument is "
+         "--model.init_args.model.init_args.num_states); its arguments: model, lr,"),
+        (["--trainer.max_stepz", "3", "--foo"],
+         "zoo: error: unrecognized arguments: --trainer.max_stepz 3 --foo (--trainer.max_stepz: did you mean "
+         "--trainer.max_steps?); all options: zoo SUBCOMMAND --help"),
+    ],
+)  # fmt: skip
+def test_a_misspelled_task_data_or_trainer_option_is_one_line(trained, capsys, option, expected):
+    """They were jsonargparse's whole usage (50 lines) and a nested union error."""
+    config, _, _ = trained
+    assert main(["fit", "--config", str(config), *option]) == 2
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.strip() and not x.startswith("Seed set to")]
+    assert line.startswith(expected), line
+
+
+def test_a_value_of_the_wrong_type_keeps_jsonargparses_message(trained, capsys):
+    config, _, _ = trained
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(config), "--data.init_args.batch_size", "x"])
+    err = capsys.readouterr().err
+    assert "usage:" in err and "Expected a <class 'int'>" in err and "Given value: x" in err
+
+
 MODEL = "--model.init_args.model.init_args"
 
 
