@@ -129,6 +129,26 @@ def test_segment_ratio_by_hand_and_merging():
         assert torch.isnan(SegmentRatio().compute())
 
 
+def test_segment_starts_count_consecutive_segments_of_one_label():
+    """A segmentation whose segments at frames 0, 2 and 4 all carry label 1 (a rank-space HSMM's rank
+    components do this): its frame labels show no boundary, its starts two (the metrics counted one
+    segment where the model cut three: audit)."""
+    preds = torch.tensor([[1, 1, 1, 1, 1, 1, 0]])
+    starts = torch.tensor([[1, -1, 1, -1, 1, -1, -1]])
+    target = torch.tensor([[0, 0, 0, 0, 1, 1, 0]])
+    lengths = torch.tensor([6])
+    f1, ratio = BoundaryF1(tolerance=0), SegmentRatio()
+    for metric in (f1, ratio):
+        metric.update(preds, target, lengths, starts=starts)
+    assert float(f1.compute()) == pytest.approx(2 * 1 / (2 + 1))  # predicted {2, 4}, true {4}
+    assert float(ratio.compute()) == pytest.approx(3 / 2)
+    labels_only = SegmentRatio()
+    labels_only.update(preds, target, lengths)
+    assert float(labels_only.compute()) == pytest.approx(1 / 2)
+    with pytest.raises(ValueError, match="starts must be a B x T integer segmentation"):
+        SegmentRatio().update(preds, target, lengths, starts=starts[:, :3])
+
+
 def test_errors():
     with pytest.raises(ValueError, match="matching must be 'corpus' or 'sequence'"):
         MatchedFrameAccuracy(2, 2, matching="video")

@@ -168,3 +168,34 @@ def test_errors(tmp_path):
         SegmentationTask(model, boundary_tolerance=-1)
     with pytest.raises(ValueError, match="matching must be 'corpus' or 'sequence'"):
         SegmentationTask(model, matching="global")
+
+
+def test_segment_counts_are_the_models_own_cuts():
+    """The bundled rank-space HSMM labels segments by rank component, and some consecutive segments share
+    one: the segment ratio and boundary F1 counted label changes (40 segments where the model cut 47 on
+    the test split: audit). Now the task's metrics are those of the model's own segment starts."""
+    from lightning.pytorch import Trainer
+
+    from zoo import from_pretrained
+    from zoo.metrics import BoundaryF1, SegmentRatio
+
+    model = from_pretrained("hsmm_gaussian_n8_dur32_in12_f12_d32.smartwatch_rank_space").eval()
+    data = SmartwatchDataModule(window=100, batch_size=4)
+    task = SegmentationTask(model, boundary_tolerance=1)
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    (logged,) = trainer.test(task, datamodule=data, verbose=False)
+    data.setup("test")
+    f1, ratio, label_changes = BoundaryF1(1), SegmentRatio(), SegmentRatio()
+    shared = 0
+    for batch in data.test_dataloader():
+        segmentation, frames = model.segment(batch)
+        f1.update(frames, batch["labels"], batch["lengths"], starts=segmentation)
+        ratio.update(frames, batch["labels"], batch["lengths"], starts=segmentation)
+        label_changes.update(frames, batch["labels"], batch["lengths"])
+        for b, n in enumerate(batch["lengths"].tolist()):
+            labels = segmentation[b, :n][segmentation[b, :n] >= 0]
+            shared += int((labels[1:] == labels[:-1]).sum())
+    assert shared > 0  # the case in point: consecutive segments of one label
+    assert logged["test/segment_ratio"] == pytest.approx(float(ratio.compute()))
+    assert logged["test/boundary_f1"] == pytest.approx(float(f1.compute()))
+    assert float(ratio.compute()) > float(label_changes.compute())

@@ -3,6 +3,11 @@
 Inputs to ``update(preds, target, lengths)``: ``preds`` B x T long, the predicted label of each frame
 (``GaussianHSMM.segment``'s frame labels: states, or rank components); ``target`` B x T long, the known
 segment label of each frame, ``ignore_index`` (-1) where unknown and past each length; ``lengths`` B.
+``BoundaryF1`` and ``SegmentRatio`` also take ``starts``, B x T: the model's segmentation (a label >= 0
+at each segment's first frame, ``GaussianHSMM.segment``'s first output). Its segment starts are then
+the predicted boundaries, so that consecutive segments with one label count as two (a semi-Markov
+model may put them there: a rank-space HSMM's rank components often do); without it, the label
+changes of ``preds``.
 
 * ``MatchedFrameAccuracy``: the fraction of labelled frames whose predicted label maps to their true
   label under the best one-to-one map from predicted labels to true labels (Hungarian matching,
@@ -11,10 +16,11 @@ segment label of each frame, ``ignore_index`` (-1) where unknown and past each l
   thing in every sequence); ``matching="sequence"`` finds one map per sequence. Predicted labels left
   without a partner (more labels than classes) count as errors.
 * ``BoundaryF1``: boundaries are the frames t >= 1 (t < length) whose label differs from frame t-1's
-  (ignored frames count as a label of their own); a predicted boundary is correct when it is matched
-  one-to-one to a true boundary at most ``tolerance`` frames away (the maximum matching, computed
-  greedily in time order, which is optimal for equal windows on a line). F1 = 2 tp / (#pred + #true)
-  summed over the set (micro-averaged), 1 when neither side has a boundary.
+  (ignored frames count as a label of their own), or where ``starts`` starts a segment; a predicted
+  boundary is correct when it is matched one-to-one to a true boundary at most ``tolerance`` frames
+  away (the maximum matching, computed greedily in time order, which is optimal for equal windows on a
+  line). F1 = 2 tp / (#pred + #true) summed over the set (micro-averaged), 1 when neither side has a
+  boundary.
 * ``SegmentRatio``: predicted segments over true segments, summed over the set (segments = boundaries
   + 1 a sequence): 1 when a model cuts as often as the known segmentation, above 1 when it
   over-segments.
@@ -145,6 +151,25 @@ def boundaries(labels: Tensor, length: int) -> list[int]:
     return (torch.nonzero(row[1:] != row[:-1]).flatten() + 1).tolist()
 
 
+def segment_starts(starts: Tensor, length: int) -> list[int]:
+    """Frames t in 1..length-1 where a segmentation (T: a label >= 0 at each segment's first frame)
+    starts a segment."""
+    return (torch.nonzero(starts[1:length] >= 0).flatten() + 1).tolist()
+
+
+def predicted_boundaries(preds: Tensor, starts: Tensor | None, lengths: Tensor) -> list[list[int]]:
+    """Each sequence's predicted boundaries: ``starts``' segment starts, or ``preds``' label changes."""
+    if starts is None:
+        return [boundaries(preds[b], n) for b, n in enumerate(lengths.tolist())]
+    if starts.shape != preds.shape or starts.is_floating_point():
+        raise ValueError(
+            f"starts must be a B x T integer segmentation of preds' shape {tuple(preds.shape)}, got "
+            f"{starts.dtype} {tuple(starts.shape)}"
+        )
+    starts = starts.cpu()
+    return [segment_starts(starts[b], n) for b, n in enumerate(lengths.tolist())]
+
+
 def match_boundaries(predicted: list[int], true: list[int], tolerance: int) -> int:
     """The size of the largest one-to-one matching of sorted predicted to sorted true boundaries with
     |p - t| <= tolerance (two pointers: the earliest feasible pair is always in some maximum matching)."""
@@ -178,12 +203,12 @@ class BoundaryF1(Metric):
         for name in ("matched", "predicted", "true", "sequences"):
             self.add_state(name, torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
-    def update(self, preds: Tensor, target: Tensor, lengths: Tensor) -> None:
-        """Add a batch: preds, target B x T, lengths B (module docstring)."""
+    def update(self, preds: Tensor, target: Tensor, lengths: Tensor, starts: Tensor | None = None) -> None:
+        """Add a batch: preds, target (and starts) B x T, lengths B (module docstring)."""
         _check(preds, target, lengths)
         preds, target = preds.cpu(), target.cpu()
-        for b, n in enumerate(lengths.tolist()):
-            p, t = boundaries(preds[b], n), boundaries(target[b], n)
+        for b, (n, p) in enumerate(zip(lengths.tolist(), predicted_boundaries(preds, starts, lengths))):
+            t = boundaries(target[b], n)
             self.matched += match_boundaries(p, t, self.tolerance)
             self.predicted += len(p)
             self.true += len(t)
@@ -208,12 +233,12 @@ class SegmentRatio(Metric):
         for name in ("predicted", "true"):
             self.add_state(name, torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
-    def update(self, preds: Tensor, target: Tensor, lengths: Tensor) -> None:
-        """Add a batch: preds, target B x T, lengths B (module docstring)."""
+    def update(self, preds: Tensor, target: Tensor, lengths: Tensor, starts: Tensor | None = None) -> None:
+        """Add a batch: preds, target (and starts) B x T, lengths B (module docstring)."""
         _check(preds, target, lengths)
         preds, target = preds.cpu(), target.cpu()
-        for b, n in enumerate(lengths.tolist()):
-            self.predicted += len(boundaries(preds[b], n)) + 1
+        for b, (n, p) in enumerate(zip(lengths.tolist(), predicted_boundaries(preds, starts, lengths))):
+            self.predicted += len(p) + 1
             self.true += len(boundaries(target[b], n)) + 1
 
     def compute(self) -> Tensor:

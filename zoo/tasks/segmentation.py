@@ -8,9 +8,10 @@ On top of maximum likelihood (loss -sum log p(x) / sum frames; ``val/nll`` in na
   modules of ``zoo.data`` provide them when they have them): ``val/frame_accuracy``, the frame accuracy
   under the best one-to-one map from the model's labels (states, or rank components for rank-space) to
   the known ones (``zoo.metrics.MatchedFrameAccuracy``, one map for the whole set or per sequence), and
-  ``val/boundary_f1``, boundaries matched within ``boundary_tolerance`` frames (``zoo.metrics.BoundaryF1``),
-  and ``val/segment_ratio``, the model's segments over the known ones (``zoo.metrics.SegmentRatio``;
-  above 1: over-segmentation);
+  ``val/boundary_f1``, the model's segment starts matched to the known boundaries within
+  ``boundary_tolerance`` frames (``zoo.metrics.BoundaryF1``), and ``val/segment_ratio``, the model's
+  segments over the known ones (``zoo.metrics.SegmentRatio``; above 1: over-segmentation); two
+  consecutive segments of one label count as two;
 * the input projection: when ``zoo fit`` starts with a model whose ``input_projection`` is not fitted yet,
   the data module fits it on its training split (standardization, or whitened PCA to the model's
   ``feature_dim``) and it becomes part of the model's weights (checkpoints carry it);
@@ -163,10 +164,11 @@ class SegmentationTask(LikelihoodTask):
         labels = batch.get("labels")
         if self.segmentation_metrics is None or labels is None or not bool((labels >= 0).any()):
             return
-        _, predicted = self.model.segment(batch)
+        segmentation, predicted = self.model.segment(batch)
         for name in ("frame_accuracy", "boundary_f1", "segment_ratio"):
             metric = self.segmentation_metrics[f"{stage}_{name}"]
-            metric.update(predicted, labels, batch["lengths"])
+            starts = {} if name == "frame_accuracy" else {"starts": segmentation}  # the model's own cuts
+            metric.update(predicted, labels, batch["lengths"], **starts)
             self.log(f"{stage}/{name}", metric, prog_bar=name == "frame_accuracy", batch_size=len(labels))
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Any]:
