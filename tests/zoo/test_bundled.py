@@ -5,6 +5,7 @@ word model carries its training data's vocabulary."""
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import math
 import subprocess
@@ -231,3 +232,24 @@ def test_a_vae_quick_check_is_what_zoo_test_gives_on_those_batches(tmp_path):
     assert measured["nll"] == pytest.approx(json.loads(results.read_text())["metrics"]["test/nll"], rel=1e-6)
     recorded = json.loads((folder / "results.json").read_text())["quick_check"]
     assert measured["nll"] == pytest.approx(recorded["nll"], rel=1e-5)
+
+
+def test_flagship_anchors_say_when_the_papers_test_set_is_another():
+    """The papers' PCFG perplexities are on Kim et al.'s PTB trees (ptb-wsj), ours on Mikolov's text: the
+    flagship table set them beside ours as if on the same test set (audit). The HMMs' are on ours; the
+    chorales have none (other corpora are not shown)."""
+    scripts = str(REPO_ROOT / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        anchors = importlib.import_module("train_pretrained").published_anchors
+    finally:
+        sys.path.remove(scripts)
+
+    def shown(tag: str, metric: str) -> str:
+        folder = bundled_folders()[tag]
+        return anchors(folder, json.loads((folder / "results.json").read_text()), [metric])
+
+    pcfg = shown("pcfg_nt1000_pt2000_d64.ptb_rank_space", "test/ppl")
+    assert pcfg.startswith("published on ptb-wsj, not this test set: PCFG, NT 30, PT 60: `test/ppl` 252.6")
+    assert shown("hmm_categorical_n1024_d128.ptb_exact", "test/ppl").startswith("published: softmax HMM")
+    assert shown("hmm_bernoulli_n1024_d128.chorales_exact", "test/nll") == ""

@@ -107,8 +107,8 @@ register_family(
         ("test/ppl", "test/nll", "synthetic/sentence_f1"),
         token_batch,
         paper_results=(
-            *paper_rows(
-                "ptb",
+            *paper_rows(  # Kim et al. 2019's PTB (WSJ 2-21 / 22 / 23 trees), not Mikolov's text
+                "ptb-wsj",
                 "test/ppl",
                 [
                     ("PCFG", "NT 30, PT 60", 252.60, CHIU_T2),
