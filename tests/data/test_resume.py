@@ -137,3 +137,25 @@ def test_tokens_and_seconds_go_on_across_a_resume(text, tmp_path):
     fit(text, tmp_path / "resumed", RecordBatches(), ckpt_path=progress_from, max_steps=5)
     assert logged(tmp_path / "resumed") == logged(tmp_path / "straight")[3:]
     assert logged(tmp_path / "resumed", "train/seconds")[0][1] > progress["seconds"]
+
+
+def test_a_checkpoint_of_two_ranks_resumed_on_one_trains_the_rest_of_the_epoch(text, tmp_path):
+    """A mid-epoch checkpoint whose run had two ranks, each 3 batches in (6 of the epoch's batch list
+    trained), resumed in one process: it trains the list from batch 6 on, once each, then the next
+    epoch whole (it trained batches 3-5 again: the checkpoint counted each rank's batches; audit)."""
+    straight = RecordBatches()
+    _, trainer = fit(text, tmp_path / "straight", straight)
+    per_epoch = trainer.num_training_batches
+    with pytest.raises(Interrupted):
+        fit(text, tmp_path / "crashed", RecordBatches(stop_at=3))
+    checkpoint = torch.load(tmp_path / "crashed" / "last.ckpt", weights_only=False)
+    (loader,) = checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    assert loader == {"epoch": 0, "batches_done": 3, "replicas": 1}
+    loader["replicas"] = 2  # as two ranks would have written it
+    torch.save(checkpoint, tmp_path / "two-ranks.ckpt")
+    resumed = RecordBatches()
+    fit(text, tmp_path / "resumed", resumed, ckpt_path=tmp_path / "two-ranks.ckpt")
+    epochs = [[t for e, _, t in run.batches if e == epoch] for run in (straight, resumed) for epoch in (0, 1)]
+    straight_0, straight_1, resumed_0, resumed_1 = epochs
+    assert len(resumed_0) == per_epoch - 6 and len(resumed_1) == per_epoch
+    assert all(torch.equal(a, b) for a, b in zip(resumed_0 + resumed_1, straight_0[6:] + straight_1))

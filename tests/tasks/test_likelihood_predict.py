@@ -177,3 +177,20 @@ def test_sequences_left_unpredicted_are_named(tmp_path):
     with pytest.warns(UserWarning, match=r"some.jsonl: \d of 7 sequences were not predicted \(e.g. past"):
         assert predict(path, ckpt, "zoo.tasks.LikelihoodWriter", out, *one_batch) == 0
     assert 0 < len(rows(out)) < 7
+
+
+def test_random_evaluations_number_the_batches_of_all_ranks():
+    """Under DDP every rank's batch k was seeded k, so the ranks drew alike on different batches (audit):
+    rank r of W seeds its batch k as k W + r; one process as before."""
+    from types import SimpleNamespace
+
+    from zoo.tasks.likelihood import evaluation_generator
+
+    def first_draw(batch_idx, trainer=None, seed=0):
+        return evaluation_generator(batch_idx, torch.device("cpu"), seed, trainer).initial_seed()
+
+    assert [first_draw(k) for k in range(3)] == [0, 1, 2]
+    assert first_draw(2, seed=1) == 1_000_005
+    ranks = [SimpleNamespace(world_size=3, global_rank=r) for r in range(3)]
+    seeds = [first_draw(k, trainer) for k in range(4) for trainer in ranks]
+    assert seeds == list(range(12))

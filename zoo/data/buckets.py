@@ -115,10 +115,32 @@ class BucketBatchSampler:
         """Select the training shuffle of ``epoch`` (no effect when ``shuffle=False``)."""
         self.epoch = int(epoch)
 
-    def resume(self, epoch: int, done: int) -> None:
-        """The next iteration, if it is of ``epoch``, leaves out that epoch's first ``done`` batches
-        (those a resumed run already trained on); an iteration of another epoch is whole."""
-        self._resume = (int(epoch), int(done))
+    def resume(self, epoch: int, done: int, replicas: int | None = None) -> None:
+        """The next iteration, if it is of ``epoch``, leaves out the batches that run already trained on
+        in that epoch, ``done`` on each of its ``replicas`` ranks (default: as many as now); an iteration
+        of another epoch is whole. Under another number of ranks, the rest of the epoch's batch list is
+        dealt to this run's ranks (``remaining``): every batch is still trained once."""
+        self._resume = (int(epoch), int(done), self.num_replicas if replicas is None else int(replicas))
+
+    def remaining(self) -> int | None:
+        """The batches this rank has left in a resumed epoch whose run had another number of ranks (None
+        otherwise): the loader's trainer counts its epoch's steps from ``len(self) - remaining``."""
+        if self._resume is None or self._resume[2] == self.num_replicas or self._resume[0] != self.epoch:
+            return None
+        return len(self._dealt_rest(self._resume[1] * self._resume[2]))
+
+    def _dealt_rest(self, trained: int) -> list[list[int]]:
+        """This rank's share of the epoch's batches after the first ``trained`` (in the order every rank
+        builds), completed by repeating the epoch's first batches (or cut, ``drop_uneven``) so that every
+        rank runs the same number."""
+        rest = self._epoch_batches()[trained:]
+        if self.drop_uneven:
+            rest = rest[: len(rest) // self.num_replicas * self.num_replicas]
+        else:
+            missing = -len(rest) % self.num_replicas
+            first = self._epoch_batches()
+            rest = rest + (first * math.ceil(missing / len(first)))[:missing]
+        return rest[self.rank :: self.num_replicas]
 
     def __len__(self) -> int:
         """The number of batches this rank yields per epoch."""
@@ -149,22 +171,28 @@ class BucketBatchSampler:
         if not self.shuffle:
             indices = self._eval_indices()
             return [indices[a:b].tolist() for a, b in self._chunk(self.lengths[indices])]
-        rng = np.random.default_rng([self.seed, self.epoch])
-        order = np.lexsort((rng.random(len(self.lengths)), self.lengths))  # by length, random among ties
-        batches = [order[a:b].tolist() for a, b in self._chunk(self.lengths[order])]
-        batches = [batches[i] for i in rng.permutation(len(batches))]
+        batches = self._epoch_batches()
         total = self._len * self.num_replicas
         batches = (batches * math.ceil(total / len(batches)))[:total]
         return batches[self.rank :: self.num_replicas]
 
+    def _epoch_batches(self) -> list[list[int]]:
+        """Every rank's batches of the current epoch, in the order all ranks build them."""
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = np.lexsort((rng.random(len(self.lengths)), self.lengths))  # by length, random among ties
+        batches = [order[a:b].tolist() for a, b in self._chunk(self.lengths[order])]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
     def __iter__(self) -> Iterator[list[int]]:
         # a generator: the epoch's batches are drawn at the first next(), since a resumed Lightning run
         # makes the iterator before it sets the epoch
-        batches = self.batches()
         resume, self._resume = self._resume, None
-        if resume is not None and resume[0] == self.epoch:
-            batches = batches[resume[1] :]
-        yield from batches
+        if resume is None or resume[0] != self.epoch:
+            yield from self.batches()
+        elif resume[2] == self.num_replicas:
+            yield from self.batches()[resume[1] :]
+        else:
+            yield from self._dealt_rest(resume[1] * resume[2])
 
 
 class PackedSequences(Dataset):

@@ -3,13 +3,14 @@
 A subclass fills ``self.datasets`` (``"train"`` / ``"valid"`` / ``"test"`` -> ``PackedSequences``) in
 ``setup`` and sets ``collate_fn``. The loaders use ``BucketBatchSampler`` with the trainer's world size
 and rank, so under DDP the Trainer must not inject its own sampler: run with
-``Trainer(use_distributed_sampler=False)`` (``trainer.use_distributed_sampler: false`` in a recipe);
-otherwise Lightning stops with a ``TypeError`` saying so. Lightning calls the sampler's ``set_epoch``
+``Trainer(use_distributed_sampler=False)`` (``zoo fit`` and the other commands set it); otherwise a
+``SetupError`` says so. Lightning calls the sampler's ``set_epoch``
 at every training epoch (through ``batch_sampler.sampler``), which reshuffles the batches.
 
-The training loader is resumable (``ResumableLoader``): every checkpoint records the epoch and how many
-of its batches were trained, and a run resumed from it (``--ckpt_path``) goes on with the next batch of
-the same order, so it sees exactly the batches a run without the interruption sees.
+The training loader is resumable (``ResumableLoader``): every checkpoint records the epoch, how many
+of its batches each rank trained and the number of ranks, and a run resumed from it (``--ckpt_path``)
+goes on with the next batch of the same order, so it sees exactly the batches a run without the
+interruption sees (on another number of ranks: the rest of the epoch's batches, each once).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.buckets import BucketBatchSampler, PackedSequences
 from zoo.data.hf_source import source_name
+from zoo.errors import SetupError
 from zoo.extras import imported
 
 pl = imported("lightning.pytorch", "train", "zoo.data's DataModules")
@@ -103,6 +105,7 @@ class SequenceDataModule(pl.LightningDataModule):
             )
         dataset = self._train_dataset() if train else self.datasets[split]
         num_replicas, rank = self._replicas()
+        self._check_replicas(split, train, len(dataset), num_replicas)
         sampler = BucketBatchSampler(
             dataset.lengths,
             batch_tokens=self.batch_tokens,
@@ -120,12 +123,39 @@ class SequenceDataModule(pl.LightningDataModule):
             persistent_workers=self.num_workers > 0,
         )
         if train:
-            loader.progress = self._batches_trained
+            loader.progress, loader.recount = self._batches_trained, self._count_batches_from
         return loader
+
+    def _check_replicas(self, split: str, train: bool, sequences: int, num_replicas: int) -> None:
+        """SetupError where the processes cannot share ``split``: a trainer that would inject its own
+        distributed sampler (the batches are this module's, already split), or an evaluation split with
+        fewer sequences than processes (a process without any stops the others at its first collective)."""
+        if num_replicas == 1:
+            return
+        connector = getattr(self.trainer, "_accelerator_connector", None)
+        if getattr(connector, "use_distributed_sampler", False):
+            raise SetupError(
+                f"{type(self).__name__} splits its batches between the {num_replicas} processes itself: run "
+                "the trainer with use_distributed_sampler=False (--trainer.use_distributed_sampler false; "
+                "zoo fit / validate / test / predict set it for the zoo's data modules)"
+            )
+        if not train and sequences < num_replicas:
+            raise SetupError(
+                f"the {split} split has {sequences} sequence(s) for {num_replicas} processes: each process "
+                f"evaluates at least one, so run {split} on at most {sequences} device(s)"
+            )
 
     def _batches_trained(self) -> int:
         """The training batches of the current epoch that the trainer has run."""
         return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
+    def _count_batches_from(self, done: int) -> None:
+        """Set the trainer's count of the current epoch's batches (restored from a checkpoint) to
+        ``done``, keeping the differences between its ready, started, processed and completed counts."""
+        current = self.trainer.fit_loop.epoch_loop.batch_progress.current
+        shift = done - current.processed
+        for name in ("ready", "started", "processed", "completed"):
+            setattr(current, name, max(0, getattr(current, name) + shift))
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
@@ -173,16 +203,28 @@ class CollateWithIndex:
 
 class ResumableLoader(DataLoader):
     """A training ``DataLoader`` over a ``BucketBatchSampler`` that Lightning saves in checkpoints
-    (``state_dict`` / ``load_state_dict``): ``{"epoch", "batches_done"}``, the batches that ``progress()``
-    (the data module's trainer) counts as run: the loader itself has already fetched ahead."""
+    (``state_dict`` / ``load_state_dict``): ``{"epoch", "batches_done", "replicas"}``, the batches that
+    ``progress()`` (the data module's trainer) counts as run on each of the run's ranks: the loader
+    itself has already fetched ahead. A run resumed on another number of ranks trains the rest of the
+    epoch's batches, dealt to its ranks, and ``recount(done)`` sets its trainer's count of the epoch's
+    steps so that the epoch ends after them."""
 
     progress: Callable[[], int] | None = None
+    recount: Callable[[int], None] | None = None
 
     def state_dict(self) -> dict[str, int]:
         if self.progress is None:  # a copy Lightning re-made of this loader: nothing to record
             return {}
-        return {"epoch": self.batch_sampler.epoch, "batches_done": int(self.progress())}
+        sampler = self.batch_sampler
+        done = int(self.progress())
+        return {"epoch": sampler.epoch, "batches_done": done, "replicas": sampler.num_replicas}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        if state:
-            self.batch_sampler.resume(state["epoch"], state["batches_done"])
+        if not state:
+            return
+        sampler = self.batch_sampler
+        sampler.resume(state["epoch"], state["batches_done"], state.get("replicas"))
+        sampler.set_epoch(state["epoch"])  # Lightning sets it again, to the same epoch
+        remaining = sampler.remaining()
+        if remaining is not None and self.recount is not None:
+            self.recount(len(sampler) - remaining)

@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from zoo.data.vocab import Vocabulary
+from zoo.errors import SetupError
 from zoo.hub.checkpoints import load_model_weights
 from zoo.hub.pretrained import CheckpointError, load_into
 from zoo.metrics import NegativeLogLikelihood, Perplexity
@@ -35,9 +36,16 @@ UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 UNITS.update({f"{p}iB": 2 ** (10 * (i + 1)) for i, p in enumerate("KMGT")})
 
 
-def evaluation_generator(batch_idx: int, device: torch.device, seed: int = 0) -> torch.Generator:
+def evaluation_generator(
+    batch_idx: int, device: torch.device, seed: int = 0, trainer=None
+) -> torch.Generator:
     """The generator of a random evaluation's draws on batch ``batch_idx`` (seed 0: what validation,
-    test and predict use for one estimate; the other seeds give the spread over seeds)."""
+    test and predict use for one estimate; the other seeds give the spread over seeds). Under DDP
+    (``trainer``'s world size W > 1) the batch counts as number ``batch_idx * W + rank``, so that no two
+    ranks draw alike; the ranks' batches are not one process's, so the estimates depend on W (each is
+    as good: the same distribution)."""
+    if trainer is not None and trainer.world_size > 1:
+        batch_idx = batch_idx * trainer.world_size + trainer.global_rank
     return torch.Generator(device=device).manual_seed(seed * 1_000_003 + batch_idx)
 
 
@@ -164,7 +172,7 @@ class LikelihoodTask(pl.LightningModule):
         for name in ("vocab_size", "num_keys"):
             wanted, given = getattr(data, name, None), getattr(self.model, name, None)
             if wanted is not None and given is not None and wanted != given:
-                raise ValueError(
+                raise SetupError(
                     f"the model has {name} = {given} but the data has {wanted}: set "
                     f"model.init_args.model.init_args.{name}: {wanted} in the recipe"
                 )
@@ -182,7 +190,8 @@ class LikelihoodTask(pl.LightningModule):
         events = self.model.num_events(batch)
         self._batch_events = events.sum()
         loss = -log_p.sum() / events.sum()
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(log_p))
+        # averaged over the DDP processes: each trains on its own batches (one process: no-op)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(log_p), sync_dist=True)
         return loss
 
     def on_train_batch_end(self, outputs, batch: dict[str, Tensor], batch_idx: int) -> None:
@@ -226,7 +235,7 @@ class LikelihoodTask(pl.LightningModule):
         self._text = "tokens" in batch
         if self._random_evaluation():  # one estimate per seed; mean and spread at the epoch's end
             for seed, metric in enumerate(self.seed_metrics[stage]):
-                generator = evaluation_generator(batch_idx, events.device, seed)
+                generator = evaluation_generator(batch_idx, events.device, seed, self._trainer)
                 metric.update(self.model.log_likelihood(batch, generator=generator), events)
             return
         log_p = self(batch)
@@ -297,7 +306,7 @@ class LikelihoodTask(pl.LightningModule):
         batch's index, as the test's (first) seed is."""
         self._check_budget(batch, "predict", batch_idx)
         events = self.model.num_events(batch)
-        generator = evaluation_generator(batch_idx, events.device)
+        generator = evaluation_generator(batch_idx, events.device, trainer=self._trainer)
         out = {"log_likelihood": self.model.log_likelihood(batch, generator=generator), "events": events}
         if callable(getattr(self.model, "decode", None)):
             out["states"] = self.model.decode(batch)

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from zoo.metrics import CorpusF1, SentenceF1
 from zoo.models.base import ZooModel
-from zoo.tasks.likelihood import DEFAULT_EVAL_MEMORY, LikelihoodTask
+from zoo.tasks.likelihood import DEFAULT_EVAL_MEMORY, LikelihoodTask, evaluation_generator
 from zoo.tasks.prediction_writer import EpochWriter, listed
 
 
@@ -155,11 +155,11 @@ class ParsingTask(LikelihoodTask):
                 }
         return super().training_step(batch, batch_idx)
 
-    def _evaluate(self, batch: dict[str, Tensor], stage: str, *args) -> None:
-        super()._evaluate(batch, stage, *args)
+    def _evaluate(self, batch: dict[str, Tensor], stage: str, batch_idx: int) -> None:
+        super()._evaluate(batch, stage, batch_idx)
         if "spans" not in batch:
             return
-        trees, n = self.model.parse(batch)
+        trees, n = self.model.parse(batch, self._parse_generator(batch, batch_idx))
         for name in ("sentence_f1", "corpus_f1"):
             metric = self.f1[f"{stage}_{name}"]
             metric.update(trees, batch["spans"], n)
@@ -169,7 +169,7 @@ class ParsingTask(LikelihoodTask):
         """log p, events, MBR trees (B x (2T-1) x 2) and their bracketed strings (words decoded with
         the model's vocabulary, else ids); ``index`` (corpus positions) when the batch has it."""
         out = super().predict_step(batch, batch_idx)
-        trees, n = self.model.parse(batch)
+        trees, n = self.model.parse(batch, self._parse_generator(batch, batch_idx))
         vocab = self.model.vocab
         strings = []
         for b in range(len(n)):
@@ -178,6 +178,11 @@ class ParsingTask(LikelihoodTask):
             strings.append(bracketed(trees[b], words))
         out.update(trees=trees, bracketed=strings)
         return out
+
+    def _parse_generator(self, batch: dict[str, Tensor], batch_idx: int) -> torch.Generator:
+        """The generator of a randomized grammar's estimated span marginals on an evaluation batch:
+        seeded by the batch, as its likelihood is (the trees and F1 were the global RNG's)."""
+        return evaluation_generator(batch_idx, batch["lengths"].device, trainer=self._trainer)
 
     @torch.no_grad()
     def sample_text(

@@ -99,7 +99,7 @@ class VAETask(LikelihoodTask):
         objective = parts["elbo"] if beta == 1.0 else parts["words"] + beta * kl_part
         loss = -objective.sum() / events.sum()
         B = len(events)
-        self.log("train/loss", loss, prog_bar=True, batch_size=B)
+        self.log("train/loss", loss, prog_bar=True, batch_size=B, sync_dist=True)  # over DDP processes
         self.log("train/kl_weight", beta, batch_size=B)
         self.log("train/kl", -kl_part.detach().mean(), batch_size=B)  # KL(q || p(z)) per sentence
         for name, value in parts.items():
@@ -109,7 +109,7 @@ class VAETask(LikelihoodTask):
     def _evaluate(self, batch: dict[str, Tensor], stage: str, batch_idx: int) -> None:
         events = self.model.num_events(batch)
         ones = torch.ones_like(events)
-        generator = evaluation_generator(batch_idx, events.device)
+        generator = evaluation_generator(batch_idx, events.device, trainer=self._trainer)
         log_p, elbo = self.model.importance_estimates(batch, generator=generator)
         updates = (
             ("nll", self.metrics[f"{stage}_nll"], log_p, events),

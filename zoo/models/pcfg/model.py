@@ -250,11 +250,12 @@ class PCFG(RandomizedEvaluation, ZooModel):
         """What perplexity is normalized by: ``lengths`` (B,) = words + one end token (Kim et al.)."""
         return batch["lengths"]
 
-    def parse(self, batch: dict) -> tuple[Tensor, Tensor]:
+    def parse(self, batch: dict, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """MBR trees (CKY over span marginals) of the batch: B x (2T-1) x 2 long (start, end) rows in
-        pre-order (-1 padding), and the word counts n (B,)."""
+        pre-order (-1 padding), and the word counts n (B,). ``generator`` seeds the randomized
+        backend's draws (its marginals are estimates)."""
         with gradients_in_evaluation(batch) as batch:  # span marginals are the gradient of log Z
-            dist = self.posterior(batch)
+            dist = self.posterior(batch, generator)
             return dist.mbr().detach(), dist.lengths.detach()
 
     @torch.no_grad()
