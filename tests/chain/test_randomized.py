@@ -264,3 +264,44 @@ def test_an_empty_tail_is_estimated_unbiasedly_with_finite_entropy(proposal):
     assert torch.isfinite(runs[0].entropy).all()
     (grad,) = torch.autograd.grad(runs[0].log_partition.sum(), transition)
     assert torch.isfinite(grad).all()
+
+
+def fixed_start_chain(dtype=torch.float64):
+    """B = 2, T = 5, N = 5: a left-to-right chain (i -> i or i + 1) from state 0."""
+    g = torch.Generator().manual_seed(4)
+    transition = torch.full((5, 5), float("-inf"), dtype=dtype)
+    for i in range(5):
+        transition[i, i:i + 2] = torch.randn(min(2, 5 - i), generator=g, dtype=dtype)
+    init = torch.full((5,), float("-inf"), dtype=dtype)
+    init[0] = 0.0
+    return DenseChain(torch.randn(2, 5, 5, generator=g, dtype=dtype), transition, init)
+
+
+def test_a_draw_that_keeps_no_path_is_an_estimate_of_zero():
+    """Kept states that leave a sequence no path give Z_hat = 0, a value of the unbiased estimator: it
+    raised the chain's "zero probability" error (1,737 of 3,000 draws of the audit's chain; one sequence's
+    zero also lost the other's estimate). Now log Z_hat = -inf for that sequence alone (draws with one
+    sequence at zero and the other not occur), and the mean of Z_hat over 2000 draws is Z within 4
+    standard errors for each sequence."""
+    chain = fixed_start_chain()
+    exact = LinearChain(chain).log_partition.exp()
+    zeros, draws = 0, []
+    for seed in range(2000):
+        options = RDPOptions(1, 1, proposal="uniform", generator=torch.Generator().manual_seed(seed))
+        log_z = LinearChain(chain, backend="randomized", options=options).log_partition
+        draws.append(log_z.exp())
+        zeros += int(bool(torch.isinf(log_z).any()) and not bool(torch.isinf(log_z).all()))
+    draws = torch.stack(draws)
+    assert zeros > 0
+    mean, error = draws.mean(0), draws.std(0) / 2000**0.5
+    assert ((mean - exact).abs() < 4 * error).all(), (mean, exact, error)
+
+
+def test_a_chain_without_a_path_still_names_its_sequence():
+    chain = fixed_start_chain()
+    chain.unary[1, 3] = float("-inf")  # sequence 1: no state can be at position 3
+    options = RDPOptions(1, 1, proposal="uniform", generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"zero probability for batch element\(s\) \[1\]"):
+        LinearChain(chain, backend="randomized", options=options).log_partition  # noqa: B018
+    with pytest.raises(ValueError, match=r"zero probability for batch element\(s\) \[1\]"):
+        LinearChain(chain).log_partition  # noqa: B018

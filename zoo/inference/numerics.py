@@ -23,13 +23,21 @@ def logsumexp(x: Tensor, dim: int = -1) -> Tensor:
     rounded result: in bfloat16 (autocast), 0.125 apart at 30 nats, the softmax weights are off by up
     to 12 % (a semi-Markov entropy 3.7 nats off in tests/numerics/test_autocast.py)."""
     m = detached_max(x, dim)
-    return safe_log((x - m).exp().sum(dim)) + m.squeeze(dim)
+    total = (x - m).exp().sum(dim)  # 0 (every entry -inf) or at least 1: no subnormal to take care of
+    tiny = torch.finfo(total.dtype).tiny
+    return torch.where(total > 0, total.clamp_min(tiny).log(), float("-inf")) + m.squeeze(dim)
 
 
 def safe_log(x: Tensor) -> Tensor:
-    """log of a non-negative tensor, with log 0 = -inf and no NaN gradient at 0."""
+    """log of a non-negative tensor, with log 0 = -inf and no NaN gradient at 0. A subnormal entry (a
+    softmax's tail in float32: below 1.2e-38, e^-87.3) keeps its exact log; its gradient 1 / x, which
+    overflows there, is taken at the smallest normal number (finite, and too small by x / 1.2e-38:
+    where that matters, give the factors' logs or float64)."""
     tiny = torch.finfo(x.dtype).tiny
-    return torch.where(x > 0, x.clamp_min(tiny).log(), torch.full_like(x, float("-inf")))
+    normal = x.clamp_min(tiny).log()  # exact from tiny on
+    positive = x > 0
+    subnormal = torch.where(positive, x, 1.0).log().detach() + (x - x.detach()) / tiny
+    return torch.where(x >= tiny, normal, torch.where(positive, subnormal, float("-inf")))
 
 
 class _UnderflowSafeExp(torch.autograd.Function):

@@ -34,7 +34,8 @@ from zoo.inference.checks import (
 )
 from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.numerics import added_at_first, logsumexp, safe_log
-from zoo.inference.precision import full_precision, in_full_precision
+from zoo.inference.precision import in_full_precision
+from zoo.inference.row_normalized import log_normalizer, normalized_left, scaled_mass
 
 
 def _per_sequence(name: str, value: Tensor, batch: int, states: int) -> Tensor:
@@ -331,26 +332,21 @@ class LowRankChain(ChainFactors):
         self.normalize = normalize
         if normalize:
             with torch.no_grad():
-                mass = self._row_mass()
+                mass = scaled_mass(left, right)
             if (mass <= 0).any():
                 raise ValueError(
                     "normalize=True needs every row of left @ right.T to have positive mass; "
                     f"{int((mass <= 0).sum())} rows sum to 0"
                 )
 
-    def _row_mass(self) -> Tensor:
-        """sum_j (L R^T)[i, j]: (N,), in full precision (under the caller's autocast too: a bfloat16 mass
-        is 0.4% off a row)."""
-        with full_precision():
-            return self.left @ self.right.sum(0)
-
     @property
     def log_scale(self) -> Tensor:
-        """log c: (N,), each row's -log mass with ``normalize`` (else 0). Formed at every use, so that each
-        operation has a graph of its own (a ``backward`` of one freed what the next would need)."""
+        """log c: (N,), each row's -log mass with ``normalize`` (else 0; ``row_normalized``). Formed at
+        every use, so that each operation has a graph of its own (a ``backward`` of one freed what the
+        next would need)."""
         if not self.normalize:
             return self.left.new_zeros(self.num_states)
-        return -self._row_mass().log()
+        return log_normalizer(self.left, self.right)
 
     @property
     def rank(self) -> int:
@@ -362,8 +358,8 @@ class LowRankChain(ChainFactors):
         )
 
     def scaled_left(self) -> Tensor:
-        """diag(c) L: N x R."""
-        return self.left * self.log_scale.exp().unsqueeze(-1)
+        """diag(c) L: N x R (L itself without ``normalize``)."""
+        return normalized_left(self.left, self.right) if self.normalize else self.left
 
     def _log_inner(self, rows: Tensor, cols: Tensor, log_weights: Tensor | None) -> Tensor:
         """log sum_r left[i, r] w[r] right[j, r] for left rows ... x K x R and right rows ... x M x R:
@@ -385,19 +381,18 @@ class LowRankChain(ChainFactors):
         rows = safe_log(self.right[nxt])  # S x B x R
         if w is not None:
             rows = rows + w[:, step - 2]
-        return self.log_scale + log_matmul(rows, Matrix.from_prob(self.left.T))
+        return log_matmul(rows, Matrix.from_prob(self.scaled_left().T))
 
     def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
-        inner = self._log_inner(self.left[rows], self.right[cols], self.log_rank_weights)
-        return self.log_scale[rows].unsqueeze(-1) + inner
+        return self._log_inner(self.scaled_left()[rows], self.right[cols], self.log_rank_weights)
 
     def state_prior(self, lengths: Tensor | None = None) -> Tensor:
         mass = self.right @ self.scaled_left().sum(0)  # sum_i c_i L_i . R_j
         return safe_log(mass).expand(self.batch, self.num_states)
 
     def dense(self) -> DenseChain:
-        inner = self._log_inner(self.left, self.right, self.log_rank_weights)  # (B x (T-1) x) N x N
-        return DenseChain(self.unary, self.log_scale.unsqueeze(-1) + inner, self.init)
+        inner = self._log_inner(self.scaled_left(), self.right, self.log_rank_weights)  # (B x (T-1) x) N x N
+        return DenseChain(self.unary, inner, self.init)
 
 
 class RankSpaceChain(ChainFactors):

@@ -17,6 +17,7 @@ K2 = 0 gives the top-K baseline (Sun et al. 2019); K1 = N recovers the exact DP.
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from zoo.inference.chain import exact
@@ -26,6 +27,7 @@ from zoo.inference.chain.engine import (
     gumbel_backward,
 )
 from zoo.inference.chain.factors import ChainFactors, DenseChain
+from zoo.inference.chain.scaled import ZeroProbability
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.rdp import KeptStates, SequenceLifecycle
@@ -41,6 +43,27 @@ def reduced_chain(factors: ChainFactors, kept: KeptStates) -> DenseChain:
     # recomputed in the backward: the gathered embeddings or features (B x T x K x D) are not kept
     blocks = checkpoint(factors.transition_blocks, idx[:, :-1], idx[:, 1:], use_reentrant=False)
     return DenseChain(small, blocks)
+
+
+def zero_estimates(estimate, small: DenseChain, factors: ChainFactors, lengths: Tensor) -> Tensor:
+    """log Z_hat (B,) where the kept states leave some sequence no path: Z_hat = 0 there is a value of
+    the unbiased estimator, not an error, so its log is -inf (with a zero gradient: its marginals are
+    0) and the other sequences keep theirs, each computed on its own. Where the chain itself has no
+    path (its exact forward on the native backend raises ``ZeroProbability``), that error is raised."""
+    from zoo.inference.chain.distribution import LinearChain  # the distribution imports this engine
+
+    with torch.no_grad():
+        LinearChain(factors, lengths).log_partition  # noqa: B018  (raises where the chain has no path)
+    out = []
+    for b in range(len(lengths)):
+        one = DenseChain(small.unary[b : b + 1], small.transition[b : b + 1])
+        try:
+            out.append(estimate(one, lengths[b : b + 1]))
+        except ZeroProbability:
+            unary = one.unary
+            nothing = torch.where(torch.isfinite(unary), unary, 0.0).sum() * 0.0  # in the graph, gradient 0
+            out.append((nothing + float("-inf")).view(1))
+    return torch.cat(out)
 
 
 @register_engine("chain", "randomized")
@@ -62,9 +85,16 @@ class RandomizedEngine(SequenceLifecycle, ChainEngine):
 
     def log_partition(self, factors, lengths, twice_differentiable=False):
         small = reduced_chain(factors, self.kept_states(factors))
-        if twice_differentiable:
-            return exact.log_forward(small, lengths, second_order=True)[0]
-        return exact.fast_log_partition(small, lengths)
+
+        def estimate(chain: DenseChain, lengths):
+            if twice_differentiable:
+                return exact.log_forward(chain, lengths, second_order=True)[0]
+            return exact.fast_log_partition(chain, lengths)
+
+        try:
+            return estimate(small, lengths)
+        except ZeroProbability:
+            return zero_estimates(estimate, small, factors, lengths)
 
     def log_alphas(self, factors, lengths):
         return exact.log_forward(reduced_chain(factors, self.kept_states(factors)), lengths)[1]

@@ -84,10 +84,15 @@ class ZeroProbability(ValueError):
 
 def check_alive(shift: Tensor, live: Tensor | None = None) -> None:
     """Raise ``ZeroProbability`` where a live sequence (every one without ``live``) has no surviving
-    path (its shift, or log Z, is -inf or NEG)."""
+    path (its shift, or log Z, is -inf or NEG), naming the sequences where ``shift`` is one per sequence."""
     dead = shift <= NEG / 2
-    if bool((dead if live is None else dead & live).any()):
-        raise ZeroProbability("the chain has zero probability (no path survives a -inf mask)")
+    dead = dead if live is None else dead & live
+    if bool(dead.any()):
+        which = f" for batch element(s) {dead.nonzero().flatten().tolist()}" if dead.dim() == 1 else ""
+        raise ZeroProbability(
+            f"the chain has zero probability{which}: no path has a finite score (the -inf entries of its "
+            "unary, init / start, transitions or mask leave none)"
+        )
 
 
 def normalized(y: Tensor) -> tuple[Tensor, Tensor]:

@@ -35,7 +35,7 @@ from zoo.inference.checks import (
 )
 from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.numerics import logsumexp, safe_log
-from zoo.inference.precision import full_precision
+from zoo.inference.row_normalized import normalized_left, scaled_mass
 
 
 def _per_sequence(name: str, value: Tensor | None, batch: int, states: int, like: Tensor) -> Tensor:
@@ -338,38 +338,24 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
         self.normalize, self.self_transitions = bool(normalize), bool(self_transitions)
         if normalize:
             with torch.no_grad():
-                mass = self._row_mass()
+                mass = scaled_mass(left, right, self.self_transitions)
             if (mass <= 0).any():
                 raise ValueError(
                     "normalize=True needs every state to have positive outgoing mass left[i] . right[j] "
                     f"over the allowed next states; {int((mass <= 0).sum())} states have none"
                 )
 
-    def _row_mass(self) -> Tensor:
-        """Each state's outgoing mass over the allowed next states: (N,), in full precision (under the
-        caller's autocast too: ``LowRankChain``'s normalizer)."""
-        with full_precision():
-            return self.left @ self.right.sum(0) - (0 if self.self_transitions else self.diagonal())
-
-    @property
-    def log_scale(self) -> Tensor:
-        """log c: (N,), -log of each state's mass with ``normalize`` (else 0). Formed at every use, so that
-        each operation has a graph of its own (a ``backward`` of one freed what the next would need)."""
-        if not self.normalize:
-            return self.left.new_zeros(self.num_states)
-        return -self._row_mass().log()
-
     @property
     def rank(self) -> int:
         return self.left.shape[1]
 
-    def diagonal(self) -> Tensor:
-        """diag(L R^T): N."""
-        return (self.left * self.right).sum(-1)
-
     def scaled_left(self) -> Tensor:
-        """diag(c) L: N x R."""
-        return self.left * self.log_scale.exp().unsqueeze(-1)
+        """diag(c) L: N x R (L itself without ``normalize``)."""
+        return normalized_left(self.left, self.right, self.self_transitions) if self.normalize else self.left
+
+    def scaled_diagonal(self) -> Tensor:
+        """diag(diag(c) L R^T): N, each state's self-transition weight."""
+        return (self.scaled_left() * self.right).sum(-1)
 
     def with_unary(self, unary: Tensor) -> LowRankSemiMarkov:
         return LowRankSemiMarkov(
@@ -382,17 +368,17 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
         return scores.masked_fill(prev == nxt, float("-inf"))
 
     def transition_entries(self, prev, nxt):
-        inner = (self.left[prev] * self.right[nxt]).sum(-1)
-        return self._mask_self(self.log_scale[prev] + safe_log(inner), prev, nxt)
+        inner = (self.scaled_left()[prev] * self.right[nxt]).sum(-1)
+        return self._mask_self(safe_log(inner), prev, nxt)
 
     def transition_columns(self, nxt):
-        cols = self.log_scale + safe_log(self.right[nxt] @ self.left.T)  # ... x N
+        cols = safe_log(self.right[nxt] @ self.scaled_left().T)  # ... x N
         if self.self_transitions:
             return cols
         return cols.scatter(-1, nxt.unsqueeze(-1), float("-inf"))
 
     def transition_rows(self, prev):
-        rows = self.log_scale[prev].unsqueeze(-1) + safe_log(self.left[prev] @ self.right.T)
+        rows = safe_log(self.scaled_left()[prev] @ self.right.T)
         if self.self_transitions:
             return rows
         return rows.scatter(-1, prev.unsqueeze(-1), float("-inf"))
@@ -400,7 +386,7 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
     def state_prior(self, lengths=None):
         mass = self.right @ self.scaled_left().sum(0)  # sum_i c_i L_i . R_j
         if not self.self_transitions:
-            mass = mass - self.log_scale.exp() * self.diagonal()
+            mass = mass - self.scaled_diagonal()
         return safe_log(mass.clamp_min(0)).expand(self.batch, self.num_states)
 
     def one_frame_chain(self, probe: Tensor | None = None) -> LowRankChain | None:
@@ -410,7 +396,7 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
         return LowRankChain(unary, self.left, self.right, self.init, normalize=self.normalize)
 
     def dense(self) -> DenseSemiMarkov:
-        trans = self.log_scale.unsqueeze(-1) + safe_log(self.left @ self.right.T)
+        trans = safe_log(self.scaled_left() @ self.right.T)
         if not self.self_transitions:
             eye = torch.eye(self.num_states, dtype=torch.bool, device=trans.device)
             trans = trans.masked_fill(eye, float("-inf"))

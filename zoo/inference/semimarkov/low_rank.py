@@ -29,7 +29,7 @@ class LowRankStep:
     def __init__(self, f: LowRankSemiMarkov):
         self.scaled_left, self.features = f.scaled_left(), f.right
         self.left, self.right = Matrix.from_prob(self.scaled_left), Matrix.from_prob(f.right.T)
-        self.log_diag = None if f.self_transitions else safe_log(f.log_scale.exp() * f.diagonal())
+        self.log_diag = None if f.self_transitions else safe_log(f.scaled_diagonal())
 
     def __call__(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
         full = log_matmul(log_matmul(beta, self.left, live), self.right, live)
