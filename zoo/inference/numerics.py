@@ -33,11 +33,25 @@ def safe_log(x: Tensor) -> Tensor:
     softmax's tail in float32: below 1.2e-38, e^-87.3) keeps its exact log; its gradient 1 / x, which
     overflows there, is taken at the smallest normal number (finite, and too small by x / 1.2e-38:
     where that matters, give the factors' logs or float64)."""
-    tiny = torch.finfo(x.dtype).tiny
-    normal = x.clamp_min(tiny).log()  # exact from tiny on
-    positive = x > 0
-    subnormal = torch.where(positive, x, 1.0).log().detach() + (x - x.detach()) / tiny
-    return torch.where(x >= tiny, normal, torch.where(positive, subnormal, float("-inf")))
+    return _SafeLog.apply(x)
+
+
+class _SafeLog(torch.autograd.Function):
+    generate_vmap_rule = True  # torch.func transforms
+
+    @staticmethod
+    def forward(x: Tensor) -> Tensor:
+        positive = x > 0
+        return torch.where(positive, x, 1.0).log().masked_fill_(~positive, float("-inf"))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors  # differentiable ops: a second derivative too
+        return torch.where(x > 0, grad / x.clamp_min(torch.finfo(x.dtype).tiny), 0.0)
 
 
 class _UnderflowSafeExp(torch.autograd.Function):
