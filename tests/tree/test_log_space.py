@@ -133,13 +133,16 @@ def test_only_the_marked_sentences_go_to_log_space(backend, monkeypatch):
     assert seen == [1]
 
 
-def test_the_log_space_inside_is_the_scaled_one_where_nothing_underflows():
-    g = torch.Generator().manual_seed(4)
-    NT, PT, T = 3, 4, 7
+def random_crf(g: torch.Generator, NT: int, PT: int = 4, T: int = 7):
+    """Two sentences' dense grammars (one each), terms and node scores, random normal (float64)."""
     rules = torch.randn(2, NT, NT + PT, NT + PT, generator=g, dtype=torch.float64)
     grammar = DenseGrammar(torch.randn(2, NT, generator=g, dtype=torch.float64), rules)
     terms = torch.randn(2, T, PT, generator=g, dtype=torch.float64)
-    nodes = torch.randn(2, T, T + 1, NT, generator=g, dtype=torch.float64)
+    return grammar, terms, torch.randn(2, T, T + 1, NT, generator=g, dtype=torch.float64)
+
+
+def test_the_log_space_inside_is_the_scaled_one_where_nothing_underflows():
+    grammar, terms, nodes = random_crf(torch.Generator().manual_seed(4), NT=3)
     lengths = torch.tensor([7, 3])
     scaled = TreeDistribution(grammar, terms, lengths, node_scores=nodes).log_partition
     torch.testing.assert_close(log_space.log_partition(grammar, terms, lengths, None, nodes), scaled)
@@ -224,11 +227,7 @@ def test_the_log_space_randomized_inside_is_the_scaled_one_on_the_same_kept_labe
     """Where nothing underflows, the log-space pass over the kept labels (k1 + k2 < NT, so draws and
     weights matter) gives the scaled pass's estimate, with node scores and ragged lengths."""
     g = torch.Generator().manual_seed(5)
-    NT, PT, T = 5, 4, 7
-    rules = torch.randn(2, NT, NT + PT, NT + PT, generator=g, dtype=torch.float64)
-    grammar = DenseGrammar(torch.randn(2, NT, generator=g, dtype=torch.float64), rules)
-    terms = torch.randn(2, T, PT, generator=g, dtype=torch.float64)
-    nodes = torch.randn(2, T, T + 1, NT, generator=g, dtype=torch.float64)
+    grammar, terms, nodes = random_crf(g, NT=5)
     lengths = torch.tensor([7, 4])
     kept = randomized.select_labels(grammar, terms, RDPOptions(k1=2, k2=1, generator=g))
     scaled = randomized.gathered_inside(grammar, terms, lengths, kept, None, nodes)
