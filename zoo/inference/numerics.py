@@ -33,7 +33,9 @@ def safe_log(x: Tensor) -> Tensor:
     softmax's tail in float32: below 1.2e-38, e^-87.3) keeps its exact log; its gradient 1 / x, which
     overflows there, is taken at the smallest normal number (finite, and too small by x / 1.2e-38:
     where that matters, give the factors' logs or float64)."""
-    return _SafeLog.apply(x)
+    if x.requires_grad and torch.is_grad_enabled():
+        return _SafeLog.apply(x)
+    return _SafeLog.forward(x)  # no graph to build: the Function's call costs more than the log
 
 
 class _SafeLog(torch.autograd.Function):
