@@ -665,27 +665,37 @@ def lightning_command(argv: list[str] | None) -> int:
 MODEL_ARGUMENT = "--model.init_args.model.init_args."  # a task's model's own argument: NAME VALUE
 
 
+def class_at(class_path) -> type | None:
+    """The class a config's ``class_path`` names, None where it names none."""
+    if not isinstance(class_path, str) or "." not in class_path:
+        return None
+    module, _, name = class_path.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    return found if isinstance(found, type) else None
+
+
 def splits_its_batches(data) -> bool:
     """Whether the data module of a config section (its class_path) is one of the zoo's, which split
     their batches between DDP processes themselves (``zoo.data.SequenceDataModule``)."""
-    class_path = data.get("class_path") if hasattr(data, "get") else None
-    if not isinstance(class_path, str) or "." not in class_path:
-        return False
     from zoo.data.datamodule import SequenceDataModule
 
-    module, _, name = class_path.rpartition(".")
-    try:
-        data_class = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return False
-    return isinstance(data_class, type) and issubclass(data_class, SequenceDataModule)
+    data_class = class_at(data.get("class_path") if hasattr(data, "get") else None)
+    return data_class is not None and issubclass(data_class, SequenceDataModule)
+
+
+def all_parsers(parser) -> list:
+    """``parser`` and its subcommands' parsers."""
+    subparsers = parser._subcommands_action._name_parser_map.values() if parser._subcommands_action else ()
+    return [parser, *subparsers]
 
 
 @contextlib.contextmanager
 def raising(parser):
     """``parser`` and its subcommands' parsers raise ArgumentError on an error, not print and exit."""
-    subparsers = parser._subcommands_action._name_parser_map.values() if parser._subcommands_action else ()
-    parsers = [parser, *subparsers]
+    parsers = all_parsers(parser)
     try:
         for each in parsers:
             each.exit_on_error = False
@@ -702,19 +712,15 @@ def unknown_option(message: str) -> str | None:
     """jsonargparse's error for an option the class of a recipe's key (the task, its data) lacks, as
     one line naming the key, the class, the option's close match and the class's arguments (None for
     another error)."""
+    from zoo.hub.registry import refused_arguments
+
     found, key = UNKNOWN_OPTION.search(message), re.match(r'Parser key "([\w.]+)"', message)
-    if found is None or key is None:
+    cls = class_at(found.group(1)) if found is not None else None
+    if cls is None or key is None:
         return None
-    class_path, option = found.groups()
-    module, _, name = class_path.rpartition(".")
-    parameters = [p for p in inspect.signature(getattr(importlib.import_module(module), name)).parameters
-                  if p not in ("self", "args", "kwargs")]  # fmt: skip
-    close = difflib.get_close_matches(option, parameters, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    if not close and key.group(1) == "model" and "model" in parameters:
-        hint = f" (a model's own argument is --model.init_args.model.init_args.{option})"
-    listed = ", ".join(parameters)
-    return f"{key.group(1)} ({name}) takes no argument {option!r}{hint}; its arguments: {listed}"
+    task = key.group(1) == "model" and "model" in inspect.signature(cls).parameters  # a model's: one down
+    otherwise = " (a model's own argument is --model.init_args.model.init_args.{name})" if task else ""
+    return refused_arguments(cls, [found.group(2)], key.group(1), otherwise)
 
 
 def unrecognized(message: str, parser) -> str | None:
@@ -722,8 +728,7 @@ def unrecognized(message: str, parser) -> str | None:
     parser's and its subcommands' options (None for another error)."""
     if not message.startswith("unrecognized arguments: "):
         return None
-    subparsers = parser._subcommands_action._name_parser_map.values() if parser._subcommands_action else ()
-    known = {option for each in (parser, *subparsers) for option in each._option_string_actions}
+    known = {option for each in all_parsers(parser) for option in each._option_string_actions}
     hints = []
     for word in message.split(": ", 1)[1].split():
         option = word.split("=")[0]

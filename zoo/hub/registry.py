@@ -159,23 +159,32 @@ def create_model(name: str, backend: str | None = None, pretrained: bool | None 
 def check_arguments(class_path: str, names: Any, what: str) -> None:
     """ValueError naming each of ``names`` that the model class at ``class_path`` takes no argument of,
     with its close matches (``what``: the model's name in the message)."""
-    import inspect
-
     from zoo.models.base import family_class
 
-    parameters = inspect.signature(family_class(class_path)).parameters
+    message = refused_arguments(family_class(class_path), names, what)
+    if message is not None:
+        raise ValueError(message)
+
+
+def refused_arguments(cls: type, names: Any, what: str, otherwise: str = "") -> str | None:
+    """The message naming each of ``names`` that ``cls`` takes no argument of, with its close match (or
+    ``otherwise`` formatted with the name, where there is none), and the arguments it takes; None when
+    it takes them all. ``what``: its name in the message."""
+    import inspect
+
+    parameters = inspect.signature(cls).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return
+        return None
     unknown = [name for name in names if name not in parameters]
-    if unknown:
-        hints = []
-        for name in unknown:
-            close = difflib.get_close_matches(name, list(parameters), n=1, cutoff=0.6)
-            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ValueError(
-            f"{what} ({class_path.rsplit('.', 1)[-1]}) takes no argument {', '.join(hints)}; its "
-            f"arguments: {', '.join(parameters)}"
-        )
+    if not unknown:
+        return None
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, list(parameters), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else otherwise.format(name=name)
+        hints.append(f"{name!r}{hint}")
+    listed = ", ".join(parameters)
+    return f"{what} ({cls.__name__}) takes no argument {', '.join(hints)}; its arguments: {listed}"
 
 
 def _create_pretrained(name: str, arch_name: str, tag: str, backend: str | None, overrides: dict):
