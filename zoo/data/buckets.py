@@ -133,13 +133,13 @@ class BucketBatchSampler:
         """This rank's share of the epoch's batches after the first ``trained`` (in the order every rank
         builds), completed by repeating the epoch's first batches (or cut, ``drop_uneven``) so that every
         rank runs the same number."""
-        rest = self._epoch_batches()[trained:]
+        every = self._epoch_batches()
+        rest = every[trained:]
         if self.drop_uneven:
             rest = rest[: len(rest) // self.num_replicas * self.num_replicas]
         else:
             missing = -len(rest) % self.num_replicas
-            first = self._epoch_batches()
-            rest = rest + (first * math.ceil(missing / len(first)))[:missing]
+            rest = rest + (every * math.ceil(missing / len(every)))[:missing]
         return rest[self.rank :: self.num_replicas]
 
     def __len__(self) -> int:

@@ -19,20 +19,27 @@ def row_maxima(left: Tensor) -> Tensor:
 
 
 def scaled_mass(left: Tensor, right: Tensor, self_transitions: bool = True) -> Tensor:
-    """sum_j (L_i / m_i) . R_j over the next states j (all of them, or all but i): (N,), in full
-    precision (under the caller's autocast too: a bfloat16 mass is 0.4 % off a row)."""
-    with full_precision():
-        rows = left / row_maxima(left).unsqueeze(-1)
-        mass = rows @ right.sum(0)
-        return mass if self_transitions else mass - (rows * right).sum(-1)
+    """sum_j (L_i / m_i) . R_j over the next states j (all of them, or all but i): (N,)."""
+    return _scaled_rows(left, right, self_transitions)[2]
 
 
 def log_normalizer(left: Tensor, right: Tensor, self_transitions: bool = True) -> Tensor:
     """log c_i = -log sum_j L_i . R_j: (N,)."""
-    return -(row_maxima(left).log() + scaled_mass(left, right, self_transitions).log())
+    m, _, mass = _scaled_rows(left, right, self_transitions)
+    return -(m.log() + mass.log())
 
 
 def normalized_left(left: Tensor, right: Tensor, self_transitions: bool = True) -> Tensor:
     """diag(c) L = (L_i / m_i) / mass'_i: N x R, so that diag(c) L R^T has rows summing to 1."""
-    mass = scaled_mass(left, right, self_transitions).to(left.dtype)
-    return left / row_maxima(left).unsqueeze(-1) / mass.unsqueeze(-1)
+    _, rows, mass = _scaled_rows(left, right, self_transitions)
+    return (rows / mass.unsqueeze(-1)).to(left.dtype)
+
+
+def _scaled_rows(left: Tensor, right: Tensor, self_transitions: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(m (N,), L / m (N x R), the scaled rows' masses (N,)), in full precision (under the caller's
+    autocast too: a bfloat16 mass is 0.4 % off a row)."""
+    m = row_maxima(left)
+    with full_precision():
+        rows = left / m.unsqueeze(-1)
+        mass = rows @ right.sum(0)
+        return m, rows, mass if self_transitions else mass - (rows * right).sum(-1)
