@@ -1,7 +1,8 @@
 """A training run resumed from a mid-epoch checkpoint, or from one written when a run stopped (max_steps,
 an epoch's end), sees exactly the batches, in the same order and at the same steps, that an uninterrupted
-run sees (ResumableLoader, LikelihoodTask.on_load_checkpoint), logs the same steps, tokens and
-continuing seconds, and ends with the same weights."""
+run sees (ResumableLoader, LikelihoodTask.on_load_checkpoint), draws the same random numbers (dropout,
+the randomized backend's states: zoo.tasks.random_state), logs the same steps, tokens and continuing
+seconds, and ends with the same weights."""
 
 from __future__ import annotations
 
@@ -58,8 +59,11 @@ def text(tmp_path_factory):
 def fit(text, root, record, ckpt_path=None, checkpoints=None, validate=False, **limits):
     torch.manual_seed(0)
     data = PTBDataModule(data_dir=str(text), batch_tokens=40, seed=3)
-    task = LikelihoodTask(
-        CategoricalHMM(len(WORDS) + 2, 4, backend="exact", embedding_dim=8, hidden_dim=8, dropout=0.0)
+    task = LikelihoodTask(  # every step draws: dropout masks, state dropout, the randomized backend's states
+        CategoricalHMM(
+            len(WORDS) + 2, 6, backend="randomized", k1=2, k2=2, embedding_dim=8, hidden_dim=8,
+            dropout=0.3, state_dropout=0.2,
+        )
     )
     checkpoints = checkpoints or ModelCheckpoint(dirpath=root, every_n_train_steps=1, save_last=True)
     quiet = dict(enable_progress_bar=False, enable_model_summary=False)

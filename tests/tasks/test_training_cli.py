@@ -252,3 +252,28 @@ def test_a_recipe_may_name_its_architecture(tmp_path):
     assert task.model.spec() == built.spec() and task.model.config["dropout"] == 0.1  # the architecture's
     with pytest.raises(ValueError, match="did you mean"):
         LikelihoodTask({"architecture": "hmm_categorical_n512_d6"})
+
+
+def only(paths):
+    (path,) = paths
+    return path
+
+
+def test_a_two_process_run_resumed_ends_as_one_not_stopped(ptb):
+    """Two processes (gloo) train with random draws on every step (dropout, state dropout, the randomized
+    backend's kept states): a run stopped after 2 steps and resumed on two processes ends with the
+    weights of the run that was not stopped; each rank's random generators' states are in the
+    checkpoint (its draws differed from the first step on; audit)."""
+    tmp, vocab = ptb
+    path = recipe(tmp, vocab, "randomized", dropout=0.3, state_dropout=0.2)
+    epochs = ("--trainer.max_epochs", "3")
+    for name, steps in (("straight", "5"), ("first", "2")):
+        ddp_command(path, *epochs, "--trainer.max_steps", steps, "--trainer.logger.init_args.name", name)
+    (checkpoint,) = (tmp / "first").rglob("*.ckpt")
+    assert len(torch.load(checkpoint, weights_only=True)["zoo_random_states"]) == 2
+    ddp_command(path, *epochs, "--trainer.max_steps", "5", "--ckpt_path", str(checkpoint),
+                "--trainer.logger.init_args.name", "resumed")  # fmt: skip
+    ends = [torch.load(only((tmp / r).rglob("*.ckpt")), weights_only=True) for r in ("straight", "resumed")]
+    assert [end["global_step"] for end in ends] == [5, 5]
+    for name, weight in ends[0]["state_dict"].items():
+        torch.testing.assert_close(ends[1]["state_dict"][name], weight, rtol=0, atol=0, msg=name)

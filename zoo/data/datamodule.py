@@ -121,6 +121,9 @@ class SequenceDataModule(pl.LightningDataModule):
             collate_fn=CollateWithIndex(self.collate_fn) if indexed else self.collate_fn,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            # the workers' seeds: drawn from the global generator otherwise, at each iteration's start,
+            # between a checkpoint and the next training batch (zoo.tasks.random_state)
+            generator=torch.Generator().manual_seed(self.seed),
         )
         if train:
             loader.progress, loader.recount = self._batches_trained, self._count_batches_from

@@ -29,6 +29,7 @@ from zoo.metrics import NegativeLogLikelihood, Perplexity
 from zoo.models.base import ZooModel, renamed_key, weights_follow
 from zoo.tasks.interrupt import InterruptDynamicPrograms
 from zoo.tasks.prediction_writer import EpochWriter
+from zoo.tasks.random_state import every_rank_state, set_state, this_rank_state
 
 # evaluation's budget for the cost model's estimate of a batch (``max_eval_memory``): the device's memory
 DEFAULT_EVAL_MEMORY = "auto"
@@ -150,6 +151,7 @@ class LikelihoodTask(pl.LightningModule):
         self._text = False  # whether the evaluated batches are text (perplexity is reported then)
         self._events_seen, self._seconds, self._last_step_end = 0, 0.0, None  # learning-curve axes
         self._batch_events = 0  # the events of the batch being trained (training_step sets them)
+        self._resumed_random_state = None  # the generators' states a resumed run's first batch starts from
         self.seed_metrics = torch.nn.ModuleDict(
             {
                 stage: torch.nn.ModuleList(NegativeLogLikelihood() for _ in range(eval_seeds))
@@ -193,6 +195,14 @@ class LikelihoodTask(pl.LightningModule):
         # averaged over the DDP processes: each trains on its own batches (one process: no-op)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(log_p), sync_dist=True)
         return loss
+
+    def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        """A resumed run's first batch draws from the random generators' states that the checkpoint
+        kept (``zoo.tasks.random_state``): set here, not when the checkpoint is read, so that nothing a
+        resumed run does before it (the sanity check's validation) draws from them."""
+        if self._resumed_random_state is not None:
+            set_state(self._resumed_random_state)
+            self._resumed_random_state = None
 
     def on_train_batch_end(self, outputs, batch: dict[str, Tensor], batch_idx: int) -> None:
         """Log the events trained on so far (this process's times the number of processes: a batch
@@ -333,6 +343,7 @@ class LikelihoodTask(pl.LightningModule):
         if trainer is not None and trainer.training and batches.processed > batches.completed:
             events, seconds = self._progress()  # written within a batch's on_train_batch_end
         checkpoint["zoo_progress"] = {"events": int(events), "seconds": seconds}
+        checkpoint["zoo_random_states"] = every_rank_state(trainer)
         if self.model.vocab is not None:
             checkpoint["vocab"] = self.model.vocab.to_dict()
 
@@ -343,6 +354,7 @@ class LikelihoodTask(pl.LightningModule):
         resume_stopped_epoch(checkpoint.get("loops", {}).get("fit_loop"))
         progress = checkpoint.get("zoo_progress", {})
         self._events_seen, self._seconds = progress.get("events", 0), progress.get("seconds", 0.0)
+        self._resumed_random_state = this_rank_state(checkpoint.get("zoo_random_states"), self._trainer)
         if checkpoint.get("vocab") is not None:
             vocab = Vocabulary.from_dict(checkpoint["vocab"])
             check_same_vocab(vocab, self.model.vocab, "the checkpoint's")
