@@ -37,9 +37,16 @@ def normalized_left(left: Tensor, right: Tensor, self_transitions: bool = True) 
 
 def _scaled_rows(left: Tensor, right: Tensor, self_transitions: bool) -> tuple[Tensor, Tensor, Tensor]:
     """(m (N,), L / m (N x R), the scaled rows' masses (N,)), in full precision (under the caller's
-    autocast too: a bfloat16 mass is 0.4 % off a row)."""
+    autocast too: a bfloat16 mass is 0.4 % off a row). Without self-transitions, row i's mass is
+    L_i . sum_{j != i} R_j with that sum formed from sums before and after i, never as a difference:
+    sum_j R_j - R_i lost every digit where the diagonal dominates (sticky states: float32 log Z 2 nats
+    off, then a false "no outgoing mass" error; audit)."""
     m = row_maxima(left)
     with full_precision():
         rows = left / m.unsqueeze(-1)
-        mass = rows @ right.sum(0)
-        return m, rows, mass if self_transitions else mass - (rows * right).sum(-1)
+        if self_transitions:
+            return m, rows, rows @ right.sum(0)
+        zero = right.new_zeros(1, right.shape[-1])
+        before = torch.cat([zero, right[:-1].cumsum(0)])  # sum_{j < i} R_j
+        after = torch.cat([right[1:].flip(0).cumsum(0).flip(0), zero])  # sum_{j > i} R_j
+        return m, rows, (rows * (before + after)).sum(-1)

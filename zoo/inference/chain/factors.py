@@ -32,6 +32,7 @@ from zoo.inference.checks import (
     check_same_dtype,
     check_shape,
 )
+from zoo.inference.column_scaled import column_scaled, out_of_range
 from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.numerics import added_at_first, logsumexp, safe_log
 from zoo.inference.precision import in_full_precision
@@ -55,6 +56,14 @@ def _batched_init(init: Tensor | None, batch: int, states: int, like: Tensor) ->
     init = _per_sequence("init", init, batch, states)
     check_finite("init", init)
     return init
+
+
+def _column_mass(left: Tensor, right: Tensor, log_column_scale: Tensor | None) -> Tensor:
+    """log sum_{i, r} left[i, r] right[j, r] e^{log_column_scale[r]}: (N,), the mass each state j takes
+    (features scaled by ``column_scaled`` carry their columns' log-scales)."""
+    if log_column_scale is None:
+        return safe_log(right @ left.sum(0))
+    return log_matmul((safe_log(left.sum(0)) + log_column_scale).unsqueeze(0), Matrix.from_prob(right.T))[0]
 
 
 class ChainFactors:
@@ -328,6 +337,13 @@ class LowRankChain(ChainFactors):
                     "normalize=True needs position-independent transitions; "
                     "pass normalize=False together with log_rank_weights"
                 )
+        # log a_r b_r of the features' columns where they are scaled (``column_scaled``), else None
+        self.log_column_scale = None
+        if not normalize and out_of_range(left, right):  # their products would leave float32's range
+            (left, log_left), (right, log_right) = column_scaled(left), column_scaled(right)
+            self.left, self.right, self.log_column_scale = left, right, log_left + log_right
+            given = 0.0 if log_rank_weights is None else log_rank_weights
+            log_rank_weights = self.log_column_scale.expand(B, T - 1, -1) + given
         self.log_rank_weights = log_rank_weights
         self.normalize = normalize
         if normalize:
@@ -353,9 +369,9 @@ class LowRankChain(ChainFactors):
         return self.left.shape[1]
 
     def with_unary(self, unary: Tensor) -> LowRankChain:
-        return LowRankChain(
-            unary, self.left, self.right, self.init, self.normalize, self.log_rank_weights
-        )
+        chain = LowRankChain(unary, self.left, self.right, self.init, self.normalize, self.log_rank_weights)
+        chain.log_column_scale = self.log_column_scale  # its features are this chain's, scaled
+        return chain
 
     def scaled_left(self) -> Tensor:
         """diag(c) L: N x R (L itself without ``normalize``)."""
@@ -387,8 +403,9 @@ class LowRankChain(ChainFactors):
         return self._log_inner(self.scaled_left()[rows], self.right[cols], self.log_rank_weights)
 
     def state_prior(self, lengths: Tensor | None = None) -> Tensor:
-        mass = self.right @ self.scaled_left().sum(0)  # sum_i c_i L_i . R_j
-        return safe_log(mass).expand(self.batch, self.num_states)
+        return _column_mass(self.scaled_left(), self.right, self.log_column_scale).expand(
+            self.batch, self.num_states
+        )  # log sum_i c_i L_i . R_j
 
     def dense(self) -> DenseChain:
         inner = self._log_inner(self.scaled_left(), self.right, self.log_rank_weights)  # (B x (T-1) x) N x N
@@ -421,13 +438,18 @@ class RankSpaceChain(ChainFactors):
             raise ValueError(f"emission must have shape B x T x R, got {tuple(emission.shape)}")
         check_finite("emission", emission)
         B, T, R = emission.shape
-        check_shape("U", U, (None, R), "N x R (R from emission)")
+        check_shape("U", U, (None, R), "N x R (R: emission's last dimension; U or emission is off)")
         N = U.shape[0]
         check_shape("V", V, (N, R), "N x R")
         check_nonnegative("U", U)
         check_nonnegative("V", V)
         start = _per_sequence("start", start, B, N)
         check_nonnegative("start", start)
+        self.log_column_scale = None  # as LowRankChain's: log a_r b_r where U, V are scaled
+        if out_of_range(U, V):  # a rank node's factors U[:, r] V[:, r] beyond float32's range
+            (U, log_u), (V, log_v) = column_scaled(U), column_scaled(V)
+            self.log_column_scale = log_u + log_v
+            emission = emission + self.log_column_scale
         self.start, self.U, self.V, self.emission = start, U, V, emission
 
     # the state-space view is built only when an operation needs it: log Z over ranks does not
@@ -462,7 +484,7 @@ class RankSpaceChain(ChainFactors):
 
     def low_rank_view(self, unary: Tensor | None = None) -> LowRankChain:
         """The same chain over states: Psi_t = U diag(W[x_t]) V^T, first state from s U diag(W[x_1]) V^T."""
-        return LowRankChain(
+        chain = LowRankChain(
             self.unary if unary is None else unary,
             self.U,
             self.V,
@@ -470,6 +492,8 @@ class RankSpaceChain(ChainFactors):
             normalize=False,
             log_rank_weights=self.emission[:, 1:],
         )
+        chain.log_column_scale = self.log_column_scale
+        return chain
 
     def with_unary(self, unary: Tensor) -> LowRankChain:
         return self.low_rank_view(unary)
@@ -484,7 +508,8 @@ class RankSpaceChain(ChainFactors):
         return self.low_rank_view().transition_blocks(rows, cols)
 
     def state_prior(self, lengths: Tensor | None = None) -> Tensor:
-        return safe_log(self.V @ self.U.sum(0)).expand(self.batch, self.num_states)  # sum_i,r U[i,r] V[j,r]
+        # log sum_i,r U[i,r] V[j,r]
+        return _column_mass(self.U, self.V, self.log_column_scale).expand(self.batch, self.num_states)
 
     def dense(self) -> DenseChain:
         return self.low_rank_view().dense()

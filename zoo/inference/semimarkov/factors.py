@@ -33,6 +33,7 @@ from zoo.inference.checks import (
     check_same_dtype,
     check_shape,
 )
+from zoo.inference.column_scaled import balanced_columns, column_scaled, out_of_range
 from zoo.inference.logmatmul import Matrix, log_matmul
 from zoo.inference.numerics import logsumexp, safe_log
 from zoo.inference.row_normalized import normalized_left, scaled_mass
@@ -334,6 +335,10 @@ class LowRankSemiMarkov(FactorizedSemiMarkov):
         check_shape("right", right, (N, left.shape[1]), "N x R")
         check_nonnegative("left", left)
         check_nonnegative("right", right)
+        if not normalize and out_of_range(left, right):  # their products would leave float32's range
+            # left right^T / 2^k; 2^k goes on every segment's duration and off the first one's init
+            left, right, log_shift = balanced_columns(left, right)
+            self.duration, self.init = self.duration + log_shift, self.init - log_shift
         self.left, self.right = left, right
         self.normalize, self.self_transitions = bool(normalize), bool(self_transitions)
         if normalize:
@@ -426,7 +431,7 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
         check_same_dtype(type(self).__name__, start=start, U=U, V=V, duration=duration, emission=emission)
         self.emission = _check_frames("emission", emission, "R")
         B, T, R = self.emission.shape
-        check_shape("U", U, (None, R), "N x R (R from emission)")
+        check_shape("U", U, (None, R), "N x R (R: emission's last dimension; U or emission is off)")
         N = U.shape[0]
         check_shape("V", V, (N, R), "N x R")
         check_nonnegative("U", U)
@@ -437,8 +442,11 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
         else:
             check_shape("start", start, (B, N), "B x N")
         check_nonnegative("start", start)
-        self.start, self.U, self.V = start, U, V
         self.duration = _check_duration(duration, B, R, "R")
+        if out_of_range(U, V):  # a rank node's factors U[:, r] V[:, r] beyond float32's range
+            (U, log_u), (V, log_v) = column_scaled(U), column_scaled(V)
+            self.duration = self.duration + (log_u + log_v).unsqueeze(-1)  # one rank node a segment
+        self.start, self.U, self.V = start, U, V
 
     @property
     def batch(self) -> int:
