@@ -53,7 +53,7 @@ def test_expectation_over_every_possible_draw_is_exactly_z(proposal):
         torch.randn(1, t, n, generator=g, dtype=torch.float64) * 2,
         torch.randn(n, 3, generator=g, dtype=torch.float64),
     )
-    q = proposal_weights(factors.unary, factors.init, factors.state_prior, proposal)[0]
+    q = proposal_weights(factors.unary, factors.init, factors.state_prior, proposal)[0].softmax(-1)
     top = q.argmax(-1)
     tail = q.scatter(-1, top.unsqueeze(-1), 0.0)
     tail = tail / tail.sum(-1, keepdim=True)
@@ -205,7 +205,7 @@ def test_the_global_proposal_is_the_incoming_mass_and_informative_for_normalized
     for factors, p in transitions.items():
         torch.testing.assert_close(p.sum(-1), p.new_ones(N))  # rows sum to one: outgoing mass is uniform
         torch.testing.assert_close(factors.state_prior()[0], p.sum(0).log())  # incoming: column sums
-        q = proposal_weights(factors.unary, factors.init, factors.state_prior, "global")
+        q = proposal_weights(factors.unary, factors.init, factors.state_prior, "global").softmax(-1)
         assert q.std(-1).min() > 1e-3, f"{type(factors).__name__}: the global proposal is uniform"
 
 

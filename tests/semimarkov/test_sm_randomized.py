@@ -57,7 +57,7 @@ def test_expectation_over_every_possible_draw_is_exactly_z(proposal):
     eng = RandomizedEngine(RDPOptions(1, 1, proposal))
     from zoo.inference.rdp import proposal_weights
 
-    q = proposal_weights(f.unary, f.init, f.state_prior, proposal)[0]
+    q = proposal_weights(f.unary, f.init, f.state_prior, proposal)[0].softmax(-1)
     top = q.argmax(-1)
     tail = q.scatter(-1, top.unsqueeze(-1), 0.0)
     tail = tail / tail.sum(-1, keepdim=True)

@@ -7,6 +7,7 @@ i.i.d. from q restricted to the rest, renormalized, weighted by 1 / (K2 q_tail) 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,12 @@ class RDPOptions:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         if self.k1 + self.k2 < 1:
             raise ValueError(f"k1 + k2 must be at least 1, got k1={self.k1}, k2={self.k2}")
+        if self.k2 == 0 and self.k1 > 0 and isinstance(self.proposal, str) and self.proposal == "uniform":
+            raise ValueError(
+                "k2 = 0 (the top-K1 baseline) keeps the proposal's K1 best states, and the 'uniform' "
+                "proposal ranks none above another (an arbitrary fixed set): give an informative proposal "
+                "or k2 > 0"
+            )
         if isinstance(self.proposal, str) and self.proposal not in PROPOSALS:
             raise ValueError(
                 f"unknown proposal {self.proposal!r}; expected one of {PROPOSALS} or a B x T x N tensor"
@@ -66,40 +73,44 @@ class KeptStates:
 
 
 def select_states(
-    q: Tensor, k1: int, k2: int, generator: torch.Generator | None = None
+    log_q: Tensor, k1: int, k2: int, generator: torch.Generator | None = None
 ) -> KeptStates:
     """Top-K1 of q plus K2 i.i.d. draws from q's renormalized tail (Eq. 5-7), per position.
 
-    ``q`` (B x T x N) is overwritten (it becomes the tail proposal), to keep the memory at one
-    B x T x N buffer. Where the tail has no mass (the states outside the top K1 have q = 0: forbidden,
-    or below the float range of the kept ones), the K2 draws there are placeholders of weight 0 (log
-    weight -inf): the tail's estimate is 0, exact where its states contribute 0.
+    ``log_q`` (B x T x N): log-weights of q, unnormalized, -inf for states never kept; in log space so
+    that the tail, renormalized against its own largest weight, keeps every state of finite weight
+    drawable and the top K1 ordered however far below the kept ones the others lie (probabilities
+    underflowed to 0 in float32 for states 104 nats below a position's best: they were never drawn,
+    a biased estimate, and the top K1 among such zeros arbitrary). It is overwritten (it becomes the
+    tail's log-proposal), to keep the memory at one B x T x N buffer. Where the tail has no state of
+    finite weight, the K2 draws there are placeholders of weight 0 (log weight -inf): the tail's
+    estimate is 0, exact as its states contribute 0.
     """
-    B, T, N = q.shape
+    B, T, N = log_q.shape
     if k1 + k2 > N:
         raise ValueError(f"k1 + k2 must be at most N = {N} states, got k1={k1}, k2={k2}")
-    top = q.topk(k1, -1).indices if k1 > 0 else q.new_zeros(B, T, 0, dtype=torch.long)
-    index, log_w = [top], [q.new_zeros(B, T, k1)]
+    top = log_q.topk(k1, -1).indices if k1 > 0 else log_q.new_zeros(B, T, 0, dtype=torch.long)
+    index, log_w = [top], [log_q.new_zeros(B, T, k1)]
     if k2 > 0:
-        tail = q.scatter_(-1, top, 0.0)
-        mass = tail.sum(-1, keepdim=True)
-        empty = mass <= 0
-        tail = torch.where(empty, 1.0, tail).div_(torch.where(empty, N, mass))  # placeholders: uniform
+        tail = log_q.scatter_(-1, top, float("-inf"))
+        empty = torch.isneginf(tail.amax(-1, keepdim=True))
+        tail.masked_fill_(empty, 0.0)  # placeholders: uniform
+        tail.sub_(tail.logsumexp(-1, keepdim=True))  # log of the renormalized tail
         rows = tail.view(-1, N).split(SAMPLING_ROWS)  # multinomial copies its input: bound it
-        drawn = [torch.multinomial(r, k2, replacement=True, generator=generator) for r in rows]
+        drawn = [torch.multinomial(r.exp(), k2, replacement=True, generator=generator) for r in rows]
         drawn = torch.cat(drawn).view(B, T, k2)
         index.append(drawn)
-        log_w.append((-(k2 * tail.gather(-1, drawn)).log()).masked_fill_(empty, float("-inf")))
+        log_w.append((-math.log(k2) - tail.gather(-1, drawn)).masked_fill_(empty, float("-inf")))
     return KeptStates(torch.cat(index, -1), torch.cat(log_w, -1))
 
 
 def proposal_weights(
     unary: Tensor, init: Tensor, state_prior: Callable[[], Tensor], proposal: str | Tensor | None
 ) -> Tensor:
-    """q_t(i) of a sequence of positions (a chain's, a semi-Markov chain's boundaries): B x T x N, each
-    row a distribution (None: "local+global"). unary: B x T x N log-potentials; init: the first
-    position's log-potentials ((N,) or B x N); state_prior: the global log-prior (N,), called only by
-    the proposals that use it."""
+    """log q_t(i) of a sequence of positions (a chain's, a semi-Markov chain's boundaries): B x T x N
+    log-weights, each row unnormalized (None: "local+global"). unary: B x T x N log-potentials; init:
+    the first position's log-potentials ((N,) or B x N); state_prior: the global log-prior (N,),
+    called only by the proposals that use it. A position with no state of finite weight is uniform."""
     B, T, N = unary.shape
     proposal = "local+global" if proposal is None else proposal
     if isinstance(proposal, Tensor):
@@ -107,25 +118,26 @@ def proposal_weights(
         proposal = proposal.to(dtype=unary.dtype, device=unary.device)  # weights of any dtype (counts too)
         if not torch.isfinite(proposal).all() or (proposal < 0).any():
             raise ValueError("proposal weights must be finite and non-negative")
-        total = proposal.sum(-1, keepdim=True)
-        if (total <= 0).any():
+        if (proposal.sum(-1) <= 0).any():
             raise ValueError("proposal weights must have positive mass at every position")
-        return proposal / total
+        return proposal.log()
     if proposal == "uniform":
-        return unary.new_full((B, T, N), 1.0 / N)
+        return unary.new_zeros(B, T, N)
     if proposal == "global":
-        return _softmax(state_prior()).unsqueeze(1).expand(B, T, N).clone()
-    q = _softmax(unary)  # no B x T x N copy for the init: fix position 1 alone
-    q[:, 0] = _softmax(unary[:, 0] + init)
-    if proposal == "local+global":  # Eq. 34, in place: q is B x T x N, the largest buffer here
-        q.mul_(0.5).add_(_softmax(state_prior()).unsqueeze(1), alpha=0.5)
-    return q
+        return uniform_where_empty(state_prior().clone()).unsqueeze(1).expand(B, T, N).clone()
+    log_q = unary.clone()
+    log_q[:, 0] += init
+    uniform_where_empty(log_q)
+    if proposal == "local+global":  # Eq. 34: the average of the two distributions, in log space
+        log_prior = uniform_where_empty(state_prior().clone()).log_softmax(-1).unsqueeze(1)
+        log_q = torch.logaddexp(log_q.log_softmax(-1), log_prior)
+    return log_q
 
 
-def _softmax(x: Tensor) -> Tensor:
-    """softmax over the last axis; a row with no finite entry (a position no state can take: the
-    structure has zero probability there) is uniform, not NaN, so that states are still drawn."""
-    return torch.softmax(x, -1).nan_to_num_(nan=1.0 / x.shape[-1])
+def uniform_where_empty(log_q: Tensor) -> Tensor:
+    """``log_q`` with every row that has no finite entry (a position no state can take: the structure
+    has zero probability there) set to zeros, uniform, so that states are still drawn; in place."""
+    return log_q.masked_fill_(torch.isneginf(log_q.amax(-1, keepdim=True)), 0.0)
 
 
 class RandomizedLifecycle:
@@ -157,8 +169,10 @@ class SequenceLifecycle(RandomizedLifecycle):
     def draw(self, factors, lengths: Tensor | None = None) -> KeptStates:
         """Index sets B x T x K (a semi-Markov chain's row t-1 is its boundary at frame t)."""
         o = self.options
-        q = proposal_weights(factors.unary, factors.init, lambda: factors.state_prior(lengths), o.proposal)
-        return select_states(q, o.k1, o.k2, o.generator)
+        log_q = proposal_weights(
+            factors.unary, factors.init, lambda: factors.state_prior(lengths), o.proposal
+        )
+        return select_states(log_q, o.k1, o.k2, o.generator)
 
     def prepare(self, factors, lengths=None):
         factors = super().prepare(factors, lengths)

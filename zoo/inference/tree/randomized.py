@@ -32,7 +32,7 @@ from zoo.inference.checks import check_shape
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.numerics import logsumexp, safe_log
-from zoo.inference.rdp import KeptStates, RandomizedLifecycle, RDPOptions, select_states
+from zoo.inference.rdp import KeptStates, RandomizedLifecycle, RDPOptions, select_states, uniform_where_empty
 from zoo.inference.tree.chart import combine, finite_max, outer_sum, span_diagonal, to_scaled
 from zoo.inference.tree.cky import BLOCKS, block_splits
 from zoo.inference.tree.engine import ExactEngine, TreeEngine
@@ -70,18 +70,17 @@ def select_labels(grammar: GrammarFactors, terms: Tensor, options: RDPOptions) -
         if not torch.isfinite(proposal).all() or (proposal < 0).any():
             raise ValueError("proposal weights must be finite and non-negative")
         q = proposal.detach().to(terms.dtype).reshape(B, T * (T + 1), NT)
-        total = q.sum(-1, keepdim=True)
-        if (total <= 0).any():
+        if (q.sum(-1) <= 0).any():
             raise ValueError("proposal weights must have positive mass on every span")
-        q = q / total
+        log_q = q.log()
     elif proposal in TREE_PROPOSALS:
-        q = terms.new_full((B, T * (T + 1), NT), 1.0 / NT)
+        log_q = terms.new_zeros(B, T * (T + 1), NT)
     else:
         raise ValueError(
             f"tree proposals are {TREE_PROPOSALS} or a B x T x (T+1) x NT tensor, got {proposal!r}"
         )
     with torch.no_grad():
-        spans = select_states(q, k1, k2, options.generator)
+        spans = select_states(log_q, k1, k2, options.generator)
         spans = KeptStates(
             spans.index.view(B, T, T + 1, -1), spans.log_weights.view(B, T, T + 1, -1)
         )
@@ -93,8 +92,8 @@ def select_labels(grammar: GrammarFactors, terms: Tensor, options: RDPOptions) -
             leaves = KeptStates(index, terms.new_zeros(B, T, PT))
         else:
             local = proposal != "uniform" if isinstance(proposal, str) else True
-            q_leaf = torch.softmax(terms, -1) if local else terms.new_full((B, T, PT), 1.0 / PT)
-            leaves = select_states(q_leaf.clone(), leaf_k1, leaf_k2, options.generator)
+            log_q_leaf = uniform_where_empty(terms.clone()) if local else terms.new_zeros(B, T, PT)
+            leaves = select_states(log_q_leaf, leaf_k1, leaf_k2, options.generator)
     return KeptLabels(spans, leaves)
 
 
