@@ -337,5 +337,5 @@ def test_a_rank_space_shape_error_names_where_its_rank_comes_from():
     """An emission of the wrong rank blamed U alone (audit): the message says R comes from emission."""
     from zoo.inference import RankSpaceChain
 
-    with pytest.raises(ValueError, match=r"U must have shape N x R \(R from emission\)"):
+    with pytest.raises(ValueError, match=r"U must have shape N x R \(R: emission's last dimension"):
         RankSpaceChain(torch.rand(4), torch.rand(4, 2), torch.rand(4, 2), torch.randn(3, 5, 3))

@@ -199,3 +199,15 @@ def test_to_frame_states_takes_lengths_as_a_list():
     from zoo.inference.semimarkov import to_frame_states
 
     assert to_frame_states(torch.tensor([[0, -1, 1, -1]]), [3]).tolist() == [[0, 0, 1, -1]]
+
+
+def test_a_bad_entry_past_a_length_is_named_by_its_index():
+    """NaN padding past a sequence's length: the error said "unary contains NaN" without saying where
+    (audit: a user who pads with NaN could not tell it was the padding)."""
+    x = lp(B, T, N)
+    x[1, T - 1, 2] = float("nan")
+    with pytest.raises(ValueError, match=rf"unary contains NaN \(first at index \(1, {T - 1}, 2\) of a"):
+        SemiMarkovChain(dense(unary=x), torch.tensor([T, 2])).log_partition  # noqa: B018
+    with pytest.raises(ValueError, match=r"left must be non-negative .*-1 \(first at index \(0, 1\)"):
+        left = torch.tensor([[1.0, -1.0]], dtype=torch.float64).expand(N, 2)
+        LowRankSemiMarkov(lp(B, T, N), left, torch.ones(N, 2, dtype=torch.float64), lp(N, D))
