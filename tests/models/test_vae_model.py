@@ -388,6 +388,8 @@ def test_samples_follow_the_generative_model(shortlist):
         assert counts.get((words, zs), 0) / 20000 == pytest.approx(p, abs=4 * math.sqrt(p / 20000) + 1e-3)
     with pytest.raises(ValueError, match="max_length must be an int >= 1, got 0"):
         model.sample(2, max_length=0)
+    with pytest.raises(ValueError, match="max_length must be at most the encoder's 16 positions"):
+        model.sample(2, max_length=17)  # a sample log_likelihood could not score (audit)
 
 
 def test_nucleus_keeps_the_top_mass_and_tempers():
@@ -470,3 +472,19 @@ def test_shortlist_is_fitted_from_counts_and_required():
         tiny().decoder.fit_shortlist(torch.ones(V))
     with pytest.raises(ValueError, match=r"shortlist must be in 1..4"):
         tiny(decoder_vocab=V)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_bfloat16_model_trains(backend):
+    """A model loaded or cast to bfloat16 (``from_pretrained(dtype=...)``): its ELBO ran the engine's
+    float32 relaxed rows into the bfloat16 state embeddings, "expected m1 and m2 to have the same dtype"
+    (audit). The ELBO is now the float32 model's to bfloat16's accuracy, with finite gradients."""
+    model = tiny(backend).float().train()
+    half = tiny(backend).to(torch.bfloat16).train()
+    torch.manual_seed(1)
+    want = model.elbo(batch())["elbo"]
+    torch.manual_seed(1)
+    got = half.elbo(batch())["elbo"]
+    got.sum().backward()
+    torch.testing.assert_close(got.float(), want.detach(), rtol=0.02, atol=0.05)
+    assert all(torch.isfinite(p.grad).all() for p in half.parameters() if p.grad is not None)

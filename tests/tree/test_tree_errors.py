@@ -468,6 +468,14 @@ def test_unknown_proposal():
         RDPOptions(1, 1, "bogus")
 
 
+def test_a_top_k_baseline_needs_an_informative_proposal():
+    """k2 = 0 with the uniform proposal kept an arbitrary fixed set of K1 states, silently (audit: Z_hat
+    / Z = 0.03 for a VAE's q, where the local proposal gave 0.26)."""
+    with pytest.raises(ValueError, match="the 'uniform' proposal ranks none above another"):
+        RDPOptions(4, 0, "uniform")
+    RDPOptions(0, 4, "uniform"), RDPOptions(4, 0, "local")  # draws, or a ranking: accepted
+
+
 def test_bad_proposal_tensors():
     def run(p):
         return log_z(backend="randomized", options=RDPOptions(1, 1, p))

@@ -124,7 +124,7 @@ class LSTMDecoder(nn.Module):
     def _state_vectors(self, states: Tensor) -> Tensor:
         if states.dtype == torch.long:
             return self.state_emb[states.clamp_min(0)]
-        return states @ self.state_emb
+        return states.to(self.state_emb.dtype) @ self.state_emb  # relaxed rows: the engine's float32
 
     def log_joint(self, tokens: Tensor, lengths: Tensor, states: Tensor) -> Tensor:
         """log p(z, y) per sequence: (B,) (arguments as ``log_joint_parts``)."""

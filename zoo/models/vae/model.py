@@ -303,19 +303,27 @@ class StructuredVAE(ZooModel):
     def sample(
         self,
         n: int = 1,
-        max_length: int = 64,
+        max_length: int | None = None,
         generator: torch.Generator | None = None,
         temperature: float = 1.0,
         top_p: float = 1.0,
     ) -> dict[str, Tensor]:
         """``n`` sentences from the generative model p(z, y) (ancestral sampling, no dropout), each
-        ending with ``<|endoftext|>`` (id vocab_size - 1) or cut at ``max_length`` tokens:
+        ending with ``<|endoftext|>`` (id vocab_size - 1) or cut at ``max_length`` tokens (None: 64, or
+        the encoder's ``max_positions`` if fewer; at most ``max_positions``, which the model can score):
         ``{"tokens": n x T, "lengths": (n,)}`` (a batch: ``log_likelihood`` scores it) and its latent
         ``"states"`` (n x T, -1 past each length). ``temperature`` (> 0) and ``top_p`` (in (0, 1]) shape
         each word's distribution as a language model's generation does (nucleus sampling, Holtzman et
         al. 2020): samples of a small model read as text, but below 1 they are not samples of p(y)."""
         check_int("n", n)
+        limit = self.encoder.config.n_positions
+        max_length = min(64, limit) if max_length is None else max_length
         check_int("max_length", max_length)
+        if max_length > limit:  # such a sample could not be scored (log_likelihood, decode)
+            raise ValueError(
+                f"max_length must be at most the encoder's {limit} positions (max_positions), "
+                f"got {max_length}"
+            )
         check_positive("temperature", temperature)
         if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
             raise ValueError(f"top_p must be a float in (0, 1], got {top_p!r}")
