@@ -414,6 +414,22 @@ def zoo_cli_class():
                     f"--results is written by zoo validate and zoo test, not by zoo {subcommand}"
                 )
 
+        def before_validate(self) -> None:
+            self._whole_split("validate", "limit_val_batches")
+
+        def before_test(self) -> None:
+            self._whole_split("test", "limit_test_batches")
+
+        def _whole_split(self, subcommand: str, limit: str) -> None:
+            """--results records a whole split's metrics (a model card says so): refused with a limit."""
+            value = getattr(self.trainer, limit)  # an int counts batches: 1 is one batch
+            whole = value is None or (isinstance(value, float) and value == 1.0)
+            if self.config[subcommand].get("results") and not whole:
+                raise CommandError(
+                    f"--results records the metrics of the whole split for a model card, and "
+                    f"--trainer.{limit} {value} evaluates part of it: drop the limit, or leave out --results"
+                )
+
         def after_validate(self) -> None:
             self._write_results("validate")
 

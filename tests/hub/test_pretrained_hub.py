@@ -209,6 +209,7 @@ def test_push_without_a_token_is_a_clear_cli_error(local_hub, tmp_path):  # noqa
     """
     out = run(local_hub, tmp_path / "cache", script, token=None, work=str(tmp_path / "m"))
     assert out["code"] == 2 and out["err"].startswith("zoo push: error: ") and "401" in out["err"]
+    assert "hf auth login" in out["err"] and "HF_TOKEN" in out["err"]  # a bare 401 before (audit)
 
 
 SHARDED = """

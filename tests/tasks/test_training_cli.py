@@ -6,6 +6,7 @@ reads the network or the real datasets.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pickle
@@ -277,3 +278,17 @@ def test_a_two_process_run_resumed_ends_as_one_not_stopped(ptb):
     assert [end["global_step"] for end in ends] == [5, 5]
     for name, weight in ends[0]["state_dict"].items():
         torch.testing.assert_close(ends[1]["state_dict"][name], weight, rtol=0, atol=0, msg=name)
+
+
+def test_results_of_part_of_a_split_are_refused(ptb, capsys):
+    """``zoo test --results`` with a batch limit wrote one batch's metrics, which a card then showed as
+    the whole split's (audit)."""
+    tmp, vocab = ptb
+    path = recipe(tmp, vocab, "exact")
+    assert main(["fit", "--config", str(path), "--trainer.max_steps", "2"]) == 0
+    (ckpt,) = tmp.rglob("*.ckpt")
+    command = ["test", "--config", str(path), "--ckpt_path", str(ckpt), "--results", str(tmp / "r.json")]
+    assert main([*command, "--trainer.limit_test_batches", "1"]) == 2
+    assert "--trainer.limit_test_batches 1 evaluates part of it" in capsys.readouterr().err
+    assert not (tmp / "r.json").exists()
+    assert main(command) == 0 and json.loads((tmp / "r.json").read_text())["metrics"]

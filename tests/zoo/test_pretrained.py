@@ -324,11 +324,61 @@ def test_init_from_a_pretrained_folder_and_mismatches(tmp_path, saved):
 
 
 def test_bad_save_arguments_write_nothing(tmp_path):
-    with pytest.raises(ValueError, match="result 'test/ppl' must be a number"):
+    with pytest.raises(ValueError, match="result 'test/ppl' must be a finite number"):
         tiny().save_pretrained(tmp_path / "a", results={"test/ppl": "n/a"})
+    with pytest.raises(ValueError, match="result 'test/ppl' must be a finite number, got nan"):
+        tiny().save_pretrained(tmp_path / "a", results={"test/ppl": float("nan")})  # NaN in the JSON (audit)
     with pytest.raises(ValueError, match="unknown architecture 'hmm_small'"):
         tiny().save_pretrained(tmp_path / "b", architecture="hmm_small")
+    with pytest.raises(ValueError, match="architecture='pcfg_nt10_pt20_d64' does not describe this model: "
+                                         "pcfg_nt10_pt20_d64 is a PCFG, the model a CategoricalHMM"):
+        tiny().save_pretrained(tmp_path / "b", architecture="pcfg_nt10_pt20_d64")  # was written (audit)
+    with pytest.raises(ValueError, match=r"the model's num_states = 6 \(hmm_categorical_n512_d64: 512\)"):
+        tiny().save_pretrained(tmp_path / "b", architecture="hmm_categorical_n512_d64")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_models_config_is_read_only():
+    """Editing ``model.config`` changed what a save recorded, not the model: a folder that did not load
+    (num_states) or a wrong dropout on reload, pushed without an error (audit)."""
+    import copy
+    import pickle
+
+    model = tiny()
+    for edit in (lambda: model.config.__setitem__("num_states", 99), lambda: model.config.update(dropout=0.9),
+                 lambda: model.config.pop("dropout"), lambda: setattr(model, "config", {})):  # fmt: skip
+        with pytest.raises(TypeError, match="model.config is read-only"):
+            edit()
+    assert model.config["num_states"] == 6 and model.config == copy.deepcopy(model).config
+    assert pickle.loads(pickle.dumps(model)).config == model.config
+
+
+def test_a_save_keeps_a_users_file_that_only_looks_like_a_shard(saved):
+    """Saving the same model again removed every model-*-of-*.safetensors file (audit)."""
+    model, folder = saved
+    mine = folder / "model-backup-of-monday.safetensors"
+    mine.write_bytes(b"mine")
+    model.save_pretrained(folder)
+    model.save_pretrained(folder, max_shard_size=2000)
+    model.save_pretrained(folder)  # from shards back to one file: its own shards go
+    assert mine.read_bytes() == b"mine"
+    assert sorted(p.name for p in folder.glob("model*")) == [mine.name, "model.safetensors"]
+
+
+def test_a_config_with_a_non_string_architecture_is_refused(saved):
+    _, folder = saved
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architecture": 5}))
+    with pytest.raises(CheckpointError, match="'architecture' must be a str or null, got 5"):
+        zoo.from_pretrained(folder)
+
+
+def test_bundled_cards_name_their_tag():
+    """The bundled cards' examples said from_pretrained("path/to/this/folder") (audit)."""
+    for folder in sorted(p for p in WEIGHTS.iterdir() if (p / "config.json").is_file()):
+        card = (folder / "README.md").read_text()
+        assert "path/to/this/folder" not in card and "huggingface-cli" not in card
+        assert f'zoo.from_pretrained("{folder.name}")  # bundled with structured-zoo: offline' in card
 
 
 def test_parsing_task_fine_tunes_from_a_pretrained_grammar(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,8 @@ def read_results(results: str | os.PathLike | dict | list, dataset: str | None =
             raise ValueError(f"results {key!r} must be a dict, got {note!r}")
     clean = {}
     for name, value in metrics.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"result {name!r} must be a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"result {name!r} must be a finite number, got {value!r}")
         clean[str(name)] = float(value)
     return {"dataset": dataset, "metrics": clean, **notes}
 
@@ -134,6 +135,7 @@ def render_card(
     training_config: str | None = None,
     repo_id: str | None = None,
     learning_curve: bool = False,
+    bundled_tag: str | None = None,
 ):
     """The ``huggingface_hub.ModelCard`` of a pretrained-model folder's ``config.json`` contents.
 
@@ -142,6 +144,8 @@ def render_card(
         training_config: the YAML text of the ``zoo fit`` configuration that trained the model.
         repo_id: the Hub repo the card is for (usage examples name it; default: a local folder).
         learning_curve: whether the folder has ``learning_curve.png`` (the card shows it).
+        bundled_tag: the tag of a checkpoint bundled with the package (``zoo/weights/<tag>``): the usage
+            examples name it, as ``from_pretrained`` and ``init_from`` take it offline.
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -156,7 +160,7 @@ def render_card(
     papers = paper_results(model_class, dataset)  # none on this data: the family's, marked as such
     name = config.get("architecture") or model_class
     model_name = f"{name} ({backend})" if backend else name
-    source = repo_id or "path/to/this/folder"
+    source = repo_id or bundled_tag or "path/to/this/folder"
     context = {
         "model_name": model_name,
         "model_class": model_class,
@@ -166,6 +170,7 @@ def render_card(
         "init_args": args,
         "dataset": dataset,
         "repo_id": repo_id,
+        "bundled": repo_id is None and bundled_tag is not None,
         "source": source,
         "zoo_version": config.get("zoo_version"),
         "format_version": config.get("zoo_format_version"),

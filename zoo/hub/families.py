@@ -103,9 +103,14 @@ def paper_results(model_class: str, dataset: str | None = None) -> list[PaperRes
 
 
 def token_batch(model, generator: torch.Generator) -> dict:
-    """Words of the model's vocabulary, lengths 5, 3 and 4 (``Family.example_batch`` of the word models)."""
+    """Words of the model's vocabulary, lengths 5, 3 and 4 (``Family.example_batch`` of the word models),
+    each ending with the vocabulary's ``<eos>`` where the model has one (as its data's sentences do; a
+    PCFG requires it)."""
     tokens = torch.randint(model.config["vocab_size"], (3, 5), generator=generator)
-    return {"tokens": tokens, "lengths": torch.tensor([5, 3, 4])}
+    lengths = torch.tensor([5, 3, 4])
+    if getattr(model, "vocab", None) is not None:
+        tokens[torch.arange(3), lengths - 1] = model.vocab.eos_id
+    return {"tokens": tokens, "lengths": lengths}
 
 
 def register_architectures(

@@ -173,13 +173,17 @@ def save_pretrained(
     other files (notes, code) are never touched.
     """
     from zoo.hub.cards import read_results
-    from zoo.hub.registry import architecture as registered
-    from zoo.hub.registry import match_architecture
+    from zoo.hub.registry import architecture_differences, match_architecture
 
     if not isinstance(model, ZooModel):
         raise TypeError(f"save_pretrained needs a zoo model (ZooModel subclass), got {type(model).__name__}")
-    if architecture is not None:
-        registered(architecture)  # an unknown name is an error before anything is written
+    if architecture is not None:  # an unknown name, or another model's: an error before anything is written
+        differences = architecture_differences(architecture, public_class_path(model), model.config)
+        if differences is not None:
+            raise ValueError(
+                f"architecture={architecture!r} does not describe this model: {differences}; pass the "
+                "architecture it was built as, or None (the registered one its arguments match, if any)"
+            )
     results = read_results(results) if results is not None else None
     curve = _read_png(learning_curve) if learning_curve is not None else None
     training_config = _read_training_config(training_config) if training_config is not None else None
@@ -197,7 +201,7 @@ def save_pretrained(
     if max_shard_size is not None:
         _check_each_fits(weights, max_shard_size)
     directory.mkdir(parents=True, exist_ok=True)
-    weights_sha256, shards = _write_weights(directory, weights, max_shard_size)
+    weights_sha256, shards = _write_weights(directory, weights, max_shard_size, overwrite)
     vocab_sha256 = _write_vocab(directory, model.vocab)
     class_path = public_class_path(model)
     config = {
@@ -302,7 +306,7 @@ def _check_each_fits(weights: dict[str, Tensor], max_shard_size: int | str) -> N
 
 
 def _write_weights(
-    directory: Path, weights: dict[str, Tensor], max_shard_size: int | str | None
+    directory: Path, weights: dict[str, Tensor], max_shard_size: int | str | None, overwrite: bool
 ) -> tuple[str, dict[str, str]]:
     """Write the state dict as ``model.safetensors``, or in shards of at most ``max_shard_size`` with
     their index where it is larger (``huggingface_hub.split_torch_state_dict_into_shards``), and remove
@@ -314,7 +318,7 @@ def _write_weights(
     def write(path: Path, tensors: dict[str, Tensor]) -> None:
         _write_atomic(path, lambda p: save_file(tensors, p, metadata={"format": "pt"}))
 
-    earlier = {directory / WEIGHTS_NAME, directory / INDEX_NAME, *directory.glob(SHARD_PATTERN)}
+    earlier = {directory / WEIGHTS_NAME, directory / INDEX_NAME, *_earlier_shards(directory, overwrite)}
     split = None
     if max_shard_size is not None:
         split = split_torch_state_dict_into_shards(
@@ -337,6 +341,19 @@ def _write_weights(
     for path in earlier - kept:
         path.unlink(missing_ok=True)
     return checksum, shards
+
+
+def _earlier_shards(directory: Path, overwrite: bool) -> list[Path]:
+    """The weight shards a save replaces: every file named like one with ``overwrite``; else those the
+    folder's earlier save of the same model lists (a file of the user's that only looks like a shard,
+    e.g. model-backup-of-monday.safetensors, is kept)."""
+    if overwrite:
+        return list(directory.glob(SHARD_PATTERN))
+    try:
+        listed = json.loads((directory / CONFIG_NAME).read_text()).get("weight_shards") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [directory / name for name in listed if isinstance(name, str) and "/" not in name]
 
 
 def _read_training_config(config: str | os.PathLike) -> str:
@@ -373,6 +390,7 @@ def _read_png(path: str | os.PathLike) -> bytes:
 def render_folder_card(directory: str | os.PathLike, repo_id: str | None = None):
     """The ``ModelCard`` of a pretrained-model folder from its config, ``results.json`` and
     ``training_config.yaml``; ``repo_id``: the Hub repo its usage examples name."""
+    from zoo.hub.bundled import WEIGHTS
     from zoo.hub.cards import render_card
 
     directory = Path(directory)
@@ -384,6 +402,7 @@ def render_folder_card(directory: str | os.PathLike, repo_id: str | None = None)
         training_config=training.read_text() if training.is_file() else None,
         repo_id=repo_id,
         learning_curve=(directory / LEARNING_CURVE_NAME).is_file(),
+        bundled_tag=directory.name if directory.resolve().parent == WEIGHTS else None,
     )
 
 
@@ -469,6 +488,8 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     for key, kind in (("class_path", str), ("init_args", dict), ("weights_sha256", str), ("dtype", str)):
         if not isinstance(config.get(key), kind):
             raise CheckpointError(f"{path}: {key!r} must be a {kind.__name__}, got {config.get(key)!r}")
+    if not isinstance(config.get("architecture"), (str, type(None))):
+        raise CheckpointError(f"{path}: 'architecture' must be a str or null, got {config['architecture']!r}")
     if not isinstance(config.get("vocab_sha256"), (str, type(None))):  # absent before vocabularies
         raise CheckpointError(f"{path}: 'vocab_sha256' must be a str or null, got {config['vocab_sha256']!r}")
     for key in ("dtype", "compute_dtype"):
@@ -853,13 +874,11 @@ def push_to_hub(
     folder does not have (e.g. an old ``results.json``). ``revision``: a branch (created from main
     if missing). Returns the commit (``.oid`` is its sha, for pinned downloads)."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+    from huggingface_hub.errors import HfHubHTTPError
 
     with tempfile.TemporaryDirectory(prefix="zoo-push-") as temporary:
-        if isinstance(source, ZooModel):
-            folder = save_pretrained(source, temporary)
-        else:
-            folder = Path(source)
-            load_folder(folder)  # never push a checkpoint that does not load
+        folder = save_pretrained(source, temporary) if isinstance(source, ZooModel) else Path(source)
+        load_folder(folder)  # never push a checkpoint that does not load
         config = read_config(folder)
         card = str(render_folder_card(folder, repo_id)).encode()
         operations = [CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=card)]
@@ -887,4 +906,13 @@ def push_to_hub(
             raise ConnectionError(
                 f"{repo_id}: the Hub ({api.endpoint}) could not be reached (no network?): {error}; nothing "
                 "was pushed: try again online"
+            ) from None
+        except HfHubHTTPError as error:
+            status = getattr(error.response, "status_code", None)
+            if status not in (401, 403):
+                raise
+            raise PermissionError(
+                f"{repo_id}: the Hub refused the push ({status}: {str(error).splitlines()[0]}); nothing was "
+                "pushed: log in (hf auth login), set HF_TOKEN, or pass a token with write access "
+                "(zoo push --token, push_to_hub(token=...))"
             ) from None

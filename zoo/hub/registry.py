@@ -224,12 +224,20 @@ def check_tag_holds(name: str, model) -> None:
         raise ValueError(f"{name}: {source} does not hold a {arch_name}; its arguments: {model.config}")
 
 
+def architecture_differences(name: str, class_path: str, config: dict[str, Any]) -> str | None:
+    """How model arguments ``config`` of ``class_path`` differ from registered architecture ``name``'s
+    (its class, and each argument of ``arch.config``), or None where they are that architecture."""
+    arch = architecture(name)
+    theirs, ours = arch.class_path.rsplit(".", 1)[-1], class_path.rsplit(".", 1)[-1]
+    if theirs != ours:
+        return f"{name} is a {theirs}, the model a {ours}"
+    differ = [f"{k} = {config.get(k)!r} ({name}: {v!r})"
+              for k, v in arch.config.items() if config.get(k) != v]  # fmt: skip
+    return f"the model's {', '.join(differ)}" if differ else None
+
+
 def match_architecture(class_path: str, config: dict[str, Any]) -> str | None:
     """The registered architecture of model arguments ``config``, if any: the class and every argument
     of ``arch.config`` agree (backend-specific and ``defaults`` arguments may differ)."""
-    short = class_path.rsplit(".", 1)[-1]
-    for arch in _ARCHITECTURES.values():
-        same_class = arch.class_path.rsplit(".", 1)[-1] == short
-        if same_class and all(config.get(key) == value for key, value in arch.config.items()):
-            return arch.name
-    return None
+    matches = (name for name in _ARCHITECTURES if architecture_differences(name, class_path, config) is None)
+    return next(matches, None)

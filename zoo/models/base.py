@@ -164,6 +164,27 @@ def family_class(class_path: str) -> type[ZooModel]:
     return cls
 
 
+READ_ONLY_CONFIG = (
+    "model.config is read-only: it records the arguments the model was built with; build a new model with "
+    "the changes (zoo.create_model(name, **changes), or ZooModel.from_config({'class_path': ..., "
+    "'init_args': {**model.config, **changes}}))"
+)
+
+
+class FrozenConfig(dict):
+    """A model's ``config``: the arguments it was built with, read-only (a changed entry would not change
+    the model, but a save would record it: a checkpoint that does not load, or a wrong dropout). Build
+    another model with the changes: ``ZooModel.from_config`` / ``zoo.create_model(..., **changes)``."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError(READ_ONLY_CONFIG)
+
+    __setitem__ = __delitem__ = update = pop = popitem = setdefault = clear = __ior__ = _refuse
+
+    def __reduce__(self):  # pickling and deepcopy rebuild it whole (not item by item)
+        return (FrozenConfig, (dict(self),))
+
+
 class ZooModel(nn.Module):
     """An nn.Module whose ``config`` holds its constructor arguments as plain values.
 
@@ -219,9 +240,15 @@ class ZooModel(nn.Module):
                 bound = signature.bind(self, *args, **kw)
                 bound.apply_defaults()
                 arguments = dict(list(bound.arguments.items())[1:])
-                object.__setattr__(self, "config", {k: _plain(k, v) for k, v in arguments.items()})
+                config = FrozenConfig({k: _plain(k, v) for k, v in arguments.items()})
+                object.__setattr__(self, "config", config)
 
         cls.__init__ = recording_init
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "config":  # recorded once, by the constructor (FrozenConfig)
+            raise TypeError(READ_ONLY_CONFIG)
+        super().__setattr__(name, value)
 
     @property
     def vocab(self) -> Vocabulary | None:

@@ -219,8 +219,9 @@ class PCFG(RandomizedEvaluation, ZooModel):
         wrong = (last != self.vocab.eos_id).nonzero().flatten().tolist()
         if wrong:
             raise ValueError(
-                f"a PCFG sentence ends with {self.vocab.eos} (id {self.vocab.eos_id}): the grammar generates "
-                f"the words before it; sentences {wrong[:5]} end with ids {last[wrong[:5]].tolist()}. "
+                f"a PCFG sentence must end with {self.vocab.eos} (id {self.vocab.eos_id}), and sentences "
+                f"{wrong[:5]} end with ids {last[wrong[:5]].tolist()} (the grammar generates the words "
+                "before the end token: without it, the last word would be dropped unseen). "
                 "Encode them with vocab.encode(text, add_eos=True)"
             )
 
