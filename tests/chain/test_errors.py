@@ -339,3 +339,14 @@ def test_a_rank_space_shape_error_names_where_its_rank_comes_from():
 
     with pytest.raises(ValueError, match=r"U must have shape N x R \(R: emission's last dimension"):
         RankSpaceChain(torch.rand(4), torch.rand(4, 2), torch.rand(4, 2), torch.randn(3, 5, 3))
+
+
+def test_a_top_k_baseline_needs_an_informative_proposal():
+    """k2 = 0 under the uniform proposal kept an arbitrary fixed set of K1 states, silently (audit)."""
+    from zoo.inference import DenseChain, LinearChain, RDPOptions
+
+    factors = DenseChain(lp(B, T, N), lp(N, N))
+    with pytest.raises(ValueError, match="the 'uniform' proposal ranks none above another"):
+        LinearChain(factors, backend="randomized", options=RDPOptions(1, 0, "uniform")).log_partition  # noqa: B018
+    for k1, k2, proposal in ((0, 1, "uniform"), (1, 0, "local"), (N, 0, "uniform")):  # draws, a ranking, all
+        LinearChain(factors, backend="randomized", options=RDPOptions(k1, k2, proposal)).log_partition  # noqa: B018

@@ -472,8 +472,9 @@ def test_a_top_k_baseline_needs_an_informative_proposal():
     """k2 = 0 with the uniform proposal kept an arbitrary fixed set of K1 states, silently (audit: Z_hat
     / Z = 0.03 for a VAE's q, where the local proposal gave 0.26)."""
     with pytest.raises(ValueError, match="the 'uniform' proposal ranks none above another"):
-        RDPOptions(4, 0, "uniform")
-    RDPOptions(0, 4, "uniform"), RDPOptions(4, 0, "local")  # draws, or a ranking: accepted
+        log_z(backend="randomized", options=RDPOptions(1, 0, "uniform"))
+    for k1, k2, proposal in ((0, 1, "uniform"), (1, 0, "local"), (NT, 0, "uniform")):  # draws, a ranking, all
+        log_z(backend="randomized", options=RDPOptions(k1, k2, proposal))
 
 
 def test_bad_proposal_tensors():

@@ -4,6 +4,7 @@ word model carries its training data's vocabulary."""
 
 from __future__ import annotations
 
+import csv
 import functools
 import importlib
 import json
@@ -224,12 +225,15 @@ def test_a_vae_quick_check_is_what_zoo_test_gives_on_those_batches(tmp_path):
 
     tag = "vae_crf_n100_enc2x64_lstm128_v8000_d56.ptb_exact"
     folder = bundled_folders()[tag]
-    results = tmp_path / "results.json"
+    csv_logger = "lightning.pytorch.loggers.CSVLogger"
+    logger = json.dumps({"class_path": csv_logger, "init_args": {"save_dir": str(tmp_path)}})
     assert main(["test", "--config", str(folder / "training_config.yaml"), "--model.init_args.init_from",
-                 str(folder), "--trainer.limit_test_batches", "2", "--trainer.logger", "false",
-                 "--trainer.default_root_dir", str(tmp_path), "--results", str(results)]) == 0  # fmt: skip
+                 str(folder), "--trainer.limit_test_batches", "2", "--trainer.logger", logger,
+                 "--trainer.default_root_dir", str(tmp_path)]) == 0  # fmt: skip
+    (metrics,) = tmp_path.rglob("metrics.csv")  # not --results: it records whole splits only
+    (row,) = [r for r in csv.DictReader(metrics.open()) if r.get("test/nll")]
     measured = quick_check(zoo.from_pretrained(tag), read_training_config(folder))
-    assert measured["nll"] == pytest.approx(json.loads(results.read_text())["metrics"]["test/nll"], rel=1e-6)
+    assert measured["nll"] == pytest.approx(float(row["test/nll"]), rel=1e-6)
     recorded = json.loads((folder / "results.json").read_text())["quick_check"]
     assert measured["nll"] == pytest.approx(recorded["nll"], rel=1e-5)
 

@@ -177,7 +177,7 @@ def test_read_results_formats_and_errors(tmp_path):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"dataset": "chorales", "metrics": {"val/nll": 7}}))
     assert read_results(path) == {"dataset": "chorales", "metrics": {"val/nll": 7.0}}
-    with pytest.raises(ValueError, match="result 'test/ppl' must be a number, got 'high'"):
+    with pytest.raises(ValueError, match="result 'test/ppl' must be a finite number, got 'high'"):
         read_results({"test/ppl": "high"})
     with pytest.raises(ValueError, match="cannot read results JSON"):
         read_results(tmp_path / "missing.json")

@@ -51,16 +51,23 @@ class RDPOptions:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         if self.k1 + self.k2 < 1:
             raise ValueError(f"k1 + k2 must be at least 1, got k1={self.k1}, k2={self.k2}")
-        if self.k2 == 0 and self.k1 > 0 and isinstance(self.proposal, str) and self.proposal == "uniform":
-            raise ValueError(
-                "k2 = 0 (the top-K1 baseline) keeps the proposal's K1 best states, and the 'uniform' "
-                "proposal ranks none above another (an arbitrary fixed set): give an informative proposal "
-                "or k2 > 0"
-            )
         if isinstance(self.proposal, str) and self.proposal not in PROPOSALS:
             raise ValueError(
                 f"unknown proposal {self.proposal!r}; expected one of {PROPOSALS} or a B x T x N tensor"
             )
+
+
+def check_top_k_proposal(options: RDPOptions, states: int) -> None:
+    """ValueError for the top-K1 baseline (k2 = 0) of fewer than all ``states`` under the uniform
+    proposal: it ranks none above another, so the K1 kept would be an arbitrary fixed set (silently:
+    Z_hat / Z = 0.03 for a VAE's q; audit)."""
+    o = options
+    if o.k2 == 0 and o.k1 < states and isinstance(o.proposal, str) and o.proposal == "uniform":
+        raise ValueError(
+            f"k2 = 0 (the top-K1 baseline) keeps the proposal's {o.k1} best of {states} states, and the "
+            "'uniform' proposal ranks none above another (an arbitrary fixed set): give an informative "
+            "proposal, k2 > 0, or k1 = all states"
+        )
 
 
 @dataclass
@@ -169,6 +176,7 @@ class SequenceLifecycle(RandomizedLifecycle):
     def draw(self, factors, lengths: Tensor | None = None) -> KeptStates:
         """Index sets B x T x K (a semi-Markov chain's row t-1 is its boundary at frame t)."""
         o = self.options
+        check_top_k_proposal(o, factors.unary.shape[-1])
         log_q = proposal_weights(
             factors.unary, factors.init, lambda: factors.state_prior(lengths), o.proposal
         )

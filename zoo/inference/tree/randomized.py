@@ -32,7 +32,14 @@ from zoo.inference.checks import check_shape
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.numerics import logsumexp, safe_log
-from zoo.inference.rdp import KeptStates, RandomizedLifecycle, RDPOptions, select_states, uniform_where_empty
+from zoo.inference.rdp import (
+    KeptStates,
+    RandomizedLifecycle,
+    RDPOptions,
+    check_top_k_proposal,
+    select_states,
+    uniform_where_empty,
+)
 from zoo.inference.tree.chart import combine, finite_max, outer_sum, span_diagonal, to_scaled
 from zoo.inference.tree.cky import BLOCKS, block_splits
 from zoo.inference.tree.engine import ExactEngine, TreeEngine
@@ -65,6 +72,7 @@ def select_labels(grammar: GrammarFactors, terms: Tensor, options: RDPOptions) -
     proposal = "local" if options.proposal is None else options.proposal
     if k1 + k2 > NT:
         raise ValueError(f"k1 + k2 must be at most NT = {NT} nonterminals, got k1={k1}, k2={k2}")
+    check_top_k_proposal(options, NT)
     if isinstance(proposal, Tensor):
         check_shape("proposal", proposal, (B, T, T + 1, NT), "B x T x (T+1) x NT")
         if not torch.isfinite(proposal).all() or (proposal < 0).any():
