@@ -276,6 +276,9 @@ def test_command_errors(trained, tmp_path, capsys):
     assert "is not a readable Lightning checkpoint" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "missing.ckpt"), str(tmp_path / "x")]) == 2
     assert "no checkpoint file" in capsys.readouterr().err
+    folder = zoo.create_model("pcfg_nt10_pt20_d64").save_pretrained(tmp_path / "folder")
+    assert main(["export", str(folder), str(tmp_path / "x")]) == 2  # it said "no checkpoint file" (audit)
+    assert "is a pretrained-model folder already, not a zoo fit checkpoint" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
     for subcommand in ("fit", "predict"):  # one line (it was a traceback)
         capsys.readouterr()

@@ -62,6 +62,11 @@ def export_checkpoint(
         overwrite: replace the checkpoint files already in ``out_dir`` (``save_pretrained``).
     """
     checkpoint = Path(checkpoint)
+    if checkpoint.is_dir() and (checkpoint / "config.json").is_file():
+        raise CheckpointError(
+            f"{checkpoint} is a pretrained-model folder already, not a zoo fit checkpoint (.ckpt): load it "
+            "with zoo.from_pretrained, re-render its card with zoo card, or push it with zoo push"
+        )
     if not checkpoint.is_file():
         raise CheckpointError(f"no checkpoint file {checkpoint}")
     try:
