@@ -274,6 +274,28 @@ def test_standardize_each_uses_each_sequences_own_frames():
     torch.testing.assert_close(standardize_each(raw["features"][0]), out[0])  # T x F: every frame counts
 
 
+@pytest.mark.parametrize("constant", [0.1, 0.3, 1000.0, -7.7])
+def test_standardize_each_maps_a_float32_constant_to_zero(constant):
+    """A dimension constant within a sequence at a value float32 cannot hold exactly (0.1) is 0, as an
+    exact one is: its float32 mean's rounding error is not scaled up to +-1 by a std near 1e-8. A
+    dimension that varies is standardized to float32 accuracy, with statistics as in float64."""
+    raw = ragged_batch(F=3, T=300)
+    raw["lengths"] = torch.tensor([300, 123, 7])
+    raw["features"][:, :, 1] = constant
+    x = raw["features"].float()
+    out = standardize_each(x, raw["lengths"])
+    assert out.dtype == torch.float32
+    assert bool((out[:, :, 1] == 0).all())
+    reference = standardize_each(raw["features"], raw["lengths"]).float()
+    torch.testing.assert_close(out, reference, rtol=0, atol=1e-6)
+    m = model(input_dim=3, standardize_sequences=True).float()
+    m.input_projection.set(torch.zeros(3), torch.randn(3, 2))
+    zero = {"features": x.clone(), "lengths": raw["lengths"]}
+    zero["features"][:, :, 1] = 0.0
+    given = {"features": x, "lengths": raw["lengths"]}
+    torch.testing.assert_close(m.log_likelihood(given), m.log_likelihood(zero))
+
+
 def test_standardize_sequences_removes_each_recordings_offset_and_scale():
     """With standardize_sequences the model scores a recording and the same recording shifted and
     scaled per dimension (another subject, another sensor gain) alike; padding does not enter the

@@ -12,9 +12,13 @@ from torch import Tensor, nn
 
 def standardize_each(features: Tensor, lengths: Tensor | None = None) -> Tensor:
     """Each sequence minus its own mean, divided by its own standard deviation, per dimension over its
-    frames before its length (a dimension constant within a sequence keeps scale 1; padding frames
-    become 0): B x T x F, or T x F for one whole sequence. lengths: B (None: every frame counts)."""
+    frames before its length (a dimension constant within a sequence becomes 0; padding frames become
+    0): B x T x F, or T x F for one whole sequence, in the features' dtype. lengths: B (None: every
+    frame counts). The statistics are taken in float64 (float32 on MPS, which has no float64), and a
+    constant dimension is found by comparing its frames, not by its std: the mean of a constant such as
+    0.1 in float32 has a rounding error that dividing by its std would scale up to +-1."""
     x = features.unsqueeze(0) if features.dim() == 2 else features
+    x = x.float() if x.device.type == "mps" else x.double()
     B, T, _ = x.shape
     if lengths is None:
         lengths = torch.full((B,), T, device=x.device)
@@ -23,7 +27,10 @@ def standardize_each(features: Tensor, lengths: Tensor | None = None) -> Tensor:
     mean = (x * within).sum(1, keepdim=True) / count
     centered = (x - mean) * within
     std = (centered.square().sum(1, keepdim=True) / count).sqrt()
-    scaled = centered / torch.where(std > 0, std, 1.0)
+    highest = torch.where(within, x, -torch.inf).amax(1, keepdim=True)
+    lowest = torch.where(within, x, torch.inf).amin(1, keepdim=True)
+    varies = highest > lowest
+    scaled = torch.where(varies, centered / torch.where(varies, std, 1.0), 0.0).to(features.dtype)
     return scaled.squeeze(0) if features.dim() == 2 else scaled
 
 
