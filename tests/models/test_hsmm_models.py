@@ -234,6 +234,21 @@ def test_rank_space_segments_are_labelled_by_rank_component():
 
 
 @pytest.mark.parametrize("name", list(BACKENDS))
+def test_segment_uses_the_whole_model_in_training_mode_too(name):
+    """segment in training mode gives the eval-mode segmentation (no dropout in the MLPs, the exact
+    decoder for the randomized backend) and leaves the model in training mode."""
+    m = model(num_states=4, max_duration=4, dropout=0.5, **BACKENDS[name]).train()
+    batch = ragged_batch(T=5, F=2, seed=3)
+    with torch.no_grad():  # peaked moments, so that dropout would move the best segmentation
+        for p in m.parameters():
+            p.mul_(5)
+    got = m.segment(batch)
+    assert m.training
+    want = m.eval().segment(batch)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
 def test_gradients_are_finite_for_every_backend(name):
     m = model(**BACKENDS[name]).train()
     m.log_likelihood(ragged_batch()).sum().backward()

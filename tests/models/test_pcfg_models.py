@@ -164,6 +164,21 @@ def test_parse_and_sample(backend):
     assert (words[:, 0, 2:] == -1).all() and (words[:, 1] >= 0).all() and (words < 4).all()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parse_and_sample_use_the_whole_model_in_training_mode_too(backend):
+    """parse and sample in training mode give what they give in eval mode (no dropout in the grammar's
+    MLPs) and leave the model in training mode."""
+    model = tiny(backend, dropout=0.5).train()
+    batch = batch_of([[1, 2, 3, 1], [3, 3]])
+    trees = model.parse(batch, torch.Generator().manual_seed(0))[0]
+    words, sampled = model.sample([2, 4], n=50, generator=torch.Generator().manual_seed(0))
+    assert model.training
+    model.eval()
+    assert torch.equal(trees, model.parse(batch, torch.Generator().manual_seed(0))[0])
+    again = model.sample([2, 4], n=50, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(words, again[0]) and torch.equal(sampled, again[1])
+
+
 def test_config_round_trip():
     model = tiny("low-rank")
     rebuilt = PCFG.from_config(model.spec())

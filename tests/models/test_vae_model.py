@@ -355,6 +355,16 @@ def test_config_rebuilds_the_model():
         torch.testing.assert_close(model.log_likelihood(b, g[0]), again.log_likelihood(b, g[1]))
 
 
+def test_posterior_samples_use_the_whole_model_in_training_mode_too():
+    """sample_states in training mode draws from the eval-mode q(z | y) (no dropout in the encoder) and
+    leaves the model in training mode."""
+    model = tiny(dropout=0.5).train()
+    b = batch(lengths=(6, 3, 5))
+    got = model.sample_states(b, torch.Generator().manual_seed(0))
+    assert model.training
+    assert torch.equal(got, model.eval().sample_states(b, torch.Generator().manual_seed(0)))
+
+
 @pytest.mark.parametrize("shortlist", [None, 2])
 def test_samples_follow_the_generative_model(shortlist):
     """Ancestral samples of p(z, y): the frequency of every complete (ending with <|endoftext|>,

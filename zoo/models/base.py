@@ -71,20 +71,27 @@ def scoring(method):
     return score
 
 
+@contextlib.contextmanager
+def evaluating(module: nn.Module) -> Iterator[None]:
+    """Within it the module is in eval mode (no dropout, no state dropout, the exact evaluation path);
+    its mode is restored after. For what a user asks of the whole model: decoding, parsing, sampling."""
+    training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(training)
+
+
 def decoding(method):
-    """For a family's ``decode(batch)``: the best structure of the whole model, so it runs in eval mode (no
-    dropout, no state dropout; the module's mode is restored after) and under ``torch.no_grad()``."""
+    """For what a user asks of the whole trained model (``decode``, ``segment``, ``sample``): it runs in
+    eval mode (``evaluating``) and under ``torch.no_grad()``."""
     import torch
 
     @functools.wraps(method)
-    def decode(self, batch: dict, *args, **kwargs):
-        training = self.training
-        self.eval()
-        try:
-            with torch.no_grad():
-                return method(self, batch, *args, **kwargs)
-        finally:
-            self.train(training)
+    def decode(self, *args, **kwargs):
+        with evaluating(self), torch.no_grad():
+            return method(self, *args, **kwargs)
 
     return decode
 

@@ -48,7 +48,7 @@ from zoo.inference import Backend, SemiMarkovChain
 from zoo.inference.rdp import PROPOSALS
 from zoo.inference.semimarkov import to_frame_states
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
-from zoo.models.base import ZooModel, renamed, scoring
+from zoo.models.base import ZooModel, decoding, renamed, scoring
 from zoo.models.durations import duration_log_probs, duration_outputs
 from zoo.models.emissions import GaussianEmission
 from zoo.models.evaluation import RandomizedEvaluation
@@ -303,7 +303,7 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
         """What the per-frame NLL is normalized by: the lengths (B,)."""
         return batch["lengths"]
 
-    @torch.no_grad()
+    @decoding
     def segment(self, batch: dict) -> tuple[Tensor, Tensor]:
         """The best segmentation of each sequence (module docstring; run in eval mode).
 

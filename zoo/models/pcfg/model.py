@@ -44,7 +44,7 @@ from zoo.inference import Backend, TreeDistribution, sample_sentences, terminal_
 from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.randomized import TREE_PROPOSALS
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
-from zoo.models.base import ZooModel, gradients_in_evaluation, renamed, scoring
+from zoo.models.base import ZooModel, decoding, evaluating, gradients_in_evaluation, renamed, scoring
 from zoo.models.evaluation import RandomizedEvaluation
 from zoo.models.inputs import batch_inputs, token_ids
 from zoo.models.layers import ResidualMLP
@@ -254,12 +254,13 @@ class PCFG(RandomizedEvaluation, ZooModel):
     def parse(self, batch: dict, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """MBR trees (CKY over span marginals) of the batch: B x (2T-1) x 2 long (start, end) rows in
         pre-order (-1 padding), and the word counts n (B,). ``generator`` seeds the randomized
-        backend's draws (its marginals are estimates)."""
-        with gradients_in_evaluation(batch) as batch:  # span marginals are the gradient of log Z
+        backend's draws (its marginals are estimates). Runs in eval mode (no dropout)."""
+        # span marginals are the gradient of log Z
+        with evaluating(self), gradients_in_evaluation(batch) as batch:
             dist = self.posterior(batch, generator)
             return dist.mbr().detach(), dist.lengths.detach()
 
-    @torch.no_grad()
+    @decoding
     def sample(
         self, lengths: Tensor | list[int], n: int = 1, generator: torch.Generator | None = None
     ) -> tuple[Tensor, Tensor]:

@@ -299,7 +299,7 @@ class StructuredVAE(ZooModel):
         """False: ``log_likelihood`` is an importance-sampled estimate."""
         return False
 
-    @torch.no_grad()
+    @decoding
     def sample(
         self,
         n: int = 1,
@@ -327,17 +327,11 @@ class StructuredVAE(ZooModel):
         check_positive("temperature", temperature)
         if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
             raise ValueError(f"top_p must be a float in (0, 1], got {top_p!r}")
-        was_training = self.training
-        self.eval()
-        try:
-            tokens, states, lengths = self.decoder.sample(
-                n, max_length, self.vocab_size - 1, generator, temperature, top_p
-            )
-        finally:
-            self.train(was_training)
+        eos = self.vocab_size - 1
+        tokens, states, lengths = self.decoder.sample(n, max_length, eos, generator, temperature, top_p)
         return {"tokens": tokens, "lengths": lengths, "states": states}
 
-    @torch.no_grad()
+    @decoding
     def sample_states(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """One exact sample of q(z | y) per sequence: B x T long, -1 past each length (for the
         aggregated posterior's state usage)."""
