@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from torch import nn
+from torch import Tensor, nn
 
 if TYPE_CHECKING:
     from zoo.data.vocab import Vocabulary
@@ -219,6 +219,14 @@ class ZooModel(nn.Module):
     def upgrade_state_dict(self, weights: Mapping[str, Any]) -> dict[str, Any]:
         """``weights`` with the keys of older layouts (``legacy_keys``) renamed to this model's."""
         return {renamed_key(key, self.legacy_keys): value for key, value in weights.items()}
+
+    def num_events(self, batch: dict) -> Tensor:
+        """What per-event metrics (perplexity, NLL per frame) and the training loss are normalized by: the
+        batch's ``lengths`` (a tensor or a list) as a (B,) tensor on the model's device. Lengths count
+        tokens with their end token (``<eos>``, ``<|endoftext|>``; Kim et al. for the PCFG) or frames."""
+        import torch
+
+        return torch.as_tensor(batch["lengths"], device=next(self.parameters()).device)
 
     def eval_memory(self, batch_size: int, length: int) -> int | None:
         """Bytes that evaluating a batch of ``batch_size`` sequences padded to ``length`` takes at most,

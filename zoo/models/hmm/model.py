@@ -278,10 +278,6 @@ class HMM(RandomizedEvaluation, ZooModel):
         """Same as ``log_likelihood``: (B,)."""
         return self.log_likelihood(batch)
 
-    def num_events(self, batch: dict) -> Tensor:
-        """What perplexity / NLL are normalized by: the lengths (B,) (tokens incl. <eos>, or frames)."""
-        return batch["lengths"]
-
     def extra_repr(self) -> str:
         extra = f", rank={self.rank}" if self.rank is not None else ""
         if self.k1 is not None:  # randomized

@@ -299,10 +299,6 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
         """Same as ``log_likelihood``: (B,)."""
         return self.log_likelihood(batch)
 
-    def num_events(self, batch: dict) -> Tensor:
-        """What the per-frame NLL is normalized by: the lengths (B,)."""
-        return batch["lengths"]
-
     @decoding
     def segment(self, batch: dict) -> tuple[Tensor, Tensor]:
         """The best segmentation of each sequence (module docstring; run in eval mode).

@@ -247,10 +247,6 @@ class PCFG(RandomizedEvaluation, ZooModel):
         """Same as ``log_likelihood``: (B,)."""
         return self.log_likelihood(batch)
 
-    def num_events(self, batch: dict) -> Tensor:
-        """What perplexity is normalized by: ``lengths`` (B,) = words + one end token (Kim et al.)."""
-        return batch["lengths"]
-
     def parse(self, batch: dict, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """MBR trees (CKY over span marginals) of the batch: B x (2T-1) x 2 long (start, end) rows in
         pre-order (-1 padding), and the word counts n (B,). ``generator`` seeds the randomized

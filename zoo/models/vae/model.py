@@ -291,10 +291,6 @@ class StructuredVAE(ZooModel):
         """Same as ``log_likelihood``: (B,)."""
         return self.log_likelihood(batch)
 
-    def num_events(self, batch: dict) -> Tensor:
-        """Tokens per sequence, ``<|endoftext|>`` included: (B,)."""
-        return batch["lengths"]
-
     def evaluation_is_exact(self) -> bool:
         """False: ``log_likelihood`` is an importance-sampled estimate."""
         return False
