@@ -277,6 +277,45 @@ def test_input_projection_is_applied_and_survives_the_state_dict():
         m.input_projection.set(mean, matrix.T)
 
 
+@pytest.mark.parametrize("offset", [1000.0, -1e4])
+def test_float32_log_densities_of_features_far_from_zero(offset):
+    """Features and means far from 0 (unstandardized sensor readings): float32 log p(x) is within a
+    plain float32 log-density's error of float64's; expanding the square at 0 lost nats to cancellation
+    (4 per frame at an offset of 1000, 20 dimensions)."""
+    m = model(num_states=4, feature_dim=20, max_duration=4)
+    with torch.no_grad():
+        m.emission.mean.bias.fill_(offset)
+    g = torch.Generator().manual_seed(0)
+    batch = {"features": offset + torch.randn(3, 40, 20, generator=g, dtype=torch.float64),
+             "lengths": torch.tensor([40, 13, 27])}  # fmt: skip
+    frames = m.emission(m.emit_mlp(m.state_emb), batch["features"], batch["lengths"])
+    low = model(num_states=4, feature_dim=20, max_duration=4).float()
+    low.load_state_dict(m.state_dict())
+    features32 = batch["features"].float()
+    got = low.emission(low.emit_mlp(low.state_emb), features32, batch["lengths"])
+    # the float32 features themselves are off by |x| * 2^-24: what any float32 computation starts from
+    plain = m.emission(m.emit_mlp(m.state_emb), features32.double(), batch["lengths"])
+    inherent = (plain - frames).abs().max()
+    assert (got.double() - frames).abs().max() <= 2 * inherent + 1e-4
+    torch.testing.assert_close(low.log_likelihood(batch).double(), m.log_likelihood(batch), rtol=0, atol=0.05)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("value", [-1e16, 1e20, 1e30])
+def test_features_beyond_the_engines_range_are_named(dtype, value):
+    """Features so large that every state's log-density falls below the engine's -inf stand-in (-1e30)
+    or overflows: an error names the sequence, the frame and the remedy, not the engine's 'no
+    segmentation covers ...'; features up to 1e15 are scored."""
+    m = model(feature_dim=2).to(dtype)
+    batch = ragged_batch(F=2)
+    batch["features"] = batch["features"].to(dtype)
+    batch["features"][1, 1, 0] = 1e15
+    assert torch.isfinite(m.log_likelihood(batch)).all()
+    batch["features"][1, 1, 0] = value
+    with pytest.raises(ValueError, match=r"sequence 1 has frames .* \|x\| = .* at frame 1.*standardize"):
+        m.log_likelihood(batch)
+
+
 def test_standardize_each_uses_each_sequences_own_frames():
     raw = ragged_batch(F=3)
     raw["features"][:, :, 2] = 4.0  # constant within every sequence: scale 1, centred to 0

@@ -115,8 +115,11 @@ class GaussianEmission(nn.Module):
         log p(x | c) = -1/2 sum_f [ (x_f - mu_cf)^2 / s_cf + log s_cf + log 2 pi ],
 
     mu_c = A h_c + a and s_c = min_variance + softplus(B h_c + b) from each component's hidden vector,
-    computed as three B*T x F @ F x C products (x^2 / s, x mu / s and a per-component constant); no
-    B x T x C x F tensor is formed.
+    computed as matrix products (x^2 / s, x mu / s and a per-component constant); no B x T x C x F
+    tensor is formed. The products expand the square, so both x and mu are first shifted by each
+    sequence's median frame (an exact identity): features far from 0 (an offset of 1000 in float32) would
+    otherwise lose nats to cancellation. Frames far from their sequence's median still lose
+    |x - median|^2 / s * 2^-24 nats in float32: standardize features with several distant regimes.
 
     Args:
         feature_dim: F.
@@ -139,8 +142,9 @@ class GaussianEmission(nn.Module):
         """Means and variances: C x F each. hidden: C x D."""
         return self.mean(hidden), self.min_variance + F.softplus(self.scale(hidden))
 
-    def forward(self, hidden: Tensor, features: Tensor) -> Tensor:
-        """log p(features[b, t] | c): B x T x C. hidden: C x D; features: B x T x F float."""
+    def forward(self, hidden: Tensor, features: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """log p(features[b, t] | c): B x T x C. hidden: C x D; features: B x T x F float; lengths: B,
+        the frames each sequence's shift is the median of (None: all T)."""
         if features.dim() != 3 or features.shape[-1] != self.feature_dim:
             raise ValueError(
                 f"features must have shape B x T x {self.feature_dim} (feature_dim), "
@@ -149,7 +153,16 @@ class GaussianEmission(nn.Module):
         mean, var = self.moments(hidden)
         precision = var.reciprocal()  # C x F
         x = features.to(mean.dtype)
-        log_norm = var.log().sum(-1) + self.feature_dim * math.log(2 * math.pi)
-        const = (mean.square() * precision).sum(-1) + log_norm
-        quad = x.square() @ precision.T - 2 * x @ (mean * precision).T  # B x T x C
-        return -0.5 * (quad + const)
+        B, T, _ = x.shape
+        if lengths is None:
+            lengths = torch.full((B,), T, device=x.device)
+        inside = torch.arange(T, device=x.device) < lengths.view(B, 1)  # B x T
+        # B x F, the median: an outlier frame does not move the other frames away from 0 (log p does not
+        # depend on the shift)
+        shift = torch.where(inside.unsqueeze(-1), x, torch.nan).detach().nanmedian(1).values
+        x = x - shift.unsqueeze(1)  # B x T x F
+        centred = mean - shift.unsqueeze(1)  # B x C x F
+        log_norm = var.log().sum(-1) + self.feature_dim * math.log(2 * math.pi)  # C
+        const = (centred.square() * precision).sum(-1) + log_norm  # B x C
+        quad = x.square() @ precision.T - 2 * x @ (centred * precision).transpose(1, 2)  # B x T x C
+        return -0.5 * (quad + const.unsqueeze(1))

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.inference import Backend, SemiMarkovChain
+from zoo.inference.numerics import NEG
 from zoo.inference.rdp import PROPOSALS
 from zoo.inference.semimarkov import to_frame_states
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
@@ -56,6 +57,24 @@ from zoo.models.inputs import batch_inputs, checked_lengths
 from zoo.models.layers import ResidualMLP, embedding_table
 from zoo.models.projection import InputProjection
 from zoo.models.transitions import TRANSITION_HEADS, TRANSITION_LEGACY_KEYS
+
+
+def check_frames_scored(unary: Tensor, features: Tensor) -> None:
+    """A ValueError where a frame's Gaussian log-density is below the engine's -inf stand-in
+    (``zoo.inference.numerics.NEG``, -1e30), -inf or NaN under every state (B x T x C ``unary``, from
+    B x T x F ``features`` as the Gaussians see them): the engine would report that no segmentation
+    covers the sequence, where its features are too large (|x| from about 1e15)."""
+    lost = ~(unary > NEG / 2).any(-1)  # B x T (NaN too)
+    if bool(lost.any()):
+        b = int(lost.any(-1).nonzero()[0])
+        size = features[b].abs().amax(-1)  # T (0 past the length)
+        t = int(size.argmax())
+        raise ValueError(
+            f"sequence {b} has frames with a Gaussian log-density below {NEG / 2:.0e} (impossible, to the "
+            f"inference engine) or not finite under every state: its features (as the Gaussians see them) "
+            f"reach |x| = {size[t].item():.3g} at frame {t}, too far from every state's mean; standardize "
+            "the features (an input projection, standardize_sequences=True) or remove such frames"
+        )
 
 
 class GaussianHSMM(RandomizedEvaluation, ZooModel):
@@ -282,7 +301,8 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
         features, lengths = self.features(batch)
         prev, nxt = self.state_emb, self.next_state_emb
         components = self.transition.components(prev)  # states, or rank components
-        unary = self.emission(self.emit_mlp(components), features)  # B x T x C
+        unary = self.emission(self.emit_mlp(components), features, lengths)  # B x T x C
+        check_frames_scored(unary, features)
         duration = self._duration_log_probs(components)  # C x D
         start = self._start_log_probs()
         factors = self.transition.semimarkov(unary, start, prev, nxt, components, duration)
