@@ -145,3 +145,27 @@ def test_pcfg_samples_decode_and_score_with_their_padding():
     torch.testing.assert_close(scores, model.log_likelihood(clean))
     trees, lengths = model.parse(sampled)
     assert lengths.tolist() == [2, 5]
+
+
+# what a user asks of each family, each reading a batch or drawing from the model
+USES = {
+    "CategoricalHMM": ["log_likelihood", "decode", "posterior"],
+    "BernoulliHMM": ["log_likelihood", "decode", "posterior"],
+    "PCFG": ["log_likelihood", "parse", "posterior", "sample"],
+    "GaussianHSMM": ["log_likelihood", "segment", "posterior"],
+    "StructuredVAE": ["log_likelihood", "decode", "posterior", "elbo", "sample"],
+}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_float16_model_is_told_what_to_use(name):
+    """A model in float16 (model.half()) is refused by name at every use, with the dtypes that work;
+    not by the engine's message about one of its internal tensors."""
+    model, batch, key = build(name)
+    model.half()
+    batch = {k: v.half() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in batch.items()}
+    refused = rf"the {name} has float16 parameters .*model\.float\(\).*bfloat16"
+    for use in USES[name]:
+        arguments = ([3] if name == "PCFG" else 2) if use == "sample" else batch
+        with pytest.raises(TypeError, match=refused):
+            getattr(model, use)(arguments)

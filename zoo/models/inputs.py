@@ -12,9 +12,22 @@ from torch import Tensor
 from zoo.inference.checks import check_lengths
 
 
-def batch_inputs(owner: str, batch: dict, key: str) -> tuple:
-    """``batch[key]`` and ``batch["lengths"]``; a KeyError names a missing key and ``owner``, a
-    ValueError an empty batch (B = 0)."""
+def check_compute_dtype(model: torch.nn.Module) -> None:
+    """A TypeError for a model with float16 parameters (``model.half()``, Lightning's ``16-true``), whose
+    range is too small for the dynamic programs, saying what to use instead."""
+    if any(p.dtype == torch.float16 for p in model.parameters()):
+        raise TypeError(
+            f"the {type(model).__name__} has float16 parameters (model.half()), whose range (largest "
+            "65504) is too small for its dynamic programs: use model.float(), or model.to(torch.bfloat16) "
+            "(the dynamic programs then run in float32; Lightning: precision='bf16-true' or 'bf16-mixed')"
+        )
+
+
+def batch_inputs(model: torch.nn.Module, batch: dict, key: str) -> tuple:
+    """``batch[key]`` and ``batch["lengths"]`` for ``model`` to read; a KeyError names a missing key and
+    the model, a ValueError an empty batch (B = 0), a TypeError a float16 model."""
+    owner = type(model).__name__
+    check_compute_dtype(model)
     for name in (key, "lengths"):
         if name not in batch:
             raise KeyError(f"{owner} needs batch[{name!r}]; the batch has keys {sorted(batch)}")

@@ -238,7 +238,7 @@ class HMM(RandomizedEvaluation, ZooModel):
     # --- inference --------------------------------------------------------------------------
     def _observations(self, batch: dict) -> tuple[Tensor, Tensor]:
         """The batch's checked observations (padding replaced) and lengths (``zoo.models.inputs``)."""
-        return self.checked(*batch_inputs(type(self).__name__, batch, self.observation_key))
+        return self.checked(*batch_inputs(self, batch, self.observation_key))
 
     chain = renamed("chain", "posterior")
 

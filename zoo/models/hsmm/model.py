@@ -267,7 +267,7 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
     def features(self, batch: dict) -> tuple[Tensor, Tensor]:
         """The batch's frames as the Gaussians see them (B x T x F, projected when the model has an
         input projection; 0 past each length, whatever the padding held) and its lengths (B,)."""
-        features, lengths = batch_inputs("GaussianHSMM", batch, self.observation_key)
+        features, lengths = batch_inputs(self, batch, self.observation_key)
         if not torch.is_tensor(features) or not features.is_floating_point() or features.dim() != 3:
             raise ValueError(
                 "batch['features'] must be a float tensor B x T x F, got "

@@ -46,7 +46,7 @@ from zoo.inference.tree.randomized import TREE_PROPOSALS
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel, decoding, evaluating, gradients_in_evaluation, renamed, scoring
 from zoo.models.evaluation import RandomizedEvaluation
-from zoo.models.inputs import batch_inputs, token_ids
+from zoo.models.inputs import batch_inputs, check_compute_dtype, token_ids
 from zoo.models.layers import ResidualMLP
 from zoo.models.pcfg.rules import RULE_HEADS, RULE_LEGACY_KEYS
 
@@ -199,7 +199,7 @@ class PCFG(RandomizedEvaluation, ZooModel):
         """The words (B x (T-1) long, 0 past each sentence's words; ``<eos>`` is masked by the engine)
         and their lengths n = lengths - 1 (B,) of a text batch. Ids past each length are padding and
         may hold anything (-1 included); those within it must be word ids (``zoo.models.inputs``)."""
-        tokens, lengths = token_ids(*batch_inputs("PCFG", batch, self.observation_key), self.vocab_size)
+        tokens, lengths = token_ids(*batch_inputs(self, batch, self.observation_key), self.vocab_size)
         self._check_eos(tokens, lengths)
         n = lengths - 1  # <eos> is the last token: the grammar generates the words before it
         if (n < 2).any():
@@ -262,6 +262,7 @@ class PCFG(RandomizedEvaluation, ZooModel):
     ) -> tuple[Tensor, Tensor]:
         """Sentences drawn from the grammar, ``n`` of each length in ``lengths`` (each >= 2 words):
         words n x B x T long (-1 past each length) and trees n x B x (2T-1) x 3 (start, end, label)."""
+        check_compute_dtype(self)
         return sample_sentences(self.grammar(), self.emission(), torch.as_tensor(lengths), n, generator)
 
     def extra_repr(self) -> str:
