@@ -48,6 +48,14 @@ def test_normalized_grammar(backend):
     torch.testing.assert_close(model.emission().exp().sum(-1), torch.ones(3, dtype=torch.float64))
 
 
+def test_the_emission_covers_eos_as_docs_pcfg_says():
+    """The emission is a softmax over every id, <eos> (id 0) included, so a sentence with <eos> among its
+    words has a finite score (docs/pcfg.md)."""
+    model = tiny("exact")
+    assert bool((model.emission().exp()[:, 0] > 0).all())
+    assert torch.isfinite(model.log_likelihood(batch_of([[1, 0, 2]]))).all()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_log_likelihood_matches_brute_force(backend):
     """log p(words) of a ragged batch (eos dropped) = log sum over all trees, by enumeration."""
