@@ -260,6 +260,136 @@ def test_no_state_by_state_tensor(kind, backend):
     with LargestTensor() as probe:
         model.log_likelihood(batch).sum().backward()
     assert probe.largest < states * states // 16, probe.largest
+    with LargestTensor() as probe:  # sampling draws through the features / ranks (two_stage)
+        model.sample(4, 5, torch.Generator().manual_seed(0))
+    assert probe.largest < states * states // 16, probe.largest
+
+
+# --- sampling -----------------------------------------------------------------------------------
+def brute_joint(kind: str, dist: dict, z: tuple, obs: list) -> float:
+    """p(z_1..z_L, x_1..x_L), term by term (rank-space: summed over the virtual z_0 and the ranks)."""
+    if kind == "categorical":
+        e = [dist["emission"][:, int(o)].exp() for o in obs]
+    else:  # p^x (1 - p)^(1 - x), exact where a saturated p is 0 or 1
+        e = [torch.where(o.bool(), dist["emission"], 1 - dist["emission"]).prod(-1) for o in obs]
+    if "transition" in dist:
+        p = float(dist["start"][z[0]] * e[0][z[0]])
+        for t in range(1, len(z)):
+            p *= float(dist["transition"][z[t - 1], z[t]] * e[t][z[t]])
+        return p
+    merged = [torch.einsum("ir,jr,r->ij", dist["U"], dist["V"], et) for et in e]
+    total = 0.0
+    for z0 in range(len(dist["start"])):
+        p, previous = float(dist["start"][z0]), z0
+        for t, zt in enumerate(z):
+            p *= float(merged[t][previous, zt])
+            previous = zt
+        total += p
+    return total
+
+
+def within_sampling_error(counts: dict, probabilities: dict, draws: int) -> None:
+    """Every outcome's frequency within 5 binomial standard deviations (plus 1e-3) of its probability,
+    and no outcome drawn that has probability 0."""
+    assert set(counts) <= set(probabilities)
+    for outcome, p in probabilities.items():
+        sd = math.sqrt(p * (1 - p) / draws)
+        assert abs(counts.get(outcome, 0) / draws - p) <= 5 * sd + 1e-3, (outcome, counts.get(outcome), p)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_two_stage_transition_is_the_transition(backend):
+    """Sampling's two draws (r from i, then j from r) compose to the model's p(j | i): the normalized
+    transition, or for rank-space sum_r U[i, r] V[j, r]."""
+    model = make("categorical", backend, num_states=5).eval()
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.mul_(3)
+        first, second = model.transition.two_stage(model.state_emb, model.next_state_emb)
+        dist = model.distributions()
+        want = dist["transition"] if "transition" in dist else dist["U"] @ dist["V"].T
+    torch.testing.assert_close(first.sum(-1), torch.ones(5, dtype=torch.float64))
+    got = first if second is None else first @ second
+    if second is not None:
+        torch.testing.assert_close(second.sum(-1), torch.ones(len(second), dtype=torch.float64))
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_samples_follow_the_joint_distribution(kind, backend):
+    """Fixed-length samples (no vocabulary, or frames): each (states, observations) pair of length 2 is
+    drawn with its enumerated probability p(z, x), in a fixed-seed draw; in training mode with dropout
+    too (sampling uses the whole model), leaving the mode as it was."""
+    model = make(kind, backend, dropout=0.3)
+    with torch.no_grad():
+        for weight in model.parameters():  # peaked, distinct distributions
+            weight.mul_(3)
+    draws = 20000
+    drawn = model.train().sample(draws, 2, torch.Generator().manual_seed(0))
+    assert model.training
+    key = "tokens" if kind == "categorical" else "frames"
+    assert drawn["lengths"].tolist() == [2] * draws and drawn["states"].shape == (draws, 2)
+    observations = [tuple(x.flatten().tolist()) for x in drawn[key]]
+    counts: dict = {}
+    for z, x in zip(map(tuple, drawn["states"].tolist()), observations):
+        counts[z, x] = counts.get((z, x), 0) + 1
+    model.eval()
+    with torch.no_grad():
+        dist = model.distributions()
+        every = all_sequences(kind, 2)[key]
+        probabilities = {
+            (z, tuple(x.flatten().tolist())): brute_joint(kind, dist, z, list(x))
+            for z in itertools.product(range(N), repeat=2)
+            for x in every
+        }
+    assert math.isclose(sum(probabilities.values()), 1.0, rel_tol=1e-9)
+    within_sampling_error(counts, probabilities, draws)
+    paths = list(itertools.product(range(N), repeat=2))
+    marginal = [sum(probabilities[z, x] for z in paths) for x in observations[:3]]
+    scored = model.log_likelihood({key: drawn[key][:3], "lengths": drawn["lengths"][:3]})  # a batch as drawn
+    torch.testing.assert_close(scored, torch.tensor(marginal, dtype=torch.float64).log())
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_text_samples_end_at_eos(backend):
+    """With a vocabulary, a sample ends at its first <eos> (id 0): every sentence of 1 to 3 tokens that
+    ends there is drawn with probability p(x) = exp(log_likelihood); the rest are cut at max_length;
+    0 and -1 fill the tokens and states past each length."""
+    from zoo.data.vocab import Vocabulary
+
+    model = make("categorical", backend).eval()
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.mul_(2)
+    model.vocab = Vocabulary(["<eos>", "a", "b", "c"], unk=None)
+    draws = 20000
+    drawn = model.sample(draws, 3, torch.Generator().manual_seed(1))
+    tokens, states, lengths = drawn["tokens"], drawn["states"], drawn["lengths"]
+    past = torch.arange(tokens.shape[1]) >= lengths.unsqueeze(-1)
+    assert (tokens[past] == 0).all() and (states[past] == -1).all() and (states[~past] >= 0).all()
+    ends = tokens.gather(1, (lengths - 1).unsqueeze(-1)).squeeze(-1) == 0
+    before = (tokens == 0) & (torch.arange(tokens.shape[1]) < (lengths - 1).unsqueeze(-1))
+    assert not before.any() and (ends | (lengths == 3)).all()
+    counts: dict = {}
+    for row, length, ended in zip(tokens.tolist(), lengths.tolist(), ends.tolist()):
+        if ended:
+            counts[tuple(row[:length])] = counts.get(tuple(row[:length]), 0) + 1
+    sentences = [s + (0,) for n in range(3) for s in itertools.product((1, 2, 3), repeat=n)]
+    batch = {"tokens": torch.tensor([list(s) + [0] * (3 - len(s)) for s in sentences]),
+             "lengths": torch.tensor([len(s) for s in sentences])}  # fmt: skip
+    probabilities = dict(zip(sentences, model.log_likelihood(batch).exp().tolist()))
+    within_sampling_error(counts, probabilities, draws)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"n": 0}, "n must be"),
+    ({"max_length": 0}, "max_length must be"),
+    ({"n": 2.5}, "n must be"),
+])  # fmt: skip
+def test_sample_arguments_are_checked(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        make("categorical", "exact").sample(**kwargs)
 
 
 # --- contract and errors ------------------------------------------------------------------------

@@ -72,6 +72,13 @@ class TransitionHead(nn.Module):
         ``U`` and ``V`` (N x R) for rank-space."""
         raise NotImplementedError
 
+    def two_stage(self, prev: Tensor, nxt: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The transition as two draws, for sampling without an N x N table where there is none:
+        p(j | i) = sum_r first[i, r] second[r, j] with ``first`` N x R (p(r | i)) and ``second`` R x N
+        (p(j | r)), rows summing to 1; ``second`` None where r is j itself (R = N). For rank-space, r is
+        the rank component that emits."""
+        raise NotImplementedError
+
     def chain(
         self,
         unary: Tensor,
@@ -110,6 +117,9 @@ class SoftmaxTransition(TransitionHead):
     def distributions(self, prev, nxt):
         return {"transition": self.log_probs(prev, nxt).exp()}
 
+    def two_stage(self, prev, nxt):
+        return self.log_probs(prev, nxt).exp(), None
+
     def chain(self, unary, start, prev, nxt, components, features):
         return DenseChain(unary, self.log_probs(prev, nxt), init=start)
 
@@ -139,6 +149,14 @@ class LowRankTransition(TransitionHead):
         if not self.self_transitions:
             scores = scores.fill_diagonal_(0.0)
         return {"transition": scores / scores.sum(-1, keepdim=True)}
+
+    def two_stage(self, prev, nxt):
+        if not self.self_transitions:  # p(i | i) = 0 is not a sum over features
+            raise NotImplementedError("two_stage needs self-transitions (the LHMM's, not the LHSMM's)")
+        left, right = self.features(prev, nxt)
+        mass = right.sum(0)  # R: sum_j phi(f_j)_r
+        first = left * mass
+        return first / first.sum(-1, keepdim=True), (right / mass).T
 
     def chain(self, unary, start, prev, nxt, components, features):
         left, right = self.features(prev, nxt, features)
@@ -171,6 +189,10 @@ class RankSpaceTransition(TransitionHead):
     def distributions(self, prev, nxt):
         U, V = self.factors(prev, nxt, self.components(prev))
         return {"U": U, "V": V}
+
+    def two_stage(self, prev, nxt):
+        U, V = self.factors(prev, nxt, self.components(prev))
+        return U, V.T
 
     def chain(self, unary, start, prev, nxt, components, features):
         U, V = self.factors(prev, nxt, components)

@@ -67,7 +67,7 @@ from zoo.models.arguments import (
 from zoo.models.base import ZooModel, decoding, renamed, scoring
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
 from zoo.models.evaluation import RandomizedEvaluation
-from zoo.models.inputs import batch_inputs, binary_frames, token_ids
+from zoo.models.inputs import batch_inputs, binary_frames, check_compute_dtype, token_ids
 from zoo.models.layers import ResidualMLP, embedding_table
 from zoo.models.transitions import TRANSITION_HEADS, TRANSITION_LEGACY_KEYS
 
@@ -278,6 +278,54 @@ class HMM(RandomizedEvaluation, ZooModel):
         """Same as ``log_likelihood``: (B,)."""
         return self.log_likelihood(batch)
 
+    @decoding
+    def sample(
+        self, n: int = 1, max_length: int = 64, generator: torch.Generator | None = None
+    ) -> dict[str, Tensor]:
+        """``n`` sequences drawn from the model (ancestral sampling, in eval mode), as a batch that
+        ``log_likelihood`` scores: ``{observation_key: n x T (x K), "lengths": (n,)}`` and the latent
+        ``"states"`` n x T (-1 past each length; 0 past it in the observations). A CategoricalHMM with a
+        vocabulary (``vocab``, as ``from_pretrained`` attaches) ends each sequence at its first
+        ``<eos>`` (counted in the length); otherwise, and for frames, every sequence has ``max_length``
+        positions. No N x N table is formed for low-rank and rank-space (``two_stage``)."""
+        check_int("n", n)
+        check_int("max_length", max_length)
+        check_compute_dtype(self)
+        prev, by_rank = self.state_emb, self.transition.emits_by_rank
+        first, second = self.transition.two_stage(prev, self.next_state_emb)
+        table = self.emission.table(self.emit_mlp(self.transition.components(prev))).float()  # C x ...
+
+        def draw(probabilities: Tensor) -> Tensor:  # one index per row: n x M -> (n,)
+            return torch.multinomial(probabilities.float(), 1, generator=generator).squeeze(-1)
+
+        z = draw(self._start_log_probs(prev).exp().expand(n, -1))  # z_1, or rank-space's virtual z_0
+        end = self._end_id()
+        lengths = torch.full((n,), max_length, device=z.device)
+        states, observations = [], []
+        for t in range(max_length):
+            component = z
+            if t > 0 or by_rank:  # through the CPD (rank-space) even the first state
+                component = draw(first[z])
+                z = component if second is None else draw(second[component])
+            running = lengths == max_length
+            states.append(torch.where(running, z, -1))
+            drawn = self._draw_observations(table[component if by_rank else z], generator)
+            observations.append(drawn * running.view(n, *[1] * (drawn.dim() - 1)))  # 0 past each length
+            if end is not None:
+                lengths = torch.where(running & (drawn == end), t + 1, lengths)
+                if not bool((lengths == max_length).any()):
+                    break
+        drawn = {self.observation_key: torch.stack(observations, 1), "lengths": lengths}
+        return {**drawn, "states": torch.stack(states, 1)}
+
+    def _draw_observations(self, table: Tensor, generator: torch.Generator | None) -> Tensor:
+        """One observation per row of the emitting components' ``table`` rows (``emission.table``)."""
+        raise NotImplementedError
+
+    def _end_id(self) -> int | None:
+        """The observation that ends a sampled sequence (None: none does)."""
+        return None
+
     def extra_repr(self) -> str:
         extra = f", rank={self.rank}" if self.rank is not None else ""
         if self.k1 is not None:  # randomized
@@ -344,6 +392,13 @@ class CategoricalHMM(HMM):
         """Word ids in 0..V-1 within each length (``zoo.models.inputs.token_ids``)."""
         return token_ids(observations, lengths, self.vocab_size)
 
+    def _draw_observations(self, table, generator):
+        """Word ids (n,) from rows of log p(w | component): n x V."""
+        return torch.multinomial(table.exp(), 1, generator=generator).squeeze(-1)
+
+    def _end_id(self):
+        return None if self.vocab is None else self.vocab.eos_id
+
 
 class BernoulliHMM(HMM):
     """A neural HMM over binary frames (polyphonic music): batch key ``frames`` B x T x K (0/1),
@@ -383,3 +438,7 @@ class BernoulliHMM(HMM):
     def checked(self, observations: Tensor, lengths) -> tuple[Tensor, Tensor]:
         """Frames of 0 / 1 within each length (``zoo.models.inputs.binary_frames``)."""
         return binary_frames(observations, lengths, self.num_keys)
+
+    def _draw_observations(self, table, generator):
+        """Frames n x K of 0 / 1 from rows of p(x_k = 1 | component): n x K."""
+        return torch.bernoulli(table, generator=generator)
