@@ -129,6 +129,62 @@ def test_segment_ratio_by_hand_and_merging():
         assert torch.isnan(SegmentRatio().compute())
 
 
+def reference_boundary_counts(preds: list[int], target: list[int]) -> tuple[list[int], list[int], int]:
+    """Predicted and true boundaries between two known frames, and the runs of known frames, of one
+    sequence, written out from the definition (docs: only what is known is scored)."""
+    known = [g >= 0 for g in target]
+    inside = [t for t in range(1, len(target)) if known[t] and known[t - 1]]
+    predicted = [t for t in inside if preds[t] != preds[t - 1]]
+    true = [t for t in inside if target[t] != target[t - 1]]
+    runs = sum(1 for t in range(len(target)) if known[t] and (t == 0 or not known[t - 1]))
+    return predicted, true, runs
+
+
+@FAST
+@given(batch=labelled_batches(), tolerance=st.integers(0, 2))
+def test_boundary_metrics_score_only_known_frames(batch, tolerance):
+    """Against the definition, sequence by sequence: unknown frames (-1) make no boundary and hide the
+    predicted ones next to them; a sequence with no known frame is left out, so a batch scores as its
+    sequences one at a time (an unlabelled sequence in a labelled batch counted its predicted
+    boundaries as false positives, and segment_ratio changed with the batch size: audit)."""
+    preds, target, lengths = batch
+    matched = predicted = true = segments = truth_segments = 0
+    for b, n in enumerate(lengths.tolist()):
+        if not (target[b, :n] >= 0).any():
+            continue
+        p, t, runs = reference_boundary_counts(preds[b, :n].tolist(), target[b, :n].tolist())
+        matched += brute_force_matching(p, t, tolerance)
+        predicted, true = predicted + len(p), true + len(t)
+        segments, truth_segments = segments + len(p) + runs, truth_segments + len(t) + runs
+    f1, ratio = BoundaryF1(tolerance), SegmentRatio()
+    f1.update(preds, target, lengths)
+    ratio.update(preds, target, lengths)
+    if truth_segments == 0:  # no known frame in the batch
+        assert int(f1.sequences) == 0 and int(ratio.true) == 0
+        return
+    expected_f1 = 1.0 if predicted + true == 0 else 2 * matched / (predicted + true)
+    assert float(f1.compute()) == pytest.approx(expected_f1)
+    assert float(ratio.compute()) == pytest.approx(segments / truth_segments)
+    alone_f1, alone_ratio = BoundaryF1(tolerance), SegmentRatio()
+    for b in range(len(lengths)):
+        alone_f1.update(preds[b : b + 1], target[b : b + 1], lengths[b : b + 1])
+        alone_ratio.update(preds[b : b + 1], target[b : b + 1], lengths[b : b + 1])
+    assert float(alone_f1.compute()) == float(f1.compute())
+    assert float(alone_ratio.compute()) == float(ratio.compute())
+
+
+def test_a_prediction_that_agrees_with_every_known_frame_scores_fully():
+    """Five unknown frames, then five of label 0, predicted as one segment: frame accuracy 1, and so
+    boundary F1 1 and segment ratio 1 (the unknown-to-known change counted as a true boundary: F1 0,
+    ratio 0.5)."""
+    target = torch.tensor([[-1] * 5 + [0] * 5])
+    preds, lengths = torch.zeros(1, 10, dtype=torch.long), torch.tensor([10])
+    f1, ratio = BoundaryF1(0), SegmentRatio()
+    f1.update(preds, target, lengths)
+    ratio.update(preds, target, lengths)
+    assert float(f1.compute()) == 1.0 and float(ratio.compute()) == 1.0
+
+
 def test_segment_starts_count_consecutive_segments_of_one_label():
     """A segmentation whose segments at frames 0, 2 and 4 all carry label 1 (a rank-space HSMM's rank
     components do this): its frame labels show no boundary, its starts two (the metrics counted one

@@ -15,15 +15,19 @@ changes of ``preds``.
   finds one map for the whole evaluation set from the summed contingency table (a label means the same
   thing in every sequence); ``matching="sequence"`` finds one map per sequence. Predicted labels left
   without a partner (more labels than classes) count as errors.
-* ``BoundaryF1``: boundaries are the frames t >= 1 (t < length) whose label differs from frame t-1's
-  (ignored frames count as a label of their own), or where ``starts`` starts a segment; a predicted
-  boundary is correct when it is matched one-to-one to a true boundary at most ``tolerance`` frames
-  away (the maximum matching, computed greedily in time order, which is optimal for equal windows on a
-  line). F1 = 2 tp / (#pred + #true) summed over the set (micro-averaged), 1 when neither side has a
-  boundary.
+* ``BoundaryF1``: boundaries are the frames t >= 1 (t < length) whose label differs from frame t-1's,
+  or where ``starts`` starts a segment; a predicted boundary is correct when it is matched one-to-one
+  to a true boundary at most ``tolerance`` frames away (the maximum matching, computed greedily in time
+  order, which is optimal for equal windows on a line). F1 = 2 tp / (#pred + #true) summed over the set
+  (micro-averaged), 1 when neither side has a boundary.
 * ``SegmentRatio``: predicted segments over true segments, summed over the set (segments = boundaries
-  + 1 a sequence): 1 when a model cuts as often as the known segmentation, above 1 when it
+  + 1 a run of known frames): 1 when a model cuts as often as the known segmentation, above 1 when it
   over-segments.
+
+Both score only what is known: boundaries between two known frames (a change to or from an unknown
+frame, ``ignore_index``, is no boundary, and neither side's boundary next to one is scored), and the
+segments of each run of known frames; a sequence without known frames is left out. A batch's scores
+therefore do not depend on which sequences share it.
 
 Values are fractions in [0, 1]; ``nan`` before any update.
 """
@@ -145,6 +149,20 @@ def _best_matching(table: Tensor) -> int:
     return int(counts[rows, cols].sum())
 
 
+def scored_boundaries(
+    predicted: list[int], target: Tensor, length: int, ignore_index: int
+) -> tuple[list[int], list[int], int] | None:
+    """The predicted and true boundaries between two known frames of one sequence (target T) and its
+    number of runs of known frames; None where no frame is known (module docstring)."""
+    known = target[:length] != ignore_index
+    if not bool(known.any()):
+        return None
+    between = (known[1:] & known[:-1]).tolist()  # frame t (1..length-1) lies between two known frames
+    true = [t for t in boundaries(target, length) if between[t - 1]]
+    runs = int(known[0]) + int((known[1:] & ~known[:-1]).sum())
+    return [t for t in predicted if between[t - 1]], true, runs
+
+
 def boundaries(labels: Tensor, length: int) -> list[int]:
     """Frames t in 1..length-1 whose label differs from frame t-1's: labels T (one sequence)."""
     row = labels[:length]
@@ -189,17 +207,18 @@ class BoundaryF1(Metric):
 
     Args:
         tolerance: the largest distance in frames between a matched predicted and true boundary.
+        ignore_index: the target value of frames that are not known.
     """
 
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
 
-    def __init__(self, tolerance: int, **kwargs):
+    def __init__(self, tolerance: int, ignore_index: int = -1, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(tolerance, int) or isinstance(tolerance, bool) or tolerance < 0:
             raise ValueError(f"tolerance must be an int >= 0 (frames), got {tolerance!r}")
-        self.tolerance = tolerance
+        self.tolerance, self.ignore_index = tolerance, ignore_index
         for name in ("matched", "predicted", "true", "sequences"):
             self.add_state(name, torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
@@ -208,11 +227,14 @@ class BoundaryF1(Metric):
         _check(preds, target, lengths)
         preds, target = preds.cpu(), target.cpu()
         for b, (n, p) in enumerate(zip(lengths.tolist(), predicted_boundaries(preds, starts, lengths))):
-            t = boundaries(target[b], n)
+            scored = scored_boundaries(p, target[b], n, self.ignore_index)
+            if scored is None:
+                continue
+            p, t, _ = scored
             self.matched += match_boundaries(p, t, self.tolerance)
             self.predicted += len(p)
             self.true += len(t)
-        self.sequences += len(lengths)
+            self.sequences += 1
 
     def compute(self) -> Tensor:
         if int(self.sequences) == 0:
@@ -222,14 +244,19 @@ class BoundaryF1(Metric):
 
 
 class SegmentRatio(Metric):
-    """Predicted segments over true segments, summed over the set (module docstring)."""
+    """Predicted segments over true segments, summed over the set (module docstring).
+
+    Args:
+        ignore_index: the target value of frames that are not known.
+    """
 
     is_differentiable = False
     higher_is_better = None
     full_state_update = False
 
-    def __init__(self, **kwargs):
+    def __init__(self, ignore_index: int = -1, **kwargs):
         super().__init__(**kwargs)
+        self.ignore_index = ignore_index
         for name in ("predicted", "true"):
             self.add_state(name, torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
@@ -238,8 +265,11 @@ class SegmentRatio(Metric):
         _check(preds, target, lengths)
         preds, target = preds.cpu(), target.cpu()
         for b, (n, p) in enumerate(zip(lengths.tolist(), predicted_boundaries(preds, starts, lengths))):
-            self.predicted += len(p) + 1
-            self.true += len(boundaries(target[b], n)) + 1
+            scored = scored_boundaries(p, target[b], n, self.ignore_index)
+            if scored is not None:
+                p, t, runs = scored
+                self.predicted += len(p) + runs
+                self.true += len(t) + runs
 
     def compute(self) -> Tensor:
         if int(self.true) == 0:
