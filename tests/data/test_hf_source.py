@@ -4,7 +4,9 @@ clear errors; the card names the data by its source."""
 
 from __future__ import annotations
 
+import codecs
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -74,6 +76,24 @@ def test_a_datasets_source_reads_as_the_same_text_in_files(tmp_path, make):
         assert [x.tolist() for x in given.datasets[split]] == [x.tolist() for x in reference.datasets[split]]
     batch = next(iter(given.train_dataloader()))
     assert batch["tokens"].shape[0] == batch["lengths"].shape[0] > 0
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_word(tmp_path):
+    """Files saved as "UTF-8" by Notepad or Excel begin with a byte-order mark: read from a folder or
+    through datasets' text builder, the text is the same as without it (the mark stuck to the first
+    word: a vocabulary entry '\ufeffthe', and <unk> for the first word of valid and test)."""
+    reference = PTBDataModule(data_dir=str(ptb_files(tmp_path / "ptb")), batch_tokens=64)
+    marked_dir, marked_source = ptb_files(tmp_path / "marked"), text_source(tmp_path / "marked-source")
+    for path in [*marked_dir.iterdir(), *map(Path, marked_source["data_files"].values())]:
+        path.write_bytes(codecs.BOM_UTF8 + path.read_bytes())
+    folder = PTBDataModule(data_dir=str(marked_dir), batch_tokens=64)
+    through_datasets = PTBDataModule(hf_dataset=marked_source, batch_tokens=64)
+    for data in (reference, folder, through_datasets):
+        data.setup()
+    for data in (folder, through_datasets):
+        assert data.vocab == reference.vocab
+        for split in ("train", "valid", "test"):
+            assert data.sentences(split) == reference.sentences(split)
 
 
 def test_one_dataset_saved_to_disk_is_a_clear_error(tmp_path):

@@ -214,6 +214,15 @@ def test_text_that_is_not_utf8_names_the_file_and_line(tmp_path):
         PTBDataModule(data_dir=str(tmp_path)).setup()
 
 
+def test_a_byte_order_mark_does_not_move_the_line_and_byte_of_an_error(tmp_path):
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"ptb.{split}.txt").write_text("a cat sat\n")
+    latin1 = "the cat\nsat on the caf\xe9\n".encode("latin-1")
+    (tmp_path / "ptb.valid.txt").write_bytes(b"\xef\xbb\xbf" + latin1)  # a byte-order mark, then latin-1
+    with pytest.raises(ValueError, match=r"ptb.valid.txt is not UTF-8 text: line 2 \(byte 25, b'\\xe9'\)"):
+        PTBDataModule(data_dir=str(tmp_path)).setup()
+
+
 def test_blank_lines_are_no_sentences(tmp_path):
     texts = {"train": "a cat sat\n", "valid": "a cat\n", "test": "a cat sat\n\non the log\n  \n"}
     for split, text in texts.items():

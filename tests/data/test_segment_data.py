@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -243,6 +244,24 @@ def test_crosstask_errors(tmp_path):
     (tmp_path / "videos_val.csv").write_bytes("23521,t0,caf\xe9\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"videos_val.csv is not UTF-8 text: line 1"):
         CrossTaskDataModule(**files).setup()
+
+
+def test_crosstask_video_lists_with_a_byte_order_mark(tmp_path):
+    """A video list saved by Excel begins with a byte-order mark: its first video keeps its task, so its
+    annotation is found (the task read as '\ufeff23521', and the video silently had no labels)."""
+    files = write_crosstask(tmp_path)
+    plain = CrossTaskDataModule(**files)
+    plain.setup("test")
+    for name in ("train_videos", "test_videos"):
+        path = Path(files[name])
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    marked = CrossTaskDataModule(**files)
+    marked.setup("test")
+    test, reference = marked.datasets["test"], plain.datasets["test"]
+    assert test.names == reference.names and test[0]["labels"] is not None
+    assert [test[i]["labels"].tolist() for i in range(len(test))] == [
+        reference[i]["labels"].tolist() for i in range(len(reference))
+    ]
 
 
 def test_crosstask_warns_of_overlapping_steps_and_steps_past_the_end(tmp_path, caplog):
