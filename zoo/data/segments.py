@@ -134,7 +134,7 @@ class SequenceFeatures(Dataset):
                 if isinstance(rows, (str, Path)):
                     rows = load_feature_file(Path(rows), mmap=True)
                 if per_sequence:
-                    rows = np.asarray(rows, dtype=np.float32)
+                    rows = np.array(rows, dtype=np.float32)  # read whole (a memory map is read-only)
                     self.check_finite(i, rows)  # one NaN would spread over its whole sequence
                     rows = standardize_each(torch.as_tensor(rows)).numpy()
                 parts.append(np.asarray(rows[mine], dtype=np.float32))
