@@ -548,7 +548,7 @@ def zoo_cli_class():
             if subcommand == "predict":
                 self._check_writer()
             try:
-                super()._run_subcommand(subcommand)
+                self._run_leaving_no_empty_run(subcommand)
             except OSError as error:  # data files the data module's setup cannot find
                 if _zoo_error(error, OSError) is None:
                     raise
@@ -561,6 +561,16 @@ def zoo_cli_class():
                 if setup is None:
                     raise
                 raise CommandError(str(setup)) from None
+
+        def _run_leaving_no_empty_run(self, subcommand: str) -> None:
+            """LightningCLI's run; one that fails removes a run folder it left with only its config.yaml
+            (``KeepRunConfig.remove_empty_run``)."""
+            try:
+                super()._run_subcommand(subcommand)
+            except BaseException:
+                for callback in self.trainer.callbacks:
+                    getattr(callback, "remove_empty_run", lambda: None)()
+                raise
 
         def _check_writer(self) -> None:
             """``zoo predict`` without a writer callback computes every prediction and keeps none: a
@@ -649,6 +659,8 @@ def keep_run_config_class():
     from lightning.pytorch.cli import SaveConfigCallback
 
     class KeepRunConfig(SaveConfigCallback):
+        written: Path | None = None  # the config.yaml this fit wrote into a new run folder
+
         def setup(self, trainer, pl_module, stage: str) -> None:
             path = Path(trainer.log_dir) / self.config_filename
             exists = trainer.strategy.broadcast(path.is_file() if trainer.is_global_zero else False)
@@ -660,6 +672,17 @@ def keep_run_config_class():
                 )
             if not exists or stage == "fit":
                 super().setup(trainer, pl_module, stage)
+                self.written = path if stage == "fit" and not exists and trainer.is_global_zero else None
+
+        def remove_empty_run(self) -> None:
+            """Remove the run folder this fit made where it holds only its config.yaml (the fit failed
+            before anything else was written): the next run then takes its version, as the README's
+            ``version_0`` paths expect."""
+            if self.written is None or not self.written.parent.is_dir():
+                return
+            if [p.name for p in self.written.parent.iterdir()] == [self.written.name]:
+                self.written.unlink()
+                self.written.parent.rmdir()
 
     return KeepRunConfig
 

@@ -156,6 +156,19 @@ def test_vocabulary_mismatch_is_a_clear_error(ptb, capsys):
     assert f"the model has vocab_size = {vocab + 5} but the data has {vocab}: set " in line
 
 
+def test_a_fit_that_fails_at_setup_leaves_no_run_folder(ptb, capsys):
+    """The vocabulary mismatch stops the fit after its config.yaml was written: that folder is removed,
+    so the corrected run is version_0, as the README's paths say (it was version_1, and version_0 held
+    only the failed run's config)."""
+    tmp, vocab = ptb
+    logs = tmp / "lightning_logs"  # the recipes' CSV logger's
+    assert main(["fit", "--config", str(recipe(tmp, vocab + 5, "exact")), "--trainer.max_steps", "1"]) == 2
+    assert not logs.exists() or not any(logs.iterdir())
+    assert main(["fit", "--config", str(recipe(tmp, vocab, "exact")), "--trainer.max_steps", "1"]) == 0
+    assert sorted(p.name for p in logs.iterdir()) == ["version_0"]
+    assert (logs / "version_0" / "config.yaml").is_file()
+
+
 def test_unknown_backend_is_a_clear_error(ptb, capsys):
     tmp, vocab = ptb
     assert main(["fit", "--config", str(recipe(tmp, vocab, "sparse")), "--trainer.fast_dev_run", "1"]) == 2
