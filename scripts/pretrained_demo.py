@@ -3,7 +3,8 @@
 Every model is a checkpoint bundled with the package (``zoo/weights/``; no network, no training), each
 family's flagship where it is bundled:
 
-* HMM language model (PTB): score a sentence and the same words shuffled (log p, perplexity);
+* HMM language model (PTB): score a sentence and the same words shuffled (log p, perplexity), its
+  most likely states, and sample sentences;
 * HMM on the Bach chorales: NLL per frame of held-out chorales;
 * PCFG (PTB): parse a sentence (MBR tree) and sample sentences from the grammar;
 * HSMM (smartwatch): segment a held-out recording (found segments beside the gold exercises);
@@ -66,6 +67,9 @@ def hmm_language_model(tag: str, sentence: str) -> None:
             states = model.decode(batch)[0].tolist()  # Viterbi: the most probable state sequence
             shown = " ".join(f"{word}/{state}" for word, state in zip([*text, vocab.eos], states))
             print(f"  most likely states (Viterbi), word/state: {shown}")
+    drawn = model.sample(3, max_length=30, generator=torch.Generator().manual_seed(0))  # each ends at <eos>
+    for row, length in zip(drawn["tokens"], drawn["lengths"].tolist()):
+        print("  HMM sample:", " ".join(vocab.decode(row[:length])))
 
 
 def hmm_music(tag: str) -> None:

@@ -152,7 +152,7 @@ def test_readme_main_job_block_runs():
 
 
 DEMO_OUTPUT = {  # what scripts/pretrained_demo.py prints for each bundled family
-    "hmm_categorical": ("log p =", "perplexity", "most likely states (Viterbi)"),
+    "hmm_categorical": ("log p =", "perplexity", "most likely states (Viterbi)", "HMM sample:"),
     "hmm_bernoulli": ("nats per frame",),
     "pcfg": ("MBR parse", "sample:"),
     "hsmm": ("segments found",),
