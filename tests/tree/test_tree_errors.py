@@ -483,13 +483,13 @@ def test_bad_proposal_tensors():
 
     with pytest.raises(ValueError, match=r"proposal must have shape B x T x \(T\+1\) x NT"):
         run(feat(B, T, NT))
-    with pytest.raises(ValueError, match="finite and non-negative"):
+    with pytest.raises(ValueError, match="proposal weights must be positive"):
         run(-feat(B, T, T + 1, NT))
-    with pytest.raises(ValueError, match="finite and non-negative"):
+    with pytest.raises(ValueError, match=r"proposal weights must be finite, got NaN or inf \(first at index"):
         run(with_entry(feat(B, T, T + 1, NT), NAN))
     zero = feat(B, T, T + 1, NT)
-    zero[0, 0, 2] = 0
-    with pytest.raises(ValueError, match="positive mass on every span"):
+    zero[0, 0, 2, 1] = 0  # one label of one span: never drawn, so its mass would be missing
+    with pytest.raises(ValueError, match=r"must be positive, got 0 \(first at index \(0, 0, 2, 1\).*missing"):
         run(zero)
 
 

@@ -107,14 +107,14 @@ def check_finite(name: str, value: Tensor, allow_neg_inf: bool = True) -> None:
         return
     lo, hi = _extremes(value)
     if math.isnan(hi):
-        raise ValueError(f"{name} contains NaN{_first(value.isnan())}")
+        raise ValueError(f"{name} contains NaN{first_index(value.isnan())}")
     if hi == math.inf or (not allow_neg_inf and lo == -math.inf):
         what = "+inf" if allow_neg_inf else "infinite values"
         bad = value == math.inf if allow_neg_inf else value.isinf()
-        raise ValueError(f"{name} contains {what}{_first(bad)}; log-potentials must be finite or -inf")
+        raise ValueError(f"{name} contains {what}{first_index(bad)}; log-potentials must be finite or -inf")
 
 
-def _first(bad: Tensor) -> str:
+def first_index(bad: Tensor) -> str:
     """' (first at index (i, j, ...) of a ... tensor)': where an error names a bad entry."""
     index = tuple(int(i) for i in bad.nonzero()[0])
     return f" (first at index {index} of a {' x '.join(map(str, bad.shape))} tensor)"
@@ -126,11 +126,11 @@ def check_nonnegative(name: str, value: Tensor) -> None:
         return
     lo, hi = _extremes(value)
     if math.isnan(lo) or hi == math.inf:
-        raise ValueError(f"{name} must be finite, got NaN or inf entries{_first(~value.isfinite())}")
+        raise ValueError(f"{name} must be finite, got NaN or inf entries{first_index(~value.isfinite())}")
     if lo < 0:
         raise ValueError(
             f"{name} must be non-negative (a feature map such as exp or softmax), got minimum {lo:.4g}"
-            f"{_first(value < 0)}"
+            f"{first_index(value < 0)}"
         )
 
 

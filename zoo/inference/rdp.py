@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from zoo.inference.checks import check_shape
+from zoo.inference.checks import check_shape, first_index
 
 # the chains' named proposals (trees name theirs in zoo.inference.tree.randomized)
 PROPOSALS = ("uniform", "local", "global", "local+global")
@@ -33,7 +33,7 @@ class RDPOptions:
             trees); "uniform" (its top K1 is then an arbitrary fixed set of states: prefer k1 = 0),
             "local" (softmax of the unary), "global" (each state's incoming transition mass;
             the normalized L1 norm of the state embeddings for an EmbeddingChain), "local+global"
-            (their average, Eq. 34), or a B x T x N tensor of non-negative proposal weights.
+            (their average, Eq. 34), or a B x T x N tensor of positive proposal weights.
             Trees take "uniform", "local" (leaves by their terms) or a span tensor: see
             ``zoo.inference.tree.randomized``.
         generator: a torch.Generator for the index draws and Gumbel noise (reproducible runs).
@@ -121,13 +121,7 @@ def proposal_weights(
     B, T, N = unary.shape
     proposal = "local+global" if proposal is None else proposal
     if isinstance(proposal, Tensor):
-        check_shape("proposal", proposal, (B, T, N), "B x T x N")
-        proposal = proposal.to(dtype=unary.dtype, device=unary.device)  # weights of any dtype (counts too)
-        if not torch.isfinite(proposal).all() or (proposal < 0).any():
-            raise ValueError("proposal weights must be finite and non-negative")
-        if (proposal.sum(-1) <= 0).any():
-            raise ValueError("proposal weights must have positive mass at every position")
-        return proposal.log()
+        return log_proposal_tensor(proposal, (B, T, N), "B x T x N", unary)
     if proposal == "uniform":
         return unary.new_zeros(B, T, N)
     if proposal == "global":
@@ -139,6 +133,23 @@ def proposal_weights(
         log_prior = uniform_where_empty(state_prior().clone()).log_softmax(-1).unsqueeze(1)
         log_q = torch.logaddexp(log_q.log_softmax(-1), log_prior)
     return log_q
+
+
+def log_proposal_tensor(proposal: Tensor, shape: tuple, layout: str, like: Tensor) -> Tensor:
+    """log q of a caller's proposal: weights of ``shape`` (``layout`` names it), of any dtype (counts
+    too), finite and positive everywhere: a state of weight 0 would never be drawn beyond the top K1, so
+    Z_hat would miss its mass (biased). Detached, in ``like``'s dtype and device."""
+    check_shape("proposal", proposal, shape, layout)
+    q = proposal.detach().to(dtype=like.dtype, device=like.device)
+    if not bool(torch.isfinite(q).all()):
+        raise ValueError(f"proposal weights must be finite, got NaN or inf{first_index(~torch.isfinite(q))}")
+    if bool((q <= 0).any()):
+        raise ValueError(
+            f"proposal weights must be positive, got {q.min().item():.4g}{first_index(q <= 0)}: a state of "
+            "weight 0 is never drawn beyond the top K1 and its mass would be missing from the estimate "
+            "(give a state you know is impossible a small weight instead)"
+        )
+    return q.log()
 
 
 def uniform_where_empty(log_q: Tensor) -> Tensor:

@@ -28,7 +28,6 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from zoo.inference.checks import check_shape
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.numerics import logsumexp, safe_log
@@ -37,6 +36,7 @@ from zoo.inference.rdp import (
     RandomizedLifecycle,
     RDPOptions,
     check_top_k_proposal,
+    log_proposal_tensor,
     select_states,
     uniform_where_empty,
 )
@@ -74,13 +74,8 @@ def select_labels(grammar: GrammarFactors, terms: Tensor, options: RDPOptions) -
         raise ValueError(f"k1 + k2 must be at most NT = {NT} nonterminals, got k1={k1}, k2={k2}")
     check_top_k_proposal(options, NT)
     if isinstance(proposal, Tensor):
-        check_shape("proposal", proposal, (B, T, T + 1, NT), "B x T x (T+1) x NT")
-        if not torch.isfinite(proposal).all() or (proposal < 0).any():
-            raise ValueError("proposal weights must be finite and non-negative")
-        q = proposal.detach().to(terms.dtype).reshape(B, T * (T + 1), NT)
-        if (q.sum(-1) <= 0).any():
-            raise ValueError("proposal weights must have positive mass on every span")
-        log_q = q.log()
+        log_q = log_proposal_tensor(proposal, (B, T, T + 1, NT), "B x T x (T+1) x NT", terms)
+        log_q = log_q.reshape(B, T * (T + 1), NT)
     elif proposal in TREE_PROPOSALS:
         log_q = terms.new_zeros(B, T * (T + 1), NT)
     else:
