@@ -269,3 +269,35 @@ def test_estimated_marginals_live_on_kept_labels_and_gradients_flow(kind):
     for n, g in zip(names, grads):
         assert torch.isfinite(g).all(), n
         assert g.abs().sum() > 0, f"no gradient reaches {n}"
+
+
+def test_marginals_of_an_estimate_of_zero_are_refused():
+    """Where Z_hat = 0 (the kept nonterminal derives nothing, or a word no preterminal emits), the
+    marginals and the MBR tree are undefined: a ValueError names the sentences (the root span's marginal
+    came out 0 and the MBR tree right-branching); log Z_hat stays -inf, as documented."""
+    from zoo.inference import DenseGrammar
+
+    g = torch.Generator().manual_seed(0)
+    NT, PT, B, T = 3, 2, 2, 4
+    root = torch.randn(NT, dtype=torch.float64, generator=g)
+    rules = torch.randn(NT, NT + PT, NT + PT, dtype=torch.float64, generator=g)
+    rules[0] = float("-inf")  # nonterminal 0 derives nothing
+    terms = torch.randn(B, T, PT, dtype=torch.float64, generator=g)
+    lengths = torch.tensor([4, 3])
+    proposal = torch.ones(B, T, T + 1, NT, dtype=torch.float64)
+    proposal[..., 0] = 100.0  # k1 = 1, k2 = 0 keeps the dead nonterminal 0 on every span
+    grammar = DenseGrammar(root, rules)
+    dead = TreeDistribution(grammar, terms, lengths, "randomized", RDPOptions(1, 0, proposal))
+    assert torch.isneginf(dead.log_partition).all()
+    assert torch.isfinite(TreeDistribution(grammar, terms, lengths).log_partition).all()
+    for operation in ("span_marginals", "marginals", "preterminal_marginals", "mbr"):
+        with pytest.raises(ValueError, match=r"randomized estimate Z_hat is 0 for batch elements \[0, 1\]"):
+            value = getattr(dead, operation)
+            value() if callable(value) else value
+    no_tree = terms.clone()
+    no_tree[1, 1] = float("-inf")  # no preterminal emits word 1 of sentence 1
+    options = RDPOptions(1, 1, generator=torch.Generator().manual_seed(0))
+    one_dead = TreeDistribution(DenseGrammar(root, torch.randn(NT, NT + PT, NT + PT, dtype=torch.float64)),
+                                no_tree, lengths, "randomized", options)  # fmt: skip
+    with pytest.raises(ValueError, match=r"Z_hat is 0 for batch elements \[1\]"):
+        one_dead.span_marginals  # noqa: B018

@@ -328,6 +328,19 @@ class RandomizedEngine(RandomizedLifecycle, TreeEngine):
     def checked(self, log_z, lengths):
         return log_z  # an estimate may be -inf (every kept label dead) without the grammar being wrong
 
+    def _checked_log_partition(self, grammar, terms, lengths, **scores):
+        """The estimate the marginals and the MBR tree differentiate: a ValueError where it is 0, whose
+        marginals are undefined (they came out 0, and the MBR tree right-branching)."""
+        log_z = self.log_partition(grammar, terms, lengths, **scores)
+        dead = torch.isneginf(log_z.detach())
+        if bool(dead.any()):
+            raise ValueError(
+                f"the randomized estimate Z_hat is 0 for batch elements {dead.nonzero().flatten().tolist()} "
+                "(every label kept there died, or no tree has a non-zero score): its marginals and MBR tree "
+                "are undefined; keep more labels (k1, k2), use an informative proposal, or the exact backend"
+            )
+        return log_z
+
     def draw(self, grammar, terms) -> KeptLabels:
         """The labels each span and each leaf keeps (``select_labels``)."""
         return select_labels(grammar, terms, self.options)
