@@ -57,6 +57,17 @@ def test_a_checkpoint_that_is_not_there_is_one_line(tmp_path, capsys):
         assert line == f"zoo: error: no checkpoint file {missing} (--ckpt_path)"
 
 
+def test_best_and_last_of_another_process_are_one_line(capsys):
+    """`zoo test --ckpt_path last` in a process of its own found no checkpoint of a fit, warned, and
+    tested the untrained model (audit); "best" was a traceback. Both name the file to give instead."""
+    recipe = str(RECIPES / "hmm/ptb-exact-small.yaml")
+    for command, name in (("validate", "best"), ("test", "last"), ("predict", "last"), ("fit", "best")):
+        assert main([command, "--config", recipe, "--ckpt_path", name]) == 2
+        (line,) = error_lines(capsys.readouterr().err)
+        assert f"--ckpt_path {name} names a checkpoint of a fit run in the same process" in line, line
+        assert f"checkpoints/{name}.ckpt" in line
+
+
 def test_a_second_fit_into_a_run_folder_refuses_and_resuming_it_works(tmp_path, capsys):
     """Without a versioned logger a second ``zoo fit`` into the same root would replace the first run's
     config.yaml and checkpoints: it refuses in one line; resuming the run (--ckpt_path) and testing it

@@ -299,7 +299,7 @@ def zoo_cli_class():
             self._absolute_paths(config)
             init_from = model.get("init_args", {}).get("init_from") if hasattr(model, "get") else None
             ckpt_path = config.get("ckpt_path")
-            _check_ckpt_path(ckpt_path)
+            _check_ckpt_path(ckpt_path, self.subcommand)
             self._check_gpu(config.get("trainer"))
             weights = (init_from, self._check_init_from(init_from)) if init_from else None
             if ckpt_path and Path(ckpt_path).is_file():  # not "best" / "last": Lightning's own names
@@ -880,12 +880,20 @@ def _string_values(args: dict, prefix: str = ""):
             yield f"{prefix}{name}", value
 
 
-def _check_ckpt_path(ckpt_path: str | None) -> None:
-    """CommandError for a ``--ckpt_path`` that names no file (but Lightning's own names, "best",
-    "last", "hpc", "registry...", and URLs), before the data are read."""
+def _check_ckpt_path(ckpt_path: str | None, subcommand: str | None) -> None:
+    """CommandError for a ``--ckpt_path`` that names no file (but Lightning's own names, "last" to resume
+    a fit, "hpc", "registry...", and URLs), before the data are read. "best" and "last" name the
+    checkpoints of a fit in the same process, which a ``zoo validate | test | predict`` (or a new fit,
+    for "best") is not: Lightning then warned and went on with the model untrained."""
     if not ckpt_path or Path(ckpt_path).is_file() or "://" in ckpt_path:
         return
-    if ckpt_path in ("best", "last", "hpc") or ckpt_path.startswith("registry"):
+    if ckpt_path in ("best", "last") and (subcommand != "fit" or ckpt_path == "best"):
+        raise CommandError(
+            f"--ckpt_path {ckpt_path} names a checkpoint of a fit run in the same process, and `zoo "
+            f"{subcommand}` runs alone: give the file, e.g. --ckpt_path "
+            f"lightning_logs/version_0/checkpoints/{ckpt_path}.ckpt"
+        )
+    if ckpt_path in ("last", "hpc") or ckpt_path.startswith("registry"):
         return
     raise CommandError(f"no checkpoint file {ckpt_path} (--ckpt_path)")
 
