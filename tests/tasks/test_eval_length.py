@@ -112,3 +112,21 @@ def test_predict_refuses_what_test_refuses():
     untouchable(budget.model)
     with pytest.raises(ValueError, match=r"predict batch 0 \(2 sequences of up to 2,000 events\) would take"):
         budget.predict_step(text_batch(2000), 0)
+
+
+def test_the_memory_refusal_names_the_data_modules_own_batch_options():
+    """Music and feature data modules take batch_frames, not batch_tokens (the refusal named the
+    latter whatever the data: audit)."""
+    from types import SimpleNamespace
+
+    from zoo.data import MusicDataModule, PTBDataModule
+    from zoo.models import BernoulliHMM
+
+    model = BernoulliHMM(num_states=8, num_keys=88, embedding_dim=8, hidden_dim=8)
+    task = LikelihoodTask(model, max_eval_memory="1KiB")
+    batch = {"frames": torch.zeros(2, 10, 88), "lengths": torch.tensor([10, 7])}
+    named = {MusicDataModule: "batch_frames / batch_size", PTBDataModule: "batch_tokens / batch_size"}
+    for data, options in named.items():
+        task._trainer = SimpleNamespace(datamodule=data.__new__(data))
+        with pytest.raises(ValueError, match=rf"the data module's {options}\)"):
+            task._check_budget(batch, "test", 0)

@@ -11,6 +11,7 @@ AdamW; the learning rate is multiplied by ``lr_factor`` when the validation NLL 
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import time
@@ -283,9 +284,17 @@ class LikelihoodTask(pl.LightningModule):
                 f"would take about {needed / 2**30:.3g} GiB to evaluate ({type(self.model).__name__}."
                 f"eval_memory, its cost model), over max_eval_memory = {budget / 2**30:.3g} GiB"
                 f"{' (auto: the device memory)' if self.max_eval_memory == 'auto' else ''}; evaluate in "
-                f"smaller batches (the data module's batch_tokens / batch_size), drop the longest {stage} "
+                f"smaller batches (the data module's {self._batch_options()}), drop the longest {stage} "
                 "sequences, or set the budget (--model.init_args.max_eval_memory 64GiB, or null for none)"
             )
+
+    def _batch_options(self) -> str:
+        """The batch-size arguments of the run's data module, as a refusal names them ("batch_frames /
+        batch_size" for music and features; "batch_tokens / batch_size" for text and without one)."""
+        data = getattr(self._trainer, "datamodule", None)
+        accepted = inspect.signature(type(data)).parameters if data is not None else {}
+        names = [n for n in ("batch_tokens", "batch_frames", "batch_size") if n in accepted]
+        return " / ".join(names or ["batch_tokens", "batch_size"])
 
     def _log_seed_statistics(self, stage: str) -> None:
         """Mean and standard deviation over seeds of a random evaluation's NLL (and perplexity)."""
