@@ -6,6 +6,7 @@ every batch row draws its own kept states.
 
 import itertools
 import math
+import re
 
 import pytest
 import torch
@@ -305,3 +306,28 @@ def test_a_chain_without_a_path_still_names_its_sequence():
         LinearChain(chain, backend="randomized", options=options).log_partition  # noqa: B018
     with pytest.raises(ValueError, match=r"zero probability for batch element\(s\) \[1\]"):
         LinearChain(chain).log_partition  # noqa: B018
+
+
+def test_what_is_derived_from_an_estimate_of_zero_is_refused():
+    """Where a draw keeps no path of a sequence (Z_hat = 0, log -inf as before), the marginals (all 0),
+    the entropy and the relaxed samples (the chain's 'zero probability' error, which blamed its
+    potentials) are undefined: one error names the sequences and what to change. The chain still
+    trains: log Z_hat's gradient is 0 there."""
+    chain = fixed_start_chain()
+    for seed in range(200):  # a draw where sequence 0 or 1 has Z_hat = 0
+        options = RDPOptions(1, 1, proposal="uniform", generator=torch.Generator().manual_seed(seed))
+        dist = LinearChain(chain, backend="randomized", options=options)
+        dead = torch.isneginf(dist.log_partition)
+        if dead.any():
+            break
+    named = re.escape(f"Z_hat is 0 for batch elements {dead.nonzero().flatten().tolist()}")
+    for operation in ("marginals", "entropy"):
+        with pytest.raises(ValueError, match=named + r".*its " + operation):
+            getattr(dist, operation)
+    with pytest.raises(ValueError, match=named + r".*relaxed samples"):
+        dist.rsample(1.0)
+    unary = chain.unary.clone().requires_grad_()
+    options = RDPOptions(1, 1, proposal="uniform", generator=torch.Generator().manual_seed(seed))  # the draw
+    trained = LinearChain(DenseChain(unary, chain.transition, chain.init), None, "randomized", options)
+    trained.log_partition.exp().sum().backward()
+    assert torch.isfinite(unary.grad).all() and (unary.grad[dead] == 0).all()

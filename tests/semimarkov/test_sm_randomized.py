@@ -150,3 +150,22 @@ def test_an_empty_tail_gives_finite_estimates_and_entropy():
     dist = SemiMarkovChain(factors, backend="randomized", options=options)
     torch.testing.assert_close(dist.log_partition, SemiMarkovChain(factors).log_partition)
     assert torch.isfinite(dist.entropy).all() and torch.isfinite(dist.marginals).all()
+
+
+def test_what_is_derived_from_an_estimate_of_zero_is_refused():
+    """A proposal that keeps only a state no frame allows (k1 = 1, k2 = 0) gives Z_hat = 0 (log -inf, as
+    documented); the marginals, segment marginals and entropy of that estimate came out 0 with no error:
+    now one error names the sequences."""
+    g = torch.Generator().manual_seed(0)
+    B, T, N = 2, 5, 3
+    unary = torch.randn(B, T, N, dtype=F64, generator=g)
+    unary[:, :, 0] = float("-inf")  # state 0 emits no frame
+    proposal = torch.ones(B, T, N, dtype=F64)
+    proposal[..., 0] = 100.0
+    factors = DenseSemiMarkov(unary, torch.randn(N, N, dtype=F64, generator=g), torch.randn(N, 2, dtype=F64))
+    dist = SemiMarkovChain(factors, torch.tensor([5, 3]), "randomized", RDPOptions(1, 0, proposal))
+    assert torch.isneginf(dist.log_partition).all()
+    assert torch.isfinite(SemiMarkovChain(factors, torch.tensor([5, 3])).log_partition).all()
+    for operation in ("marginals", "segment_marginals", "entropy"):
+        with pytest.raises(ValueError, match=r"Z_hat is 0 for batch elements \[0, 1\]"):
+            getattr(dist, operation)

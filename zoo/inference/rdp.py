@@ -152,6 +152,19 @@ def log_proposal_tensor(proposal: Tensor, shape: tuple, layout: str, like: Tenso
     return q.log()
 
 
+def check_nonzero_estimate(log_z: Tensor, what: str) -> Tensor:
+    """``log_z`` (B,), the log of a randomized estimate, or a ValueError where the estimate is 0 (log -inf):
+    ``what`` is derived from it (marginals, an entropy) and is undefined there."""
+    dead = torch.isneginf(log_z.detach())
+    if bool(dead.any()):
+        raise ValueError(
+            f"the randomized estimate Z_hat is 0 for batch elements {dead.nonzero().flatten().tolist()} "
+            f"(every state kept there died, or the structure has no non-zero path): its {what} undefined; "
+            "keep more states (k1, k2), use an informative proposal, or the exact backend"
+        )
+    return log_z
+
+
 def uniform_where_empty(log_q: Tensor) -> Tensor:
     """``log_q`` with every row that has no finite entry (a position no state can take: the structure
     has zero probability there) set to zeros, uniform, so that states are still drawn; in place."""

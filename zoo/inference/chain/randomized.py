@@ -16,6 +16,8 @@ K2 = 0 gives the top-K baseline (Sun et al. 2019); K1 = N recovers the exact DP.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
@@ -30,7 +32,7 @@ from zoo.inference.chain.factors import ChainFactors, DenseChain
 from zoo.inference.chain.scaled import ZeroProbability
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
-from zoo.inference.rdp import KeptStates, SequenceLifecycle
+from zoo.inference.rdp import KeptStates, SequenceLifecycle, check_nonzero_estimate
 from zoo.inference.semiring import Entropy
 
 
@@ -96,12 +98,27 @@ class RandomizedEngine(SequenceLifecycle, ChainEngine):
         except ZeroProbability:
             return zero_estimates(estimate, small, factors, lengths)
 
+    def differentiated(self, log_z):
+        return check_nonzero_estimate(log_z, "marginals are")
+
     def log_alphas(self, factors, lengths):
         return exact.log_forward(reduced_chain(factors, self.kept_states(factors)), lengths)[1]
 
     def entropy(self, factors, lengths):
         kept = self.kept_states(factors)
-        return exact.forward(reduced_chain(factors, kept), lengths, Entropy, kept.log_weights)[0]
+        with self._naming_an_estimate_of_zero(factors, lengths, "entropy is"):
+            return exact.forward(reduced_chain(factors, kept), lengths, Entropy, kept.log_weights)[0]
+
+    @contextlib.contextmanager
+    def _naming_an_estimate_of_zero(self, factors, lengths, what: str):
+        """Where the kept states leave a sequence no path, the ``ZeroProbability`` of the reduced chain
+        (which blamed the chain's potentials) becomes the estimate's error; the chain's own stays."""
+        try:
+            yield
+        except ZeroProbability:
+            with torch.no_grad():
+                check_nonzero_estimate(self.log_partition(factors, lengths), what)
+            raise
 
     def log_prob(self, factors, lengths, states, log_z=None):  # exact: never the estimate's log Z
         return ExactEngine().log_prob(factors.dense(), lengths, states)
@@ -118,7 +135,8 @@ class RandomizedEngine(SequenceLifecycle, ChainEngine):
         """
         kept = self.kept_states(factors)
         small = reduced_chain(factors, kept)
-        alphas = exact.log_forward(small, lengths)[1]
+        with self._naming_an_estimate_of_zero(factors, lengths, "relaxed samples are"):
+            alphas = exact.log_forward(small, lengths)[1]
         generator = generator if generator is not None else self.options.generator
         _, soft = gumbel_backward(
             alphas, small.transition_columns, lengths, 1, temperature, generator

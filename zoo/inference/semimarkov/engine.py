@@ -130,6 +130,11 @@ class SemiMarkovEngine(Engine):
     def checked(self, log_z: Tensor, factors, lengths: Tensor) -> Tensor:
         return check_covered(log_z, lengths, factors.max_duration)
 
+    def differentiated(self, log_z: Tensor, factors, lengths: Tensor) -> Tensor:
+        """The log Z that marginals are the gradient of, checked (the randomized engine also refuses an
+        estimate of 0, whose marginals are undefined)."""
+        return self.checked(log_z, factors, lengths)
+
     def segment_marginals(self, factors, lengths: Tensor) -> Tensor:
         """p(segment (s, d, j)): B x T x D x N, the gradient of log Z w.r.t. a zero segment probe."""
         differentiable = needs_grad(*vars(factors).values())
@@ -138,7 +143,7 @@ class SemiMarkovEngine(Engine):
             probe = torch.zeros(
                 B, T, D, N, dtype=self._dtype(factors), device=factors.device, requires_grad=True
             )
-            log_z = self.checked(self.log_partition(factors, lengths, probe), factors, lengths)
+            log_z = self.differentiated(self.log_partition(factors, lengths, probe), factors, lengths)
             (grad,) = torch.autograd.grad(log_z.sum(), probe, create_graph=differentiable)
         return grad
 

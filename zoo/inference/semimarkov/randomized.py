@@ -12,13 +12,14 @@ a sequence of positions, ``select_states``), drawn once per engine under ``no_gr
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import ESTIMATE, FALLBACK
 from zoo.inference.logmatmul import Matrix, entropy_step, log_matmul
 from zoo.inference.numerics import finite_or_zero
-from zoo.inference.rdp import KeptStates, SequenceLifecycle
+from zoo.inference.rdp import KeptStates, SequenceLifecycle, check_nonzero_estimate
 from zoo.inference.semimarkov.engine import SemiMarkovEngine
 from zoo.inference.semimarkov.exact import ExactEngine, dense_problem
 from zoo.inference.semimarkov.factors import DenseSemiMarkov, LowRankSemiMarkov, cumulative
@@ -75,6 +76,9 @@ class RandomizedEngine(SequenceLifecycle, SemiMarkovEngine):
     def checked(self, log_z, factors, lengths):
         return log_z  # an estimate may be -inf (every kept state dead) without the model being wrong
 
+    def differentiated(self, log_z, factors, lengths):
+        return check_nonzero_estimate(log_z, "marginals are")
+
     def _rows(self, factors):
         if isinstance(factors, LowRankSemiMarkov):
             return factors.transition_rows
@@ -87,7 +91,9 @@ class RandomizedEngine(SequenceLifecycle, SemiMarkovEngine):
         return forward(problem, lengths, probe)[0]
 
     def entropy(self, factors, lengths):
-        """In float64, as the exact engine's."""
+        """In float64, as the exact engine's; a ValueError where the estimate is 0 (it came out 0)."""
+        with torch.no_grad():
+            check_nonzero_estimate(self.log_partition(factors, lengths), "entropy is")
         dense = factors.dense().double()
         problem = dense_problem(dense)
         problem.step = RandomizedStep(_rows_of(dense.transition), self.kept_states(factors))

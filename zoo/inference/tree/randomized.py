@@ -35,6 +35,7 @@ from zoo.inference.rdp import (
     KeptStates,
     RandomizedLifecycle,
     RDPOptions,
+    check_nonzero_estimate,
     check_top_k_proposal,
     log_proposal_tensor,
     select_states,
@@ -329,17 +330,10 @@ class RandomizedEngine(RandomizedLifecycle, TreeEngine):
         return log_z  # an estimate may be -inf (every kept label dead) without the grammar being wrong
 
     def _checked_log_partition(self, grammar, terms, lengths, **scores):
-        """The estimate the marginals and the MBR tree differentiate: a ValueError where it is 0, whose
-        marginals are undefined (they came out 0, and the MBR tree right-branching)."""
+        """The estimate the marginals and the MBR tree differentiate: a ValueError where it is 0 (they
+        came out 0, and the MBR tree right-branching)."""
         log_z = self.log_partition(grammar, terms, lengths, **scores)
-        dead = torch.isneginf(log_z.detach())
-        if bool(dead.any()):
-            raise ValueError(
-                f"the randomized estimate Z_hat is 0 for batch elements {dead.nonzero().flatten().tolist()} "
-                "(every label kept there died, or no tree has a non-zero score): its marginals and MBR tree "
-                "are undefined; keep more labels (k1, k2), use an informative proposal, or the exact backend"
-            )
-        return log_z
+        return check_nonzero_estimate(log_z, "marginals and MBR tree are")
 
     def draw(self, grammar, terms) -> KeptLabels:
         """The labels each span and each leaf keeps (``select_labels``)."""
