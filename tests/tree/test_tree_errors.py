@@ -239,11 +239,13 @@ def test_low_rank_shapes(kwargs, match):
     [
         (dict(U=feat(NT + 1, R)), r"U must have shape NT x r"),
         (dict(V=feat(S, R + 1)), r"V must have shape S x r"),
-        (dict(W=feat(S + 1, R)), r"W must have shape S x r"),
+        (dict(W=feat(S + 1, R)), rf"V and W must have the same number of rows.* {S} rows in V and {S + 1}"),
+        (dict(V=feat(S + 1, R)), rf"got {S + 1} rows in V and {S} in W"),  # it blamed W
+        (dict(W=feat(S, R + 1)), r"W must have shape S x r"),
         (dict(V=feat(NT, R), W=feat(NT, R)), r"S = NT \+ PT > NT"),
         (dict(U=feat(NT, 0), V=feat(S, 0), W=feat(S, 0)), "rank r >= 1"),
     ],
-    ids=["U-NT", "V-r", "W-S", "no-preterminals", "r=0"],
+    ids=["U-NT", "V-r", "W-S", "V-S", "W-r", "no-preterminals", "r=0"],
 )
 def test_rank_space_shapes(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -258,7 +258,12 @@ class RankSpaceGrammar(GrammarFactors):
         r = self.U.shape[-1]
         self.V = _grammar_tensor("V", V, (None, r), "S x r")
         S = self.V.shape[-2]
-        self.W = _grammar_tensor("W", W, (S, r), "S x r")
+        self.W = _grammar_tensor("W", W, (None, r), "S x r")
+        if self.W.shape[-2] != S:  # neither names S: which one is off, the caller knows
+            raise ValueError(
+                "V and W must have the same number of rows S = NT + PT (the children: nonterminals, then "
+                f"preterminals), got {S} rows in V and {self.W.shape[-2]} in W"
+            )
         if r == 0 or S <= NT:
             raise ValueError(
                 f"U, V, W need rank r >= 1 and S = NT + PT > NT = {NT} rows in V and W, "
