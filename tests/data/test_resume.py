@@ -105,26 +105,34 @@ def test_a_resumed_run_sees_the_batches_of_a_straight_run(text, tmp_path, stop_a
     assert_same_run(straight, resumed, stop, task, again)
 
 
-@pytest.mark.parametrize("stopped_by", ["max_steps mid-epoch", "epoch end"])
+@pytest.mark.parametrize("stopped_by", ["max_steps mid-epoch", "epoch end", "max_steps, recipes' last.ckpt"])
 def test_a_stopped_run_goes_on_as_a_straight_run(text, tmp_path, stopped_by):
     """The checkpoint a run writes when it stops (Lightning marks its epoch processed, not completed)
     resumed with a larger max_steps: the rest of a cut-short epoch, then the next epochs' shuffles, at
     the straight run's steps (Lightning alone trained nothing, skipped the epoch's rest, or ran the
-    next epoch's shuffle one step late)."""
-    first = dict(max_epochs=3, max_steps=5) if stopped_by == "max_steps mid-epoch" else dict(max_epochs=1)
+    next epoch's shuffle one step late). The recipes' checkpoint (best by val/nll, and last) writes
+    last.ckpt at the stop too (it held the previous epoch's end: audit)."""
+    first = dict(max_epochs=3, max_steps=5) if stopped_by != "epoch end" else dict(max_epochs=1)
     latest = ModelCheckpoint(dirpath=tmp_path / "stopped")  # Lightning's default: at the epoch's end
+    if stopped_by.endswith("last.ckpt"):
+        latest = ModelCheckpoint(
+            dirpath=tmp_path / "stopped", filename="best", monitor="val/nll", save_last=True,
+            enable_version_counter=False,
+        )  # fmt: skip
     _, trainer = fit(text, tmp_path / "stopped", RecordBatches(), checkpoints=latest, validate=True, **first)
     stop, per_epoch = trainer.global_step, trainer.num_training_batches
+    resume_from = latest.last_model_path if stopped_by.endswith("last.ckpt") else latest.best_model_path
+    assert torch.load(resume_from, weights_only=False)["global_step"] == stop
     limits = dict(max_epochs=3, max_steps=2 * per_epoch + 3)
     straight, resumed = RecordBatches(), RecordBatches()
     task, trainer = fit(text, tmp_path / "straight", straight, validate=True, **limits)
     again, trainer_again = fit(
-        text, tmp_path / "resumed", resumed, ckpt_path=latest.best_model_path, validate=True, **limits
+        text, tmp_path / "resumed", resumed, ckpt_path=resume_from, validate=True, **limits
     )
     assert len(resumed.batches) == 2 * per_epoch + 3 - stop
     assert_same_run(straight, resumed, stop, task, again)
     assert logged(tmp_path / "resumed") == logged(tmp_path / "straight")[stop:]
-    if stopped_by == "max_steps mid-epoch":  # the resumed epoch's end steps the scheduler (Lightning's not)
+    if stopped_by != "epoch end":  # the resumed epoch's end steps the scheduler (Lightning's not)
         schedulers = (t.lr_scheduler_configs[0].scheduler.state_dict() for t in (trainer, trainer_again))
         assert next(schedulers) == next(schedulers)
 

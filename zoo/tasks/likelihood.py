@@ -238,6 +238,17 @@ class LikelihoodTask(pl.LightningModule):
     def on_train_epoch_start(self) -> None:
         self._last_step_end = time.perf_counter()  # validation and data set-up are not training time
 
+    def on_train_epoch_end(self) -> None:
+        """A run stopped mid-epoch by ``max_steps`` writes its ``last.ckpt`` then, as the docs say:
+        Lightning's ModelCheckpoint (``save_last``, the recipes') wrote it at validation and epoch ends
+        only, so the file held the previous one. Here, as a checkpoint written at the epoch's end (the
+        callbacks' hook ran first), the epoch counts as cut short, and a resumed run trains its rest."""
+        if self.trainer.max_steps < 0 or self.trainer.global_step < self.trainer.max_steps:
+            return
+        for callback in self.trainer.checkpoint_callbacks:
+            if callback.save_last and callback._last_global_step_saved != self.trainer.global_step:
+                callback._save_last_checkpoint(self.trainer, callback._monitor_candidates(self.trainer))
+
     def _random_evaluation(self) -> bool:
         return not getattr(self.model, "evaluation_is_exact", lambda: True)()
 
