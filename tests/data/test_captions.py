@@ -67,8 +67,11 @@ def test_karpathy_bad_files_are_clear_errors(tmp_path):
 
 
 def test_caption_lines_skip_blank_lines(tmp_path):
-    (tmp_path / "train.txt").write_text("a cat\n\n  a dog on a mat  \n")
-    assert read_caption_lines(tmp_path, "train") == ["a cat", "a dog on a mat"]
+    """Left out with a warning that counts them and names the first line, as the other text readers
+    do (they went silently: audit)."""
+    (tmp_path / "train.txt").write_text("a cat\n\n  a dog on a mat  \n \n")
+    with pytest.warns(UserWarning, match=r"train.txt: 2 of 4 lines left out \(first at line 2\): blank"):
+        assert read_caption_lines(tmp_path, "train") == ["a cat", "a dog on a mat"]
     with pytest.raises(FileNotFoundError, match="valid.txt"):
         read_caption_lines(tmp_path, "valid")
 

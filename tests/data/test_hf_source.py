@@ -212,6 +212,15 @@ def test_the_captions_data_reads_a_datasets_source_as_gpt2_ids(tmp_path):
     again.setup()
     assert sorted(p.name for p in (tmp_path / "hf-cache").rglob("cache-*.arrow")) == cached
     assert [x.tolist() for x in again.datasets["train"]] == [x.tolist() for x in given.datasets["train"]]
+    blank_rows = {"path": "text", "data_files": {}}
+    for split, lines in TEXT.items():  # datasets' text builder: each blank line a row of ""
+        (folder / f"blank-{split}.txt").write_text("\n\n".join(lines) + "\n")
+        blank_rows["data_files"][split] = str(folder / f"blank-{split}.txt")
+    blanks = CaptionsDataModule(hf_dataset=blank_rows, max_words=6)
+    left_out = r"hf_dataset train split: 2 of 5 rows left out \(first at row 1\): blank"
+    with pytest.warns(UserWarning, match=left_out):
+        blanks.setup()
+    assert [x.tolist() for x in blanks.datasets["train"]] == [x.tolist() for x in given.datasets["train"]]
     fewer = CaptionsDataModule(hf_dataset=source, max_words=6, max_sentences=1)
     fewer.setup()
     assert len(fewer.datasets["train"]) == 1

@@ -30,7 +30,7 @@ from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SPLITS, SequenceDataModule
 from zoo.data.gpt2_bpe import END_OF_TEXT, GPT2_VOCAB_SIZE, gpt2_tokenizer
 from zoo.data.hf_source import load_sentences, load_token_ids, replacing
-from zoo.data.left_out import warn_left_out
+from zoo.data.left_out import BLANK, warn_left_out
 from zoo.data.utf8 import read_utf8
 
 __all__ = ["SOURCES", "CaptionsDataModule", "read_captions", "read_coco_karpathy", "read_caption_lines"]
@@ -68,14 +68,18 @@ def karpathy_tokens(raw: str) -> list[str]:
 
 
 def read_caption_lines(directory: str | os.PathLike, split: str) -> list[str]:
-    """One caption a line from ``{directory}/{split}.txt`` (blank lines are skipped)."""
+    """One caption a line from ``{directory}/{split}.txt`` (blank lines are left out, with a warning
+    that counts them and names the first)."""
     path = Path(directory) / f"{split}.txt"
     if not path.is_file():
         raise FileNotFoundError(
             f"no {path.name} in {directory}: the 'text' source reads train.txt, valid.txt, test.txt "
             "(one caption a line)"
         )
-    return [line.strip() for line in read_utf8(path).splitlines() if line.strip()]
+    lines = read_utf8(path).splitlines()
+    blank = [i + 1 for i, line in enumerate(lines) if not line.strip()]
+    warn_left_out(str(path), blank, len(lines), "line", BLANK)
+    return [line.strip() for line in lines if line.strip()]
 
 
 def read_captions(source: str, split: str, path: str | os.PathLike | None = None) -> list[str]:
@@ -188,7 +192,7 @@ class CaptionsDataModule(SequenceDataModule):
     def _mapped_ids(self, split: str) -> list[list[int]]:
         """The kept sentences' ids of the ``hf_dataset``'s ``split``, tokenized in a cached ``map``."""
         encoder = CaptionEncoder(self.tokenizer_cache, self.max_words)
-        ids = load_token_ids(self.hf_dataset, split, encoder, keep_refused=True)
+        ids = load_token_ids(self.hf_dataset, split, encoder, keep_refused=True, warn_blank=True)
         long = [i + 1 for i, sentence in enumerate(ids) if not sentence]
         warn_left_out(f"hf_dataset {split} split", long, len(ids), "caption", over(self.max_words))
         ids = [sentence for sentence in ids if sentence]

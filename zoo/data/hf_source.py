@@ -199,25 +199,32 @@ def load_sentences(source: dict[str, Any], split: str, keep_blank: bool = False)
     return [w for w in sentences if w]
 
 
-def load_token_ids(source: dict[str, Any], split: str, encode, keep_refused: bool = False) -> list[list[int]]:
+def load_token_ids(
+    source: dict[str, Any], split: str, encode, keep_refused: bool = False, warn_blank: bool = False
+) -> list[list[int]]:
     """The token ids of each non-blank row of ``split`` of ``source``: ``encode(words)`` (a picklable
     callable, e.g. ``functools.partial(vocab.encode, add_eos=True)``; an empty list refuses the row,
     which is left out, or kept as [] with ``keep_refused``) in a batched ``map``, cached by ``datasets``
-    under the fingerprint of the data and of ``encode`` (its vocabulary included)."""
+    under the fingerprint of the data and of ``encode`` (its vocabulary included). ``warn_blank``: say
+    how many blank rows are left out (where ``load_sentences`` has not said it already)."""
     data, source = load_split(source, split)
     words = _words(source, split)
 
-    def encoded(rows: dict, indices: list[int]) -> list[list[int]]:
-        return [encode(w) for w in words(rows, indices) if w]
+    def encoded(rows: dict, indices: list[int]) -> dict[str, list]:
+        sentences = words(rows, indices)
+        return {"ids": [encode(w) if w else [] for w in sentences], "blank": [not w for w in sentences]}
 
     ids = data.map(
-        lambda rows, indices: {"ids": encoded(rows, indices)},
-        batched=True,
-        with_indices=True,
-        remove_columns=data.column_names,
+        encoded, batched=True, with_indices=True, remove_columns=data.column_names,
         desc=f"token ids of {split}",
-    )
-    rows = list(ids["ids"]) if "ids" in ids.column_names else []  # every row blank: no column
+    )  # fmt: skip
+    if "ids" not in ids.column_names:  # no rows
+        return []
+    blank = list(ids["blank"])
+    if warn_blank:
+        rows = [i for i, b in enumerate(blank) if b]  # rows numbered from 0, as datasets numbers them
+        warn_left_out(f"hf_dataset {split} split", rows, len(blank), "row", BLANK)
+    rows = [row for row, b in zip(ids["ids"], blank) if not b]
     return rows if keep_refused else [row for row in rows if row]
 
 
