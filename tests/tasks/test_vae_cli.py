@@ -137,6 +137,17 @@ def test_vocabulary_mismatch_is_a_clear_error(tmp_path, capsys):
     assert "zoo: error: the model has vocab_size = 100 but the data has 50257" in capsys.readouterr().err
 
 
+def test_a_sentence_longer_than_the_encoder_reads_is_refused_before_training(tmp_path, capsys):
+    """A caption of more GPT-2 tokens than max_positions stopped the run at its batch with a traceback
+    naming no split or sentence (audit); the longest caption here has 7 tokens with <|endoftext|>."""
+    path = recipe(tmp_path, max_positions=6)
+    assert main(["fit", "--config", str(path), "--trainer.fast_dev_run", "1"]) == 2
+    error = capsys.readouterr().err
+    assert "zoo: error: 1 of the 6 sentences of the train split are longer than the encoder's 6" in error
+    assert "sentence 3, has 8 GPT-2 tokens" in error
+    assert "lower the data module's max_words, or build the model with a larger max_positions" in error
+
+
 def test_rank_space_is_a_clear_error(tmp_path, capsys):
     assert main(["fit", "--config", str(recipe(tmp_path, "rank-space")), "--trainer.fast_dev_run", "1"]) == 2
     assert "Use backend='low-rank'" in capsys.readouterr().err

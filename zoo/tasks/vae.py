@@ -25,6 +25,7 @@ import logging
 import torch
 from torch import Tensor
 
+from zoo.errors import SetupError
 from zoo.metrics import NegativeLogLikelihood, PosteriorUsage
 from zoo.tasks.likelihood import LikelihoodTask, evaluation_generator
 
@@ -62,11 +63,13 @@ class VAETask(LikelihoodTask):
         )
 
     def setup(self, stage: str) -> None:
-        """Before training, fit the decoder's shortlist (``decoder_vocab``) on the training split's
-        token counts when the model has one that is not fitted yet."""
+        """Refuse data with a sentence longer than the encoder reads (``_check_positions``); before
+        training, fit the decoder's shortlist (``decoder_vocab``) on the training split's token counts
+        when the model has one that is not fitted yet."""
         super().setup(stage)
         decoder = self.model.decoder
         data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        self._check_positions(data)
         if stage != "fit" or decoder.fitted or data is None:
             return
         counts = getattr(data, "token_counts", None)
@@ -80,6 +83,23 @@ class VAETask(LikelihoodTask):
         ids = decoder.fit_shortlist(train)
         kept = train[ids].sum() / train.sum()
         log.info("decoder shortlist: %d ids cover %.2f %% of the training tokens", len(ids), 100 * kept)
+
+    def _check_positions(self, data) -> None:
+        """A SetupError where a split of ``data`` holds a sentence of more GPT-2 tokens than the encoder
+        has positions: it stopped the run at its batch, with a traceback naming neither (max_words
+        counts words, not tokens)."""
+        limit = self.model.encoder.config.n_positions
+        for split, dataset in (getattr(data, "datasets", None) or {}).items():
+            lengths = getattr(dataset, "lengths", None)
+            if lengths is None or not len(lengths) or int(lengths.max()) <= limit:
+                continue
+            over = torch.as_tensor(lengths) > limit
+            raise SetupError(
+                f"{int(over.sum())} of the {len(lengths)} sentences of the {split} split are longer than the "
+                f"encoder's {limit} positions (max_positions): the first, sentence {int(over.nonzero()[0])}, "
+                f"has {int(lengths[over][0])} GPT-2 tokens with <|endoftext|>; lower the data module's "
+                "max_words, or build the model with a larger max_positions"
+            )
 
     def _random_evaluation(self) -> bool:
         return False  # the importance samples are seeded per batch: one reproducible estimate
