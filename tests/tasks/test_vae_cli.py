@@ -3,6 +3,7 @@ validate from a checkpoint, the state-usage plot, the paper and CPU recipes, and
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -211,3 +212,33 @@ def test_init_missing_ok_starts_a_low_rank_vae_from_an_exact_one(tmp_path):
         VAETask(low_rank(), init_from=source, init_missing_ok=["inference.nothing"])
     with pytest.raises(ValueError, match="init_missing_ok must be a list of weight names, got 'x'"):
         VAETask(low_rank(), init_from=source, init_missing_ok="x")
+
+
+def test_a_run_resumed_twice_goes_on_as_a_straight_run(tmp_path):
+    """The audit's run: a VAE with the recipes' checkpoint (best by val/nll, last) and a step one, mid-epoch
+    validation, stopped by max_steps at 5, resumed to 7 (the first step of epoch 2, no validation on the
+    way), resumed to 10. The recipes' callback, which had saved nothing in the second run, wrote last.ckpt
+    when it ended, marking epoch 2 completed after one batch: the third run skipped its rest (weights
+    0.026 apart). Now the weights are the straight run's."""
+    path = recipe(tmp_path, backend="exact", dropout=0.1)
+    recipes = {"filename": "best", "monitor": "val/nll", "save_last": True, "enable_version_counter": False}
+    steps = {"filename": "step", "save_last": True, "every_n_train_steps": 1}
+    checkpoint = "lightning.pytorch.callbacks.ModelCheckpoint"
+    callbacks = [{"class_path": checkpoint, "init_args": a} for a in (recipes, steps)]
+    common = ["--config", str(path), "--data.init_args.batch_size", "2", "--trainer.max_epochs", "10",
+              "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "1",
+              "--trainer.callbacks", json.dumps(callbacks), "--trainer.logger", "false"]  # fmt: skip
+
+    def run(name, stops):
+        previous = []
+        for max_steps in stops:
+            root = tmp_path / name
+            folder = ["--trainer.default_root_dir", str(root / str(max_steps))]
+            assert main(["fit", *common, "--trainer.max_steps", str(max_steps), *folder, *previous]) == 0
+            previous = ["--ckpt_path", str(root / str(max_steps) / "checkpoints" / "last.ckpt")]
+        return torch.load(previous[1], weights_only=False)
+
+    straight, resumed = run("straight", [10]), run("resumed", [5, 7, 10])
+    assert resumed["global_step"] == straight["global_step"] == 10 and resumed["epoch"] == straight["epoch"]
+    for name, want in straight["state_dict"].items():
+        torch.testing.assert_close(resumed["state_dict"][name], want, rtol=0, atol=0, msg=name)
