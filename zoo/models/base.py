@@ -85,11 +85,15 @@ def evaluating(module: nn.Module) -> Iterator[None]:
 
 def decoding(method):
     """For what a user asks of the whole trained model (``decode``, ``segment``, ``sample``): it runs in
-    eval mode (``evaluating``) and under ``torch.no_grad()``."""
+    eval mode (``evaluating``) and under ``torch.no_grad()``, after refusing a float16 model
+    (``zoo.models.inputs.check_compute_dtype``; what reads a batch refuses it there too)."""
     import torch
+
+    from zoo.models.inputs import check_compute_dtype
 
     @functools.wraps(method)
     def decode(self, *args, **kwargs):
+        check_compute_dtype(self)
         with evaluating(self), torch.no_grad():
             return method(self, *args, **kwargs)
 

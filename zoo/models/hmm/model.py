@@ -67,7 +67,7 @@ from zoo.models.arguments import (
 from zoo.models.base import ZooModel, decoding, renamed, scoring
 from zoo.models.emissions import BernoulliEmission, CategoricalEmission
 from zoo.models.evaluation import RandomizedEvaluation
-from zoo.models.inputs import batch_inputs, binary_frames, check_compute_dtype, token_ids
+from zoo.models.inputs import batch_inputs, binary_frames, token_ids
 from zoo.models.layers import ResidualMLP, embedding_table
 from zoo.models.transitions import TRANSITION_HEADS, TRANSITION_LEGACY_KEYS
 
@@ -290,7 +290,6 @@ class HMM(RandomizedEvaluation, ZooModel):
         positions. No N x N table is formed for low-rank and rank-space (``two_stage``)."""
         check_int("n", n)
         check_int("max_length", max_length)
-        check_compute_dtype(self)
         prev, by_rank = self.state_emb, self.transition.emits_by_rank
         first, second = self.transition.two_stage(prev, self.next_state_emb)
         table = self.emission.table(self.emit_mlp(self.transition.components(prev))).float()  # C x ...

@@ -46,7 +46,7 @@ from zoo.inference.tree.randomized import TREE_PROPOSALS
 from zoo.models.arguments import check_int, check_positive, check_probability, check_randomized, check_rank
 from zoo.models.base import ZooModel, decoding, evaluating, gradients_in_evaluation, renamed, scoring
 from zoo.models.evaluation import RandomizedEvaluation
-from zoo.models.inputs import batch_inputs, check_compute_dtype, token_ids
+from zoo.models.inputs import batch_inputs, token_ids
 from zoo.models.layers import ResidualMLP
 from zoo.models.pcfg.rules import RULE_HEADS, RULE_LEGACY_KEYS
 
@@ -262,7 +262,6 @@ class PCFG(RandomizedEvaluation, ZooModel):
     ) -> tuple[Tensor, Tensor]:
         """Sentences drawn from the grammar, ``n`` of each length in ``lengths`` (each >= 2 words):
         words n x B x T long (-1 past each length) and trees n x B x (2T-1) x 3 (start, end, label)."""
-        check_compute_dtype(self)
         return sample_sentences(self.grammar(), self.emission(), torch.as_tensor(lengths), n, generator)
 
     def extra_repr(self) -> str:

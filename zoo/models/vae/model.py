@@ -25,7 +25,7 @@ from zoo.extras import imported
 from zoo.inference import LinearChain
 from zoo.models.arguments import check_int, check_positive, check_probability
 from zoo.models.base import ZooModel, decoding, gradients_in_evaluation, scoring, weights_will_follow
-from zoo.models.inputs import batch_inputs, check_compute_dtype, token_ids
+from zoo.models.inputs import batch_inputs, token_ids
 from zoo.models.vae.decoder import LSTMDecoder
 from zoo.models.vae.importance import ImportanceEstimates, importance_sampled_estimates
 from zoo.models.vae.inference_network import CRFInferenceNetwork
@@ -312,7 +312,6 @@ class StructuredVAE(ZooModel):
         each word's distribution as a language model's generation does (nucleus sampling, Holtzman et
         al. 2020): samples of a small model read as text, but below 1 they are not samples of p(y)."""
         check_int("n", n)
-        check_compute_dtype(self)
         limit = self.encoder.config.n_positions
         max_length = min(64, limit) if max_length is None else max_length
         check_int("max_length", max_length)
