@@ -14,7 +14,9 @@ import torch
 datasets = pytest.importorskip("datasets")
 
 from zoo.data import PCFGDataModule, PTBDataModule  # noqa: E402
+from zoo.data.captions import over  # noqa: E402
 from zoo.data.hf_source import check_source  # noqa: E402
+from zoo.data.left_out import BLANK  # noqa: E402
 from zoo.hub.cards import dataset_name  # noqa: E402
 
 TEXT = {
@@ -201,7 +203,8 @@ def test_the_captions_data_reads_a_datasets_source_as_gpt2_ids(tmp_path):
     source = parquet_source(tmp_path / "source")
     given = CaptionsDataModule(hf_dataset=source, max_words=6)
     reference.setup()
-    with pytest.warns(UserWarning, match=r"hf_dataset test split: 1 of 2 captions left out \(first at"):
+    long = r"hf_dataset test split: 1 of 2 rows left out \(first at row 1\): over"
+    with pytest.warns(UserWarning, match=long):
         given.setup()
     for split in ("train", "valid", "test"):
         assert [x.tolist() for x in given.datasets[split]] == [x.tolist() for x in reference.datasets[split]]
@@ -217,9 +220,12 @@ def test_the_captions_data_reads_a_datasets_source_as_gpt2_ids(tmp_path):
         (folder / f"blank-{split}.txt").write_text("\n\n".join(lines) + "\n")
         blank_rows["data_files"][split] = str(folder / f"blank-{split}.txt")
     blanks = CaptionsDataModule(hf_dataset=blank_rows, max_words=6)
-    left_out = r"hf_dataset train split: 2 of 5 rows left out \(first at row 1\): blank"
-    with pytest.warns(UserWarning, match=left_out):
+    with pytest.warns(UserWarning) as caught:
         blanks.setup()
+    said = {str(w.message) for w in caught}
+    assert "hf_dataset train split: 2 of 5 rows left out (first at row 1): " + BLANK in said
+    # the 7-word sentence is row 2 of the test split's 3 rows, the blank row between counted
+    assert "hf_dataset test split: 1 of 3 rows left out (first at row 2): " + over(6) in said
     assert [x.tolist() for x in blanks.datasets["train"]] == [x.tolist() for x in given.datasets["train"]]
     fewer = CaptionsDataModule(hf_dataset=source, max_words=6, max_sentences=1)
     fewer.setup()

@@ -29,7 +29,7 @@ import torch
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SPLITS, SequenceDataModule
 from zoo.data.gpt2_bpe import END_OF_TEXT, GPT2_VOCAB_SIZE, gpt2_tokenizer
-from zoo.data.hf_source import load_sentences, load_token_ids, replacing
+from zoo.data.hf_source import load_row_token_ids, load_sentences, replacing
 from zoo.data.left_out import BLANK, warn_left_out
 from zoo.data.utf8 import read_utf8
 
@@ -67,9 +67,10 @@ def karpathy_tokens(raw: str) -> list[str]:
     return raw.lower().translate(str.maketrans("", "", string.punctuation)).split()
 
 
-def read_caption_lines(directory: str | os.PathLike, split: str) -> list[str]:
-    """One caption a line from ``{directory}/{split}.txt`` (blank lines are left out, with a warning
-    that counts them and names the first)."""
+def read_caption_lines(directory: str | os.PathLike, split: str, keep_blank: bool = False) -> list[str]:
+    """One caption a line from ``{directory}/{split}.txt``: blank lines are left out, with a warning that
+    counts them and names the first (``keep_blank``: kept as "", still warned about, so that item i is
+    line i + 1)."""
     path = Path(directory) / f"{split}.txt"
     if not path.is_file():
         raise FileNotFoundError(
@@ -79,11 +80,14 @@ def read_caption_lines(directory: str | os.PathLike, split: str) -> list[str]:
     lines = read_utf8(path).splitlines()
     blank = [i + 1 for i, line in enumerate(lines) if not line.strip()]
     warn_left_out(str(path), blank, len(lines), "line", BLANK)
-    return [line.strip() for line in lines if line.strip()]
+    return [line.strip() for line in lines if keep_blank or line.strip()]
 
 
-def read_captions(source: str, split: str, path: str | os.PathLike | None = None) -> list[str]:
-    """The sentences of ``split`` (``"train"``, ``"valid"``, ``"test"``) of ``source`` as strings."""
+def read_captions(
+    source: str, split: str, path: str | os.PathLike | None = None, keep_blank: bool = False
+) -> list[str]:
+    """The sentences of ``split`` (``"train"``, ``"valid"``, ``"test"``) of ``source`` as strings
+    (``keep_blank``: a "text" source's blank lines as "", ``read_caption_lines``)."""
     if source not in SOURCES:
         raise ValueError(f"source must be one of {list(SOURCES)}, got {source!r}")
     if split not in SPLITS:
@@ -98,7 +102,7 @@ def read_captions(source: str, split: str, path: str | os.PathLike | None = None
         )
     if source == "coco-karpathy":
         return read_coco_karpathy(path, split)
-    return read_caption_lines(path, split)
+    return read_caption_lines(path, split, keep_blank)
 
 
 class CaptionsDataModule(SequenceDataModule):
@@ -156,20 +160,24 @@ class CaptionsDataModule(SequenceDataModule):
 
     def sentences(self, split: str) -> list[str]:
         """The kept sentences of ``split`` (length filter, then ``max_sentences``)."""
+        # numbered as the user numbers them: a text file's lines from 1, dataset rows from 0, captions
         if self.hf_dataset is not None:
-            lines = [" ".join(words) for words in load_sentences(self.hf_dataset, split)]
+            lines = [" ".join(words) for words in load_sentences(self.hf_dataset, split, keep_blank=True)]
+            where, unit, first = f"hf_dataset {split} split", "row", 0
+            warn_left_out(where, [i for i, s in enumerate(lines) if not s], len(lines), unit, BLANK)
         else:
-            lines = read_captions(self.source, split, self.path)
+            lines = read_captions(self.source, split, self.path, keep_blank=True)
+            where, first = f"source={self.source!r} ({self.path}) {split} split", 1
+            unit = "line" if self.source == "text" else "caption"
         too_long = [self.max_words is not None and len(s.split()) > self.max_words for s in lines]
-        long = [i + 1 for i, is_long in enumerate(too_long) if is_long]
+        long = [i + first for i, is_long in enumerate(too_long) if is_long]
         if self.hf_dataset is not None or self.source != "ptb-short":  # ptb-short: those within max_words
-            where = "hf_dataset" if self.hf_dataset is not None else f"source={self.source!r} ({self.path})"
-            warn_left_out(f"{where} {split} split", long, len(lines), "caption", over(self.max_words))
+            warn_left_out(where, long, len(lines), unit, over(self.max_words))
         kept = [s for s, is_long in zip(lines, too_long) if s and not is_long]
-        literal = [i + 1 for i, s in enumerate(lines) if END_OF_TEXT in s]
+        literal = [i + first for i, s in enumerate(lines) if END_OF_TEXT in s]
         if literal:
             warnings.warn(
-                f"{split} split: {len(literal)} caption(s) hold the text {END_OF_TEXT!r} (first: line "
+                f"{split} split: {len(literal)} caption(s) hold the text {END_OF_TEXT!r} (first: {unit} "
                 f"{literal[0]}), encoded as its characters, not as GPT-2's end-of-text id (which ends every "
                 "caption): to separate captions, put them on separate lines",
                 stacklevel=2,
@@ -192,9 +200,11 @@ class CaptionsDataModule(SequenceDataModule):
     def _mapped_ids(self, split: str) -> list[list[int]]:
         """The kept sentences' ids of the ``hf_dataset``'s ``split``, tokenized in a cached ``map``."""
         encoder = CaptionEncoder(self.tokenizer_cache, self.max_words)
-        ids = load_token_ids(self.hf_dataset, split, encoder, keep_refused=True, warn_blank=True)
-        long = [i + 1 for i, sentence in enumerate(ids) if not sentence]
-        warn_left_out(f"hf_dataset {split} split", long, len(ids), "caption", over(self.max_words))
+        ids, blank = load_row_token_ids(self.hf_dataset, split, encoder)
+        where = f"hf_dataset {split} split"  # rows numbered from 0, as datasets numbers them
+        warn_left_out(where, [i for i, b in enumerate(blank) if b], len(ids), "row", BLANK)
+        long = [i for i, (sentence, b) in enumerate(zip(ids, blank)) if not sentence and not b]
+        warn_left_out(where, long, len(ids), "row", over(self.max_words))
         ids = [sentence for sentence in ids if sentence]
         if not ids:
             raise ValueError(

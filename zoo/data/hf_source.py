@@ -199,14 +199,12 @@ def load_sentences(source: dict[str, Any], split: str, keep_blank: bool = False)
     return [w for w in sentences if w]
 
 
-def load_token_ids(
-    source: dict[str, Any], split: str, encode, keep_refused: bool = False, warn_blank: bool = False
-) -> list[list[int]]:
-    """The token ids of each non-blank row of ``split`` of ``source``: ``encode(words)`` (a picklable
-    callable, e.g. ``functools.partial(vocab.encode, add_eos=True)``; an empty list refuses the row,
-    which is left out, or kept as [] with ``keep_refused``) in a batched ``map``, cached by ``datasets``
-    under the fingerprint of the data and of ``encode`` (its vocabulary included). ``warn_blank``: say
-    how many blank rows are left out (where ``load_sentences`` has not said it already)."""
+def load_row_token_ids(source: dict[str, Any], split: str, encode) -> tuple[list[list[int]], list[bool]]:
+    """The token ids of every row of ``split`` of ``source`` (rows numbered from 0, as ``datasets``
+    numbers them) and which rows are blank: ``encode(words)`` of each non-blank row (a picklable callable,
+    e.g. ``functools.partial(vocab.encode, add_eos=True)``; an empty list refuses the row), [] for a blank
+    one, in a batched ``map`` cached by ``datasets`` under the fingerprint of the data and of ``encode``
+    (its vocabulary included)."""
     data, source = load_split(source, split)
     words = _words(source, split)
 
@@ -219,13 +217,14 @@ def load_token_ids(
         desc=f"token ids of {split}",
     )  # fmt: skip
     if "ids" not in ids.column_names:  # no rows
-        return []
-    blank = list(ids["blank"])
-    if warn_blank:
-        rows = [i for i, b in enumerate(blank) if b]  # rows numbered from 0, as datasets numbers them
-        warn_left_out(f"hf_dataset {split} split", rows, len(blank), "row", BLANK)
-    rows = [row for row, b in zip(ids["ids"], blank) if not b]
-    return rows if keep_refused else [row for row in rows if row]
+        return [], []
+    return list(ids["ids"]), list(ids["blank"])
+
+
+def load_token_ids(source: dict[str, Any], split: str, encode) -> list[list[int]]:
+    """The token ids of the rows of ``split`` of ``source`` that are neither blank nor refused by
+    ``encode`` (``load_row_token_ids``; ``load_sentences`` says what is blank)."""
+    return [row for row in load_row_token_ids(source, split, encode)[0] if row]
 
 
 def load_pieces(source: dict[str, Any], split: str) -> list[list[list[int]]]:
