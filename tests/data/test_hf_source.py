@@ -5,6 +5,7 @@ clear errors; the card names the data by its source."""
 from __future__ import annotations
 
 import codecs
+import json
 import re
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from zoo.data import PCFGDataModule, PTBDataModule  # noqa: E402
 from zoo.data.captions import over  # noqa: E402
 from zoo.data.hf_source import check_source  # noqa: E402
 from zoo.data.left_out import BLANK  # noqa: E402
+from zoo.errors import SetupError  # noqa: E402
 from zoo.hub.cards import dataset_name  # noqa: E402
 
 TEXT = {
@@ -174,6 +176,25 @@ def test_bad_sources_are_clear_errors(tmp_path):
         files[split] = str(latin1 / f"{split}.txt")
     with pytest.raises(ValueError, match=r"train.txt is not UTF-8 text: line 2 \(byte 14"):
         PTBDataModule(hf_dataset={"path": "text", "data_files": files}).setup()
+
+
+@pytest.mark.parametrize("kind", ["csv", "json"])
+def test_splits_whose_column_types_disagree_are_named(tmp_path, kind):
+    """A column of numbers in one split's file and of text in another's: one line naming datasets' cause
+    (it was datasets' 'An error occurred while generating the dataset', the cause only in a log line)."""
+    rows = {"train": [("a b c", "1"), ("d e", "2")], "validation": [("a b", "3")], "test": [("a b c", "x")]}
+    files = {}
+    for split, pairs in rows.items():
+        path = tmp_path / f"{split}.{kind}"
+        if kind == "csv":
+            path.write_text("sentence,n\n" + "".join(f"{s},{n}\n" for s, n in pairs))
+        else:
+            lines = [json.dumps({"sentence": s, "n": int(n) if n.isdigit() else n}) for s, n in pairs]
+            path.write_text("".join(line + "\n" for line in lines))
+        files[split] = str(path)
+    message = r"could not build hf_dataset '.+' \(ArrowInvalid: .*'x'.*\): .* one type in all of them"
+    with pytest.raises(SetupError, match=message):
+        PTBDataModule(hf_dataset={"path": kind, "data_files": files}).setup()
 
 
 def test_the_card_names_the_source(tmp_path):

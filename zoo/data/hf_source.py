@@ -33,6 +33,7 @@ from typing import Any
 from zoo.data.digest import files_digest
 from zoo.data.left_out import BLANK, warn_left_out
 from zoo.data.utf8 import read_utf8
+from zoo.errors import SetupError
 
 SPLIT_NAMES = {"train": "train", "valid": "validation", "test": "test"}
 INSTALL_HINT = 'pip install "structured-zoo[data]"  (or: pip install datasets)'
@@ -111,9 +112,9 @@ def load_split(source: dict[str, Any], split: str, column: str = "sentence") -> 
             revision=source.get("revision"),
             split=wanted,
         )
-    except datasets.exceptions.DatasetGenerationError:
+    except datasets.exceptions.DatasetGenerationError as error:
         check_local_files_are_utf8(source)  # the usual cause with local text: say which file and line
-        raise
+        raise SetupError(generation_failure(source, error)) from error
     except ValueError as error:
         if "Unknown split" not in str(error):
             raise
@@ -128,6 +129,22 @@ def load_split(source: dict[str, Any], split: str, column: str = "sentence") -> 
                 f"columns: {data.column_names}); set hf_dataset.{key}"
             )
     return data, source
+
+
+def generation_failure(source: dict[str, Any], error: Exception) -> str:
+    """What ``datasets`` could not build, from the cause its ``DatasetGenerationError`` wraps (its own
+    message is 'An error occurred while generating the dataset')."""
+    import pyarrow
+    from datasets.table import CastError
+
+    cause = error.__cause__ or error.__context__ or error
+    message = f"datasets could not build hf_dataset {source['path']!r} ({type(cause).__name__}: {cause})"
+    if isinstance(cause, (pyarrow.ArrowInvalid, pyarrow.ArrowTypeError, CastError)):
+        message += (
+            ": datasets reads every split's files with one schema, so each column must hold one type in "
+            "all of them (numbers in one file and text in another fail)"
+        )
+    return message
 
 
 def check_not_one_saved_dataset(path) -> None:
