@@ -160,6 +160,27 @@ def test_rank_space_factors_far_from_one(scale, backend):
     torch.testing.assert_close(factors.state_prior().double(), expected_prior, rtol=1e-5, atol=0)
 
 
+def test_copies_of_scaled_chains_keep_the_column_scale():
+    """with_unary and the rank-space chain's state-space view reuse the scaled features: they pass on
+    the column scale (log_column_scale), which the state prior adds back, and nothing scales twice."""
+    left, right, unary = features(1e20, F64)
+    factors = LowRankChain(*(x.float() for x in (unary, left, right)), normalize=False)
+    copy = factors.with_unary(factors.unary + 1.0)
+    assert copy.log_column_scale is factors.log_column_scale and torch.equal(copy.left, factors.left)
+    torch.testing.assert_close(copy.state_prior(), factors.state_prior(), rtol=0, atol=0)
+    g = torch.Generator().manual_seed(3)
+    U, V = (torch.rand(5, 3, generator=g, dtype=F32) * 1e20 for _ in range(2))
+    rank_space = RankSpaceChain(torch.rand(5, generator=g), U, V, torch.randn(2, 7, 3, generator=g))
+    view = rank_space.low_rank_view()
+    assert view.log_column_scale is rank_space.log_column_scale
+    torch.testing.assert_close(view.state_prior(), rank_space.state_prior(), rtol=1e-6, atol=0)
+    weights = factors.log_rank_weights
+    with pytest.raises(ValueError, match=r"log_column_scale must have shape R"):
+        LowRankChain(factors.unary, factors.left, factors.right, None, False, weights, torch.zeros(2))
+    with pytest.raises(ValueError, match="log_column_scale needs normalize=False and the log_rank_weights"):
+        LowRankChain(factors.unary, factors.left, factors.right, None, False, None, factors.log_column_scale)
+
+
 def test_scaled_features_give_exact_gradients():
     """The columns' scales are detached powers of two: the gradients of log Z with respect to the
     given features are float64's to float32's accuracy."""

@@ -298,6 +298,10 @@ class LowRankChain(ChainFactors):
         normalize: divide each row of L R^T by its sum (a transition matrix).
         log_rank_weights: optional B x (T-1) x R log-weights w_t on the rank components of the
             transition into positions 2..T (the rank-space chain uses these to carry emissions).
+        log_column_scale: R, log a_r b_r where the caller has divided column r of left and right by
+            a_r and b_r (``column_scaled``) and added it to ``log_rank_weights``: a copy of a chain
+            that scaled them (``with_unary``, a rank-space chain's view). None: this chain scales its
+            features itself without ``normalize`` where their products would leave float32's range.
     """
 
     native_backend = Backend.LOW_RANK
@@ -310,14 +314,16 @@ class LowRankChain(ChainFactors):
         init: Tensor | None = None,
         normalize: bool = True,
         log_rank_weights: Tensor | None = None,
+        log_column_scale: Tensor | None = None,
     ):
         unary, left = as_dp_tensor("unary", unary), as_dp_tensor("left", left)
         right = as_dp_tensor("right", right)
         init = as_optional_dp_tensor("init", init)
         log_rank_weights = as_optional_dp_tensor("log_rank_weights", log_rank_weights)
+        log_column_scale = as_optional_dp_tensor("log_column_scale", log_column_scale)
         check_same_dtype(
             type(self).__name__, unary=unary, left=left, right=right, init=init,
-            log_rank_weights=log_rank_weights,
+            log_rank_weights=log_rank_weights, log_column_scale=log_column_scale,
         )
         self.unary = self._check_unary(unary)
         B, T, N = self.unary.shape
@@ -338,8 +344,12 @@ class LowRankChain(ChainFactors):
                     "pass normalize=False together with log_rank_weights"
                 )
         # log a_r b_r of the features' columns where they are scaled (``column_scaled``), else None
-        self.log_column_scale = None
-        if not normalize and out_of_range(left, right):  # their products would leave float32's range
+        self.log_column_scale = log_column_scale
+        if log_column_scale is not None:
+            check_shape("log_column_scale", log_column_scale, (left.shape[1],), "R")
+            if normalize or log_rank_weights is None:
+                raise ValueError("log_column_scale needs normalize=False and the log_rank_weights it is in")
+        elif not normalize and out_of_range(left, right):  # their products would leave float32's range
             (left, log_left), (right, log_right) = column_scaled(left), column_scaled(right)
             self.left, self.right, self.log_column_scale = left, right, log_left + log_right
             given = 0.0 if log_rank_weights is None else log_rank_weights
@@ -369,9 +379,10 @@ class LowRankChain(ChainFactors):
         return self.left.shape[1]
 
     def with_unary(self, unary: Tensor) -> LowRankChain:
-        chain = LowRankChain(unary, self.left, self.right, self.init, self.normalize, self.log_rank_weights)
-        chain.log_column_scale = self.log_column_scale  # its features are this chain's, scaled
-        return chain
+        return LowRankChain(
+            unary, self.left, self.right, self.init, self.normalize, self.log_rank_weights,
+            log_column_scale=self.log_column_scale,
+        )
 
     def scaled_left(self) -> Tensor:
         """diag(c) L: N x R (L itself without ``normalize``)."""
@@ -484,16 +495,15 @@ class RankSpaceChain(ChainFactors):
 
     def low_rank_view(self, unary: Tensor | None = None) -> LowRankChain:
         """The same chain over states: Psi_t = U diag(W[x_t]) V^T, first state from s U diag(W[x_1]) V^T."""
-        chain = LowRankChain(
+        return LowRankChain(
             self.unary if unary is None else unary,
             self.U,
             self.V,
             init=self.init,
             normalize=False,
             log_rank_weights=self.emission[:, 1:],
+            log_column_scale=self.log_column_scale,
         )
-        chain.log_column_scale = self.log_column_scale
-        return chain
 
     def with_unary(self, unary: Tensor) -> LowRankChain:
         return self.low_rank_view(unary)
