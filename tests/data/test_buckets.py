@@ -91,7 +91,9 @@ def test_a_resume_on_another_number_of_ranks_trains_every_batch_once(
         sampler.set_epoch(1)
         expected = None if before == after else len(sampler._dealt_rest(done * before))
         assert sampler.remaining() == expected
+        finished = sampler.finished()  # the epoch has nothing left for this rank (read before iterating)
         resumed.append(list(sampler))
+        assert finished == (not resumed[-1])
     counts = {len(batches) for batches in resumed}
     assert len(counts) == 1  # every rank steps as often (gradient all-reduce)
     trained = [resumed[r][k] for k in range(counts.pop()) for r in range(after)]

@@ -56,9 +56,9 @@ def text(tmp_path_factory):
     return folder
 
 
-def fit(text, root, record, ckpt_path=None, checkpoints=None, validate=False, **limits):
+def fit(text, root, record, ckpt_path=None, checkpoints=None, validate=False, workers=0, **limits):
     torch.manual_seed(0)
-    data = PTBDataModule(data_dir=str(text), batch_tokens=40, seed=3)
+    data = PTBDataModule(data_dir=str(text), batch_tokens=40, seed=3, num_workers=workers)
     task = LikelihoodTask(  # every step draws: dropout masks, state dropout, the randomized backend's states
         CategoricalHMM(
             len(WORDS) + 2, 6, backend="randomized", k1=2, k2=2, embedding_dim=8, hidden_dim=8,
@@ -91,27 +91,33 @@ def assert_same_run(straight, resumed, stop, task, again):
         torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
 
 
+# worker processes draw an epoch's batches when Lightning makes the iterator, before it sets the epoch:
+# a resume at an epoch's end trained no batch, or the finished epoch's shuffle again (audit)
+@pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("stop_at", [5, "first of epoch 2"])
-def test_a_resumed_run_sees_the_batches_of_a_straight_run(text, tmp_path, stop_at):
+def test_a_resumed_run_sees_the_batches_of_a_straight_run(text, tmp_path, stop_at, workers):
     straight = RecordBatches()
     task, trainer = fit(text, tmp_path / "straight", straight)
     per_epoch = trainer.num_training_batches
     assert per_epoch > 6 and len(straight.batches) == 2 * per_epoch
     stop = per_epoch if stop_at == "first of epoch 2" else stop_at
     with pytest.raises(Interrupted):
-        fit(text, tmp_path / "crashed", RecordBatches(stop_at=stop))
+        fit(text, tmp_path / "crashed", RecordBatches(stop_at=stop), workers=workers)
     resumed = RecordBatches()
-    again, _ = fit(text, tmp_path / "resumed", resumed, ckpt_path=tmp_path / "crashed" / "last.ckpt")
+    again, _ = fit(
+        text, tmp_path / "resumed", resumed, ckpt_path=tmp_path / "crashed" / "last.ckpt", workers=workers
+    )
     assert_same_run(straight, resumed, stop, task, again)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("stopped_by", ["max_steps mid-epoch", "epoch end", "max_steps, recipes' last.ckpt"])
-def test_a_stopped_run_goes_on_as_a_straight_run(text, tmp_path, stopped_by):
+def test_a_stopped_run_goes_on_as_a_straight_run(text, tmp_path, stopped_by, workers):
     """The checkpoint a run writes when it stops (Lightning marks its epoch processed, not completed)
     resumed with a larger max_steps: the rest of a cut-short epoch, then the next epochs' shuffles, at
     the straight run's steps (Lightning alone trained nothing, skipped the epoch's rest, or ran the
     next epoch's shuffle one step late). The recipes' checkpoint (best by val/nll, and last) writes
-    last.ckpt at the stop too (it held the previous epoch's end: audit)."""
+    last.ckpt at the stop too (it held the previous epoch's end: audit). With worker processes too."""
     first = dict(max_epochs=3, max_steps=5) if stopped_by != "epoch end" else dict(max_epochs=1)
     latest = ModelCheckpoint(dirpath=tmp_path / "stopped")  # Lightning's default: at the epoch's end
     if stopped_by.endswith("last.ckpt"):
@@ -119,7 +125,10 @@ def test_a_stopped_run_goes_on_as_a_straight_run(text, tmp_path, stopped_by):
             dirpath=tmp_path / "stopped", filename="best", monitor="val/nll", save_last=True,
             enable_version_counter=False,
         )  # fmt: skip
-    _, trainer = fit(text, tmp_path / "stopped", RecordBatches(), checkpoints=latest, validate=True, **first)
+    stopped = RecordBatches()
+    _, trainer = fit(
+        text, tmp_path / "stopped", stopped, checkpoints=latest, validate=True, workers=workers, **first
+    )
     stop, per_epoch = trainer.global_step, trainer.num_training_batches
     resume_from = latest.last_model_path if stopped_by.endswith("last.ckpt") else latest.best_model_path
     assert torch.load(resume_from, weights_only=False)["global_step"] == stop
@@ -127,7 +136,7 @@ def test_a_stopped_run_goes_on_as_a_straight_run(text, tmp_path, stopped_by):
     straight, resumed = RecordBatches(), RecordBatches()
     task, trainer = fit(text, tmp_path / "straight", straight, validate=True, **limits)
     again, trainer_again = fit(
-        text, tmp_path / "resumed", resumed, ckpt_path=resume_from, validate=True, **limits
+        text, tmp_path / "resumed", resumed, ckpt_path=resume_from, validate=True, workers=workers, **limits
     )
     assert len(resumed.batches) == 2 * per_epoch + 3 - stop
     assert_same_run(straight, resumed, stop, task, again)

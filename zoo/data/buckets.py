@@ -129,6 +129,16 @@ class BucketBatchSampler:
             return None
         return len(self._dealt_rest(self._resume[1] * self._resume[2]))
 
+    def finished(self) -> bool:
+        """Whether the resumed epoch (``resume``, if it is the current one) has no batch left for this
+        rank: its run trained it to its end."""
+        if self._resume is None or self._resume[0] != self.epoch:
+            return False
+        _, done, replicas = self._resume
+        if replicas == self.num_replicas:
+            return done >= len(self)
+        return self.remaining() == 0
+
     def _dealt_rest(self, trained: int) -> list[list[int]]:
         """This rank's share of the epoch's batches after the first ``trained`` (in the order every rank
         builds), completed by repeating the epoch's first batches (or cut, ``drop_uneven``) so that every
@@ -185,7 +195,8 @@ class BucketBatchSampler:
 
     def __iter__(self) -> Iterator[list[int]]:
         # a generator: the epoch's batches are drawn at the first next(), since a resumed Lightning run
-        # makes the iterator before it sets the epoch
+        # makes the iterator before it sets the epoch (with worker processes, the DataLoader's iterator
+        # draws at once: the zoo's loaders set the epoch first, ResumableLoader and SequenceDataModule)
         resume, self._resume = self._resume, None
         if resume is None or resume[0] != self.epoch:
             yield from self.batches()

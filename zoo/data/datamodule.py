@@ -126,6 +126,10 @@ class SequenceDataModule(pl.LightningDataModule):
             generator=torch.Generator().manual_seed(self.seed),
         )
         if train:
+            # worker processes draw the epoch's batches when Lightning makes the iterator, before its
+            # set_epoch: a loader made at a resumed run's later epoch starts with that epoch's shuffle
+            if self.trainer is not None:
+                sampler.set_epoch(self.trainer.current_epoch)
             loader.progress, loader.recount = self._batches_trained, self._count_batches_from
         return loader
 
@@ -228,6 +232,9 @@ class ResumableLoader(DataLoader):
         sampler = self.batch_sampler
         sampler.resume(state["epoch"], state["batches_done"], state.get("replicas"))
         sampler.set_epoch(state["epoch"])  # Lightning sets it again, to the same epoch
+        if sampler.finished():  # trained to its end: the next epoch, whole (Lightning sets it too, but
+            sampler.set_epoch(state["epoch"] + 1)  # after worker processes have drawn their batches)
+            return
         remaining = sampler.remaining()
         if remaining is not None and self.recount is not None:
             self.recount(len(sampler) - remaining)
