@@ -128,8 +128,9 @@ class SequenceDataModule(pl.LightningDataModule):
         if train:
             # worker processes draw the epoch's batches when Lightning makes the iterator, before its
             # set_epoch: a loader made at a resumed run's later epoch starts with that epoch's shuffle
-            if self.trainer is not None:
-                sampler.set_epoch(self.trainer.current_epoch)
+            epoch = getattr(self.trainer, "current_epoch", None)  # None: no trainer (yet)
+            if epoch is not None:
+                sampler.set_epoch(epoch)
             loader.progress, loader.recount = self._batches_trained, self._count_batches_from
         return loader
 
