@@ -9,8 +9,10 @@ O(T N^3) work. The walk back is then parallel too: every position's best predece
 one reduction, and the composition of those maps from each position to the end (pointer jumping, one
 gather a round) gives each position's state from the last one.
 
-Max-plus only adds and compares log-potentials, so the values are the step-by-step forward's up to the
-order of the additions (round-off); ties go to the first best predecessor, as there. Past a sequence's
+Max-plus only adds and compares log-potentials; each product of steps and each position's values are
+shifted to a max of 0 (the paths depend only on each position's values up to a constant), so that they
+stay of the size of the potentials' differences however long the sequence. Ties go to the first best
+predecessor, as step by step. Past a sequence's
 length every step is the max-plus identity, so its last values stay those at its length.
 
 Shapes: B batch, T positions, N states; ``lengths`` (B,), 1 <= length <= T.
@@ -23,6 +25,7 @@ from torch import Tensor
 
 from zoo.inference.chain.factors import DenseChain
 from zoo.inference.chain.scaled import check_alive
+from zoo.inference.numerics import NEG
 
 SCAN_MIN_LENGTH = 128  # below, the O(log T) rounds' fixed cost is not repaid
 SCAN_WORK = 4096  # most B x N^2 x max(N, 8) (the scan's work a position, in elements) where it pays
@@ -66,13 +69,21 @@ def prefix_maxima(first: Tensor, steps: Tensor) -> Tensor:
     if L == 1:
         return max_plus_product(first[None, :, None], steps)[0]
     even, odd = steps[:, :, 0::2].contiguous(), steps[:, :, 1::2].contiguous()  # one run of L/2 x B
-    pairs = max_plus_product(even[:, :, : L // 2], odd)  # steps 2k and 2k+1 at once
+    pairs = shifted(max_plus_product(even[:, :, : L // 2], odd), (0, 1))  # steps 2k and 2k+1 at once
     after_odd = prefix_maxima(first, pairs)  # the values after steps 1, 3, 5, ...
     before_even = torch.cat([first[:, None], after_odd[:, : (L - 1) // 2]], 1)
     after_even = max_plus_product(before_even[None], even)[0]
     out = steps.new_empty(steps.shape[1:])
     out[:, 0::2], out[:, 1::2] = after_even, after_odd
-    return out
+    return shifted(out, 0)
+
+
+def shifted(values: Tensor, dims: int | tuple[int, ...]) -> Tensor:
+    """``values`` less their max over ``dims`` (an all -inf slice stays -inf): each position's values,
+    and each product of steps, are only needed up to a constant of their own, and without the shift
+    they grow with the position, so that float32 rounds away the differences the paths are chosen by
+    (at T = 100,000 the path scored 4.7 nats below the best)."""
+    return values - values.amax(dims, keepdim=True).clamp_min(NEG)
 
 
 def scan_paths(chain: DenseChain, lengths: Tensor) -> Tensor:
