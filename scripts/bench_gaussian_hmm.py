@@ -42,6 +42,7 @@ from report import write_section
 THREADS = benchlib.THREADS = 1  # module level: also in each spawned configuration, before it measures
 DOCS = benchlib.REPO / "docs" / "benchmarks.md"
 METHODS = ("zoo GaussianHSMM(max_duration=1)", "hmmlearn 0.3.3 GaussianHMM")
+PLAIN = "zoo, chunks off (the plain forward)"  # scoring: what long sequences ran before the chunks
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,8 @@ class Plan:
     budget_s: float
 
 
-FULL = Plan(shapes=((8, 1000, 8, 12), (8, 1000, 64, 12), (8, 1000, 256, 12), (32, 200, 16, 40)), repeats=20,
-            budget_s=20.0)  # fmt: skip
+FULL = Plan(shapes=((8, 1000, 8, 12), (8, 1000, 64, 12), (8, 1000, 256, 12), (32, 200, 16, 40),
+                    (1, 10_000, 4, 3), (1, 100_000, 3, 2)), repeats=20, budget_s=20.0)  # fmt: skip
 QUICK = Plan(shapes=((2, 50, 4, 3),), repeats=3, budget_s=2.0)
 
 
@@ -120,10 +121,24 @@ def build_step(job: Job) -> dict[str, Callable[[], None]]:
     ours, theirs, batch, X, lengths = models_and_batch(job)
     check_agreement(ours, theirs, batch, X, lengths)
     if job.operation == "scoring":
-        calls = (lambda: ours.log_likelihood(batch).sum(), lambda: theirs.score(X, lengths))
-    else:
-        calls = (lambda: ours.segment(batch), lambda: theirs.decode(X, lengths))
-    return dict(zip(METHODS, calls))
+        score = lambda: ours.log_likelihood(batch).sum()  # noqa: E731
+        return {METHODS[0]: score, METHODS[1]: lambda: theirs.score(X, lengths), PLAIN: without_chunks(score)}
+    return dict(zip(METHODS, (lambda: ours.segment(batch), lambda: theirs.decode(X, lengths))))
+
+
+def without_chunks(call: Callable[[], object]) -> Callable[[], None]:
+    """``call`` with ``zoo.inference.chain.chunked.pays`` saying no: log Z by the plain scaled forward."""
+    from zoo.inference.chain import chunked
+
+    def step() -> None:
+        pays = chunked.pays
+        chunked.pays = lambda batch, length, states: False
+        try:
+            call()
+        finally:
+            chunked.pays = pays
+
+    return step
 
 
 def run(job: Job, plan: Plan) -> dict[str, Measurement]:
@@ -144,7 +159,8 @@ def main() -> None:
         sys.path.insert(0, copy)  # ahead of the editable install's finder, in every spawned configuration
         for operation, operation_rows in rows.items():
             for B, T, N, F in plan.shapes:
-                results = run(Job(operation, B, T, N, F), plan)
+                methods = (*METHODS, PLAIN) if operation == "scoring" else METHODS
+                results = run(Job(operation, B, T, N, F, methods), plan)
                 base, label = results[METHODS[0]], f"B = {B}, T = {T}, N = {N}, F = {F}"
                 operation_rows += [[label, m, *cells(r, base, 1e-3, MB)] for m, r in results.items()]
     columns = ["shape", "model", "time (ms)", "time / zoo", "peak (MB)", "peak / zoo"]
@@ -161,6 +177,9 @@ def main() -> None:
         "were checked to agree within 1e-4 relative and our Viterbi paths to reach hmmlearn's best score "
         "(1e-5 relative, scored in float64: on near-ties float32 and float64 may choose different paths).",
         "### Scoring: `model.log_likelihood(batch)` against `hmm.score(X, lengths)`",
+        f"`{PLAIN}`: the zoo's call with `zoo.inference.chain.chunked.pays` saying no, so that log Z runs "
+        "the scaled forward a position at a time (two kernels a position) where it now runs in chunks "
+        "(long sequences, few states, a small batch: docs/chain-api.md).",
         table(columns, rows["scoring"]),
         "### Decoding: `model.segment(batch)` against `hmm.decode(X, lengths)`",
         table(columns, rows["decoding"]),

@@ -70,6 +70,16 @@ def log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> Tensor:
     return log_z.clone()
 
 
+def log_forward_ends(chain: scaled.ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """Each sequence's exact log forward vector at its last position (log of the total score of the
+    prefixes ending in each state there) as B x K values of the size of the potentials plus a log scale
+    (B,); no autograd graph. A chain with shared matrices."""
+    with torch.inference_mode():
+        x0, n0 = scaled.normalized(chain.first)
+        ends, scale = (x0, n0) if chain.u.shape[1] == 1 else _Forward(chain, lengths, x0, n0).run()
+    return ends.clone(), scale.clone()
+
+
 def differentiable_log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> Tensor | None:
     """log Z (B,) with a backward in probability space (``_Backward``), for one shared matrix of
     log-potentials and no end weights (the HMM / CRF layout); None where a block fails its check

@@ -1,7 +1,8 @@
 """Exact linear-chain dynamic programs on dense log-potentials.
 
 * ``fast_log_partition``: the scaled forward (each step one guarded BLAS product; see ``scaled``)
-  with the hand-written backward, for a shared N x N transition (HMM) or per-position ones (CRF).
+  with the hand-written backward, for a shared N x N transition (HMM) or per-position ones (CRF);
+  without a gradient, long chains with few states go in chunks (``chunked``).
 * ``log_forward``: the same forward with plain autograd; handles per-position B x (T-1) x N x N
   potentials without allocating more than one position's block at a time, and is twice
   differentiable.
@@ -18,9 +19,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.chain import scaled
+from zoo.inference.chain import chunked, scaled
 from zoo.inference.chain.factors import DenseChain
 from zoo.inference.chain.scaled import check_alive
+from zoo.inference.numerics import needs_grad
 from zoo.inference.semiring import Log, MatrixStep, Semiring
 
 
@@ -32,6 +34,12 @@ def log_space(chain: DenseChain) -> scaled.ScaledChain:
 
 def fast_log_partition(chain: DenseChain, lengths: Tensor) -> Tensor:
     """log Z (B,) with the hand-written backward (shared or per position; twice differentiable)."""
+    if (
+        chain.shared
+        and not needs_grad(chain.unary, chain.transition, chain.init)
+        and chunked.pays(chain.batch, chain.max_length, chain.num_states)
+    ):
+        return chunked.log_partition(chain, lengths)
     return scaled.log_partition(log_space(chain), lengths)
 
 
