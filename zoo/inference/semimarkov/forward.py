@@ -31,9 +31,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from zoo.inference.numerics import gumbel_noise
+from zoo.inference.numerics import NEG, gumbel_noise
 from zoo.inference.semimarkov.factors import Cumulative
 from zoo.inference.semiring import Log, Max, Semiring
+
+SHIFT_EVERY = 32  # frames between the Viterbi forward's shifts
 
 
 @dataclass
@@ -83,11 +85,14 @@ class Forward(NamedTuple):
     """What ``forward`` returns: the semiring's answer (B,); ends, the semiring's values ... x B x (T+1) x K,
     ends[..., t, :] = beta[t] (ends[..., 0, :] = -inf; junk past each length); in ``Max`` also durations,
     B x (T+1) x K long: [:, t, j] the duration of the best segment ending at frame t with node j (the
-    Viterbi's back-pointers; row 0 unused), else None."""
+    Viterbi's back-pointers; row 0 unused), and offsets, B x (T+1) float64: the Viterbi's values are
+    shifted as the forward goes (``SHIFT_EVERY``), beta[t] = ends[:, t] + offsets[:, t] (values of one
+    frame compare as they are, values of different frames only with their offsets); else None."""
 
     answer: Tensor
     ends: Tensor
     durations: Tensor | None
+    offsets: Tensor | None = None
 
 
 def forward(
@@ -116,6 +121,12 @@ def forward(
     alphas = [semiring.lift(problem.init)]
     betas = [semiring.lift(dur.new_full((B, K), float("-inf")))]
     best = [torch.zeros(B, K, dtype=torch.long, device=cum.device)] if semiring is Max else None
+    # the Viterbi's values are shifted as they go: unshifted, they grow with the frame (1e5 nats and more
+    # for long Gaussian HSMMs) until float32 rounds away the differences the segmentations are chosen
+    # by (a path 0.9 nats below the best at T = 2,000, frames a thousand nats down); offsets[t] is what
+    # beta_t lacks
+    offset = dur.new_zeros(B, 1, dtype=torch.float64) if semiring is Max else None
+    offsets = [offset]
     for t in range(1, T + 1):
         n = min(D, t)
         window = torch.stack(alphas[t - n : t], -2) if n > 1 else alphas[t - 1].unsqueeze(-2)
@@ -127,14 +138,25 @@ def forward(
             beta, row = scores.max(-2)
             best.append(n - row)
         betas.append(beta)
+        offsets.append(offset)
         if t < T:
             alphas.append(semiring.step(problem.step, t, beta, lengths > t))
+            if offset is not None and t % SHIFT_EVERY == 0:  # every alpha a later window reads
+                window = alphas[-D:]
+                top = torch.stack(window).amax((0, -1)).unsqueeze(-1).clamp_min(NEG)  # B x 1
+                alphas[-D:] = [alpha - top for alpha in window]
+                offset = offset + top.double()
     ends = torch.stack(betas, -2)
-    last = ends[..., torch.arange(B, device=cum.device), lengths, :]
+    rows = torch.arange(B, device=cum.device)
+    last = ends[..., rows, lengths, :]
     if problem.final is not None:
         last = semiring.mul(last, problem.final)
     durations = torch.stack(best, -2) if best is not None else None
-    return Forward(semiring.result(semiring.sum(last, -1)), ends, durations)
+    answer = semiring.result(semiring.sum(last, -1))
+    if offset is None:
+        return Forward(answer, ends, durations)
+    offsets = torch.cat(offsets, -1)
+    return Forward((answer.double() + offsets[rows, lengths]).to(answer.dtype), ends, durations, offsets)
 
 
 def factorized_choice(problem: Problem, ends: Tensor, columns: Callable[[Tensor], Tensor]):

@@ -37,7 +37,7 @@ def best_segmentations(
         the best score (B,) and the segmentation B x T (the node at each segment's start, -1 elsewhere).
     """
     with torch.no_grad():
-        best, ends, durations = forward(problem, lengths, semiring=Max)
+        best, ends, durations, _ = forward(problem, lengths, semiring=Max)  # ends: one frame at a time
         check_covered(best, lengths, problem.duration.shape[-1])
         B, T = lengths.shape[0], problem.max_length
         batch = torch.arange(B, device=lengths.device)
