@@ -118,8 +118,7 @@ def general_walk_back(factors, lengths: Tensor) -> tuple[Tensor, Tensor]:
     check_covered(dense_log_partition(factors, lengths), lengths, factors.max_duration)
     problem = dense_problem(factors)
     score, ends, _, offsets = forward(problem, lengths, semiring=Max)
-    ends = ends + offsets.unsqueeze(-1).to(ends.dtype)  # as the walk back over pairs compares them
-    choice = factorized_choice(problem, ends, factors.transition_columns)
+    choice = factorized_choice(problem, ends, factors.transition_columns, offsets)
     segmentation, _ = backtrack(ends, None, choice, lengths, factors.max_duration, 1, noise=False)
     return score, segmentation[0]
 

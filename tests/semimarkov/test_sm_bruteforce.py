@@ -2,6 +2,8 @@
 
 Containers x backends: "exact" for all; the container's own backend; "randomized" with k1 = N, k2 = 0
 (which must reproduce exact). Tiny sizes (N <= 3, T <= 4, D <= 3, B in 2..3, ragged lengths), float64.
+The forward shifts its values every frame here (every 32 in use: ``forward.SHIFT_EVERY``), so that what
+reads values of different frames (the window, sampling's walk back, the Viterbi) is checked with shifts.
 """
 
 from __future__ import annotations
@@ -16,10 +18,20 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sm_strategies import ALL_COMBOS, DTYPE, build_dist, combo_id, grad_names, sm_specs, with_grad
 
+import zoo.inference.semimarkov.forward as forward_module
+
 RTOL, ATOL = 1e-8, 1e-10
 FAST = settings(max_examples=int(os.environ.get("ZOO_TEST_EXAMPLES", 8)), deadline=None)
 STAT = settings(max_examples=2, deadline=None, derandomize=True)
 combos = pytest.mark.parametrize("combo", ALL_COMBOS, ids=combo_id)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def shift_every_frame():
+    """The forward's shifts at every frame (module scope: hypothesis reruns a test in one call)."""
+    every, forward_module.SHIFT_EVERY = forward_module.SHIFT_EVERY, 1
+    yield
+    forward_module.SHIFT_EVERY = every
 
 
 def close(actual, expected, what, rtol=RTOL, atol=ATOL):

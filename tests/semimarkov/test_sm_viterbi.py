@@ -20,8 +20,7 @@ def general_walk_back(f: DenseSemiMarkov, lengths):
     sampling uses), from the same max-product forward."""
     problem = dense_problem(f)
     score, ends, _, offsets = forward(problem, lengths, semiring=Max)
-    ends = ends + offsets.unsqueeze(-1).to(ends.dtype)  # as the walk back over pairs compares them
-    choice = factorized_choice(problem, ends, f.transition_columns)
+    choice = factorized_choice(problem, ends, f.transition_columns, offsets)
     seg, _ = backtrack(ends, None, choice, lengths, f.max_duration, 1, noise=False)
     return score, seg[0]
 

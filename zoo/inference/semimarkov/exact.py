@@ -15,8 +15,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+import zoo.inference.semimarkov.forward as forward_module
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import NATIVE
+from zoo.inference.numerics import NEG
 from zoo.inference.semimarkov.engine import SemiMarkovEngine, on_one_frame_chain, one_frame_log_partition
 from zoo.inference.semimarkov.factors import (
     DenseSemiMarkov,
@@ -53,36 +55,55 @@ def dense_argmax(f: DenseSemiMarkov, lengths: Tensor) -> tuple[Tensor, Tensor]:
 
 def factorized_sample(problem: Problem, columns, lengths, n, temperature, generator, max_duration):
     """Forward filtering, backward sampling (hard when temperature is None, else also relaxed)."""
-    ends = forward(problem, lengths).ends
-    choice = factorized_choice(problem, ends, columns)
+    ends, offsets = forward(problem, lengths)[1::2]
+    choice = factorized_choice(problem, ends, columns, offsets)
     return backtrack(ends, problem.final, choice, lengths, max_duration, n, True, temperature, generator)
 
 
 # --- the general per-segment form ---------------------------------------------------------------------
 def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: Semiring = Log, first=None, edge=None):
     """The semiring's answer (B,): log Z, the best score or the entropy (``zoo.inference.semiring``),
-    and ends ... x B x (T+1) x N: ends[..., t, j] = the semiring's total over the prefixes whose last
-    segment ends at frame t with state j."""
+    ends ... x B x (T+1) x N: ends[..., t, j] = the semiring's total over the prefixes whose last
+    segment ends at frame t with state j, and, in ``Log`` and ``Max``, offsets B x (T+1) float64: the
+    values are shifted as the forward goes (``forward.SHIFT_EVERY``, as the factorized forward's),
+    ends[:, t] + offsets[:, t] is the total (None in ``Entropy``, whose pairs run in float64)."""
     first = f.first if first is None else first
     edge = f.edge if edge is None else edge
     B, D, N = first.shape
     T = f.max_length
     ends = [semiring.lift(first.new_full((B, N), float("-inf")))]
+    offset = first.new_zeros(B, 1, dtype=torch.float64) if semiring is not Entropy else None
+    offsets = [offset]
     for t in range(1, T + 1):
-        parts = [semiring.lift(first[:, t - 1])] if t <= D else []
+        parts = []
+        if t <= D:  # a first segment: its score in the frame of the shifted values
+            start = first[:, t - 1] if offset is None else first[:, t - 1] - offset.to(first.dtype)
+            parts.append(semiring.lift(start))
         n = min(D, t - 1)
         if n >= 1:
             s = torch.arange(t - n, t, device=first.device)
             x = semiring.mul(torch.stack(ends[t - n : t], -2).unsqueeze(-1), edge[:, s - 1, t - s - 1])
             parts.append(semiring.sum(x.flatten(-3, -2), -2))  # over (duration, previous state)
         ends.append(semiring.sum(torch.stack(parts, -2), -2))
+        offsets.append(offset)
+        if offset is not None and t % forward_module.SHIFT_EVERY == 0 and t < T:  # what later frames read
+            window = ends[-D:]
+            top = torch.stack(window).detach().amax((0, -1)).unsqueeze(-1).clamp_min(NEG)  # B x 1
+            ends[-D:] = [end - top for end in window]
+            offset = offset + top.double()
+            for i in range(max(1, len(offsets) - len(window)), len(offsets)):
+                offsets[i] = offset  # those ends are in the new frame (frame 0, a first segment's, stays 0)
     ends = torch.stack(ends, -2)
-    last = ends[..., torch.arange(B, device=first.device), lengths, :]
-    return semiring.result(semiring.sum(last, -1)), ends
+    rows = torch.arange(B, device=first.device)
+    answer = semiring.result(semiring.sum(ends[..., rows, lengths, :], -1))
+    if offset is None:
+        return answer, ends, None
+    offsets = torch.cat(offsets, -1)
+    return (answer.double() + offsets[rows, lengths]).to(answer.dtype), ends, offsets
 
 
-def edge_choice(f: EdgeSemiMarkov, ends: Tensor):
-    """``choice(t, j)`` for ``backtrack`` on the per-segment form."""
+def edge_choice(f: EdgeSemiMarkov, ends: Tensor, offsets: Tensor):
+    """``choice(t, j)`` for ``backtrack`` on the per-segment form (``offsets``: ``edge_forward``'s)."""
     B, D, N = f.first.shape
     dev = f.first.device
     dd = torch.arange(1, D + 1, device=dev)
@@ -99,6 +120,9 @@ def edge_choice(f: EdgeSemiMarkov, ends: Tensor):
             sc = s.clamp(1, f.edge.shape[1])
             prev = ends[b, sc] + f.edge[b, sc - 1, dd - 1, :, jj]  # S x B x D x N
             logits = torch.where((s > 0).unsqueeze(-1), prev, logits)
+        # each frame's ends in the frame of t (a first segment's offset is 0)
+        shift = offsets[b, s.clamp_min(0)] - offsets[b[..., 0], t].unsqueeze(-1)  # S x B x D
+        logits = logits + shift.to(logits.dtype).unsqueeze(-1)
         return torch.where((s >= 0).unsqueeze(-1), logits, float("-inf"))
 
     return choice
@@ -151,17 +175,18 @@ class ExactEngine(SemiMarkovEngine):
     def argmax(self, factors, lengths):
         if isinstance(factors, EdgeSemiMarkov):
             with torch.no_grad():
-                score, ends = edge_forward(factors, lengths, Max)
+                score, ends, offsets = edge_forward(factors, lengths, Max)
                 seg, _ = backtrack(
-                    ends, None, edge_choice(factors, ends), lengths, factors.max_duration, 1, noise=False
+                    ends, None, edge_choice(factors, ends, offsets), lengths, factors.max_duration, 1,
+                    noise=False,
                 )
             return score, seg[0]
         return dense_argmax(factors, lengths)
 
     def _sample(self, factors, lengths, n, temperature, generator):
         if isinstance(factors, EdgeSemiMarkov):
-            _, ends = edge_forward(factors, lengths)
-            choice = edge_choice(factors, ends)
+            _, ends, offsets = edge_forward(factors, lengths)
+            choice = edge_choice(factors, ends, offsets)
             D = factors.max_duration
             return backtrack(ends, None, choice, lengths, D, n, True, temperature, generator)
         return factorized_sample(

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from zoo.inference.numerics import NEG, gumbel_noise
 from zoo.inference.semimarkov.factors import Cumulative
-from zoo.inference.semiring import Log, Max, Semiring
+from zoo.inference.semiring import Entropy, Log, Max, Semiring
 
 SHIFT_EVERY = 32  # frames between the Viterbi forward's shifts
 
@@ -85,9 +85,9 @@ class Forward(NamedTuple):
     """What ``forward`` returns: the semiring's answer (B,); ends, the semiring's values ... x B x (T+1) x K,
     ends[..., t, :] = beta[t] (ends[..., 0, :] = -inf; junk past each length); in ``Max`` also durations,
     B x (T+1) x K long: [:, t, j] the duration of the best segment ending at frame t with node j (the
-    Viterbi's back-pointers; row 0 unused), and offsets, B x (T+1) float64: the Viterbi's values are
-    shifted as the forward goes (``SHIFT_EVERY``), beta[t] = ends[:, t] + offsets[:, t] (values of one
-    frame compare as they are, values of different frames only with their offsets); else None."""
+    Viterbi's back-pointers; row 0 unused), else None; in ``Log`` and ``Max`` offsets, B x (T+1) float64:
+    the values are shifted as the forward goes (``SHIFT_EVERY``), beta[t] = ends[:, t] + offsets[:, t]
+    (values of one frame compare as they are, values of different frames only with their offsets)."""
 
     answer: Tensor
     ends: Tensor
@@ -121,11 +121,11 @@ def forward(
     alphas = [semiring.lift(problem.init)]
     betas = [semiring.lift(dur.new_full((B, K), float("-inf")))]
     best = [torch.zeros(B, K, dtype=torch.long, device=cum.device)] if semiring is Max else None
-    # the Viterbi's values are shifted as they go: unshifted, they grow with the frame (1e5 nats and more
-    # for long Gaussian HSMMs) until float32 rounds away the differences the segmentations are chosen
-    # by (a path 0.9 nats below the best at T = 2,000, frames a thousand nats down); offsets[t] is what
-    # beta_t lacks
-    offset = dur.new_zeros(B, 1, dtype=torch.float64) if semiring is Max else None
+    # log values are shifted as they go: unshifted, they grow with the frame (1e5 nats and more for long
+    # Gaussian HSMMs) until float32 rounds away the differences between them (at T = 2,000, frames a
+    # thousand nats down: marginals 4 % off, log Z 2 nats, a best path 0.9 nats below the best);
+    # offsets[t] is what beta_t lacks. (The entropy's pairs run in float64.)
+    offset = dur.new_zeros(B, 1, dtype=torch.float64) if semiring is not Entropy else None
     offsets = [offset]
     for t in range(1, T + 1):
         n = min(D, t)
@@ -143,7 +143,7 @@ def forward(
             alphas.append(semiring.step(problem.step, t, beta, lengths > t))
             if offset is not None and t % SHIFT_EVERY == 0:  # every alpha a later window reads
                 window = alphas[-D:]
-                top = torch.stack(window).amax((0, -1)).unsqueeze(-1).clamp_min(NEG)  # B x 1
+                top = torch.stack(window).detach().amax((0, -1)).unsqueeze(-1).clamp_min(NEG)  # B x 1
                 alphas[-D:] = [alpha - top for alpha in window]
                 offset = offset + top.double()
     ends = torch.stack(betas, -2)
@@ -159,10 +159,13 @@ def forward(
     return Forward((answer.double() + offsets[rows, lengths]).to(answer.dtype), ends, durations, offsets)
 
 
-def factorized_choice(problem: Problem, ends: Tensor, columns: Callable[[Tensor], Tensor]):
+def factorized_choice(
+    problem: Problem, ends: Tensor, columns: Callable[[Tensor], Tensor], offsets: Tensor | None = None
+):
     """The backward step of a factorized model: logits over (d, i) of the segment before (t, j).
 
-    ``columns(j)`` -> ... x K: log trans(:, j). Returns ``choice(t, j)`` for ``backtrack``.
+    ``columns(j)`` -> ... x K: log trans(:, j); ``offsets``: the forward's (``Forward``), for ends of
+    different frames. Returns ``choice(t, j)`` for ``backtrack``.
     """
     cum, dur, init = problem.cum, problem.duration, problem.init
     B, _, K = cum.shape
@@ -182,6 +185,9 @@ def factorized_choice(problem: Problem, ends: Tensor, columns: Callable[[Tensor]
         slot0 = torch.arange(K, device=cum.device) == 0
         start = torch.where(slot0, first.unsqueeze(-1), float("-inf"))
         logits = torch.where((s == 0).unsqueeze(-1), start, prev) + seg.unsqueeze(-1)
+        if offsets is not None:  # each frame's ends in the frame of t (the first segment's offset is 0)
+            shift = offsets[b, sc] - offsets[b[..., 0], t].unsqueeze(-1)  # S x B x D
+            logits = logits + shift.to(logits.dtype).unsqueeze(-1)
         return torch.where(valid.unsqueeze(-1), logits, float("-inf"))
 
     return choice
