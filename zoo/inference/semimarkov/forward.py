@@ -35,7 +35,7 @@ from zoo.inference.numerics import NEG, gumbel_noise
 from zoo.inference.semimarkov.factors import Cumulative
 from zoo.inference.semiring import Entropy, Log, Max, Semiring
 
-SHIFT_EVERY = 32  # frames between the Viterbi forward's shifts
+SHIFT_EVERY = 32  # frames between the shifts of the forward's log values (Log and Max)
 
 
 @dataclass
@@ -116,16 +116,18 @@ def forward(
     B, T1, K = cum.shape
     T, D = T1 - 1, dur.shape[-1]
     dur_rev = dur.transpose(1, 2).flip(1)  # B x D x K, row i holds duration D - i
+    shifting = semiring is not Entropy  # (the entropy's pairs run in float64, unshifted)
+    frames = best_frames(cum) if shifting else None  # taken out of every path: log Z less their sum
     # per end frame: B x D x K (one backward for all)
-    segments = segment_windows(cum, D, dur.dtype, probe).unbind(1)
+    segments = segment_windows(cum if frames is None else frames.less, D, dur.dtype, probe).unbind(1)
     alphas = [semiring.lift(problem.init)]
     betas = [semiring.lift(dur.new_full((B, K), float("-inf")))]
     best = [torch.zeros(B, K, dtype=torch.long, device=cum.device)] if semiring is Max else None
     # log values are shifted as they go: unshifted, they grow with the frame (1e5 nats and more for long
     # Gaussian HSMMs) until float32 rounds away the differences between them (at T = 2,000, frames a
-    # thousand nats down: marginals 4 % off, log Z 2 nats, a best path 0.9 nats below the best);
-    # offsets[t] is what beta_t lacks. (The entropy's pairs run in float64.)
-    offset = dur.new_zeros(B, 1, dtype=torch.float64) if semiring is not Entropy else None
+    # thousand nats down: marginals 4 % off, log Z 9 nats, a best path 0.9 nats below the best).
+    # offsets[t] is what beta_t lacks (with the best frames' sum).
+    offset = dur.new_zeros(B, 1, dtype=torch.float64) if shifting else None
     offsets = [offset]
     for t in range(1, T + 1):
         n = min(D, t)
@@ -155,8 +157,29 @@ def forward(
     answer = semiring.result(semiring.sum(last, -1))
     if offset is None:
         return Forward(answer, ends, durations)
-    offsets = torch.cat(offsets, -1)
+    offsets = torch.cat(offsets, -1) + frames.sums
     return Forward((answer.double() + offsets[rows, lengths]).to(answer.dtype), ends, durations, offsets)
+
+
+class BestFrames(NamedTuple):
+    """Each frame's best log-potential over the K nodes, taken out of every node's (the same for every
+    path: each covers every frame once): ``sums`` B x (T+1) float64, its running sums (0 first), and
+    ``less`` the ``Cumulative`` without them. With emissions far apart the forward's values then grow
+    only by what a path loses to each frame's best, not by the emissions themselves."""
+
+    sums: Tensor
+    less: Cumulative
+
+
+def best_frames(cum: Cumulative) -> BestFrames:
+    """``BestFrames`` of cumulative frame log-potentials (a frame with no finite entry counts 0)."""
+    sums = cum.sums.detach()  # a constant of every path: no gradient
+    frame = sums[:, 1:] - sums[:, :-1]  # B x T x K float64: each frame's finite entries
+    if cum.dead is not None:
+        frame = frame.masked_fill(cum.dead[:, 1:] > cum.dead[:, :-1], float("-inf"))
+    best = frame.amax(-1)
+    best = torch.nn.functional.pad(torch.where(torch.isfinite(best), best, 0.0).cumsum(1), (1, 0))
+    return BestFrames(best, Cumulative(cum.sums - best.unsqueeze(-1), cum.dead))
 
 
 def factorized_choice(
