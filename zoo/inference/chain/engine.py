@@ -176,7 +176,8 @@ class ExactEngine(ChainEngine):
     factor_types = (ChainFactors,)
     capabilities = {
         "log_partition": (NATIVE, "one guarded matmul a step (log space, exact repair where float "
-                          "underflow could bite), hand-written backward"),
+                          "underflow could bite), hand-written backward; without one, long chains of "
+                          "few states in chunks multiplied as a tree"),
         "marginals": (NATIVE, "autograd of log Z"),
         "pairwise_marginals": (NATIVE, "autograd of log Z, B x (T-1) x N x N"),
         "entropy": (NATIVE, "the forward in the entropy semiring (Alg. 3 recursion), differentiable"),

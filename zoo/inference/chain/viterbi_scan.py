@@ -12,8 +12,8 @@ gather a round) gives each position's state from the last one.
 Max-plus only adds and compares log-potentials; each product of steps and each position's values are
 shifted to a max of 0 (the paths depend only on each position's values up to a constant), so that they
 stay of the size of the potentials' differences however long the sequence. Ties go to the first best
-predecessor, as step by step. Past a sequence's
-length every step is the max-plus identity, so its last values stay those at its length.
+predecessor, as step by step. Past a sequence's length every step is the max-plus identity, so its
+last values stay those at its length.
 
 Shapes: B batch, T positions, N states; ``lengths`` (B,), 1 <= length <= T.
 """
