@@ -91,9 +91,10 @@ def tree_product(matrices: Tensor) -> tuple[Tensor, Tensor]:
     return matrices[:, :, 0], scale
 
 
-def log_partition(chain: DenseChain, lengths: Tensor) -> Tensor:
+def log_partition(chain: DenseChain, lengths: Tensor) -> Tensor | None:
     """log Z (B,) of a chain with a shared transition, without a gradient; a sequence with no finite
-    path raises ``ZeroProbability``."""
+    path raises ``ZeroProbability``. None where a chunk has no path from some state before it (the
+    plain forward is the way)."""
     with torch.no_grad():
         unary = chain.folded_unary()  # B x T x N
         B, T, N = unary.shape
@@ -127,9 +128,8 @@ def log_partition(chain: DenseChain, lengths: Tensor) -> Tensor:
             )
             try:
                 ends, scales = block_scaled.log_forward_ends(rows, lengths.new_full((n * N,), CHUNK))
-            except scaled.ZeroProbability:  # a chunk with no path from some state: the plain forward
-                plain = scaled.ScaledChain(chain.unary, chain.transition, left_is_log=True, init=chain.init)
-                return block_scaled.log_partition(plain, lengths)
+            except scaled.ZeroProbability:  # a chunk with no path from some state
+                return None
             ends, scales = ends.view(n, N, N), scales.view(n, N)
             peak = scales.amax(-1)  # n: each chunk's shift
             log_z.index_add_(0, sequence, peak.double())

@@ -39,7 +39,9 @@ def fast_log_partition(chain: DenseChain, lengths: Tensor) -> Tensor:
         and not needs_grad(chain.unary, chain.transition, chain.init)
         and chunked.pays(chain.batch, chain.max_length, chain.num_states)
     ):
-        return chunked.log_partition(chain, lengths)
+        log_z = chunked.log_partition(chain, lengths)
+        if log_z is not None:  # else a chunk has no path from some state: the plain forward
+            return log_z
     return scaled.log_partition(log_space(chain), lengths)
 
 

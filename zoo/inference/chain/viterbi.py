@@ -35,7 +35,7 @@ from zoo.inference.chain import viterbi_scan
 from zoo.inference.chain.factors import ChainFactors, DenseChain, LowRankChain, RankSpaceChain
 from zoo.inference.chain.scaled import check_alive
 from zoo.inference.logmatmul import Matrix, log_matmul
-from zoo.inference.numerics import NEG, safe_log
+from zoo.inference.numerics import safe_log
 from zoo.inference.semiring import max_plus
 
 SHIFT_EVERY = 32  # positions between the forward's shifts (two kernels each)
@@ -102,7 +102,7 @@ def best_paths(chain: ChainFactors, lengths: Tensor) -> Tensor:
         for t in range(1, T):  # past a length the values go on through the padding: nothing reads them
             values.append(best(t, values[-1]) + unary[t])
             if t % SHIFT_EVERY == 0:  # the paths depend on each position's values up to a constant
-                values[-1] = values[-1] - values[-1].amax(-1, keepdim=True).clamp_min(NEG)
+                values[-1] = viterbi_scan.shifted(values[-1], -1)
         ragged = bool((lengths < T).any())
         if ragged:
             last = torch.stack(values, 1)[torch.arange(chain.batch, device=lengths.device), lengths - 1]

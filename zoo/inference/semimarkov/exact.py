@@ -18,7 +18,6 @@ from torch import Tensor
 import zoo.inference.semimarkov.forward as forward_module
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import NATIVE
-from zoo.inference.numerics import NEG
 from zoo.inference.semimarkov.engine import SemiMarkovEngine, on_one_frame_chain, one_frame_log_partition
 from zoo.inference.semimarkov.factors import (
     DenseSemiMarkov,
@@ -31,6 +30,7 @@ from zoo.inference.semimarkov.forward import (
     backtrack,
     factorized_choice,
     forward,
+    shift_window,
 )
 from zoo.inference.semimarkov.viterbi import best_segmentations
 from zoo.inference.semiring import Entropy, Log, MatrixStep, Max, Semiring
@@ -55,9 +55,9 @@ def dense_argmax(f: DenseSemiMarkov, lengths: Tensor) -> tuple[Tensor, Tensor]:
 
 def factorized_sample(problem: Problem, columns, lengths, n, temperature, generator, max_duration):
     """Forward filtering, backward sampling (hard when temperature is None, else also relaxed)."""
-    ends, offsets = forward(problem, lengths)[1::2]
-    choice = factorized_choice(problem, ends, columns, offsets)
-    return backtrack(ends, problem.final, choice, lengths, max_duration, n, True, temperature, generator)
+    fw = forward(problem, lengths)
+    choice = factorized_choice(problem, fw.ends, columns, fw.offsets)
+    return backtrack(fw.ends, problem.final, choice, lengths, max_duration, n, True, temperature, generator)
 
 
 # --- the general per-segment form ---------------------------------------------------------------------
@@ -87,11 +87,8 @@ def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: Semiring = Log, f
         ends.append(semiring.sum(torch.stack(parts, -2), -2))
         offsets.append(offset)
         if offset is not None and t % forward_module.SHIFT_EVERY == 0 and t < T:  # what later frames read
-            window = ends[-D:]
-            top = torch.stack(window).detach().amax((0, -1)).unsqueeze(-1).clamp_min(NEG)  # B x 1
-            ends[-D:] = [end - top for end in window]
-            offset = offset + top.double()
-            for i in range(max(1, len(offsets) - len(window)), len(offsets)):
+            offset = offset + shift_window(ends, D)
+            for i in range(max(1, len(offsets) - D), len(offsets)):
                 offsets[i] = offset  # those ends are in the new frame (frame 0, a first segment's, stays 0)
     ends = torch.stack(ends, -2)
     rows = torch.arange(B, device=first.device)

@@ -144,10 +144,7 @@ def forward(
         if t < T:
             alphas.append(semiring.step(problem.step, t, beta, lengths > t))
             if offset is not None and t % SHIFT_EVERY == 0:  # every alpha a later window reads
-                window = alphas[-D:]
-                top = torch.stack(window).detach().amax((0, -1)).unsqueeze(-1).clamp_min(NEG)  # B x 1
-                alphas[-D:] = [alpha - top for alpha in window]
-                offset = offset + top.double()
+                offset = offset + shift_window(alphas, D)
     ends = torch.stack(betas, -2)
     rows = torch.arange(B, device=cum.device)
     last = ends[..., rows, lengths, :]
@@ -180,6 +177,15 @@ def best_frames(cum: Cumulative) -> BestFrames:
     best = frame.amax(-1)
     best = torch.nn.functional.pad(torch.where(torch.isfinite(best), best, 0.0).cumsum(1), (1, 0))
     return BestFrames(best, Cumulative(cum.sums - best.unsqueeze(-1), cum.dead))
+
+
+def shift_window(values: list[Tensor], D: int) -> Tensor:
+    """Shift the last D of the B x K log values in ``values`` (those a later D-window reads; replaced in
+    the list) by one common max to 0, an all -inf row by NEG; returns the shift, B x 1 float64."""
+    window = values[-D:]
+    top = torch.stack(window).detach().amax((0, -1)).unsqueeze(-1).clamp_min(NEG)  # B x 1
+    values[-D:] = [value - top for value in window]
+    return top.double()
 
 
 def factorized_choice(

@@ -56,10 +56,10 @@ def rank_space_sample(f: RankSpaceSemiMarkov, lengths, n: int, generator=None) -
     state independently given the ranks, p(z_k = j | r_k, r_{k+1}) ~ V[j, r_k] U[j, r_{k+1}]
     (V[j, r_m] for the last segment). O(T (D R + R^2)) plus O(N) per segment."""
     problem = rank_problem(f)
-    ends, offsets = forward(problem, lengths)[1::2]
+    fw = forward(problem, lengths)
     log_h = safe_log(rank_transition(f))
-    choice = factorized_choice(problem, ends, lambda r: log_h.T[r], offsets)
-    ranks, _ = backtrack(ends, problem.final, choice, lengths, f.max_duration, n, True, None, generator)
+    choice = factorized_choice(problem, fw.ends, lambda r: log_h.T[r], fw.offsets)
+    ranks, _ = backtrack(fw.ends, problem.final, choice, lengths, f.max_duration, n, True, None, generator)
     start = ranks >= 0
     log_v, log_u = safe_log(f.V), safe_log(f.U)
     following = next_start_labels(ranks)
