@@ -147,6 +147,9 @@ class _Backward(torch.autograd.Function):
             g = g_views[t]
             if t in ends:
                 g.copy_(torch.where((last == t).unsqueeze(-1), start.unsqueeze(-1), g))
+            if scaled.restores_mass(t, T):  # sum_j g_t(j) p_t(j) = d log Z / d log(scale of p_t)
+                live = torch.where(lengths > t, grad, 0.0)
+                g.copy_(scaled.restore_mass(g, (g * vectors[t]).sum(-1), live))
             if t == 0:
                 break
             gh = torch.mul(g, factors[t - 1], out=gh_views[t - 1])

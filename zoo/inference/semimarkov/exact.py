@@ -73,11 +73,11 @@ def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: Semiring = Log, f
     T = f.max_length
     ends = [semiring.lift(first.new_full((B, N), float("-inf")))]
     offset = first.new_zeros(B, 1, dtype=torch.float64) if semiring is not Entropy else None
-    offsets = [offset]
+    offsets, pins = [offset], first.new_zeros(B, 1)
     for t in range(1, T + 1):
         parts = []
-        if t <= D:  # a first segment: its score in the frame of the shifted values
-            start = first[:, t - 1] if offset is None else first[:, t - 1] - offset.to(first.dtype)
+        if t <= D:  # a first segment: its score in the frame of the shifted values (the shifts' gradient too)
+            start = first[:, t - 1] if offset is None else first[:, t - 1] - offset.to(first.dtype) - pins
             parts.append(semiring.lift(start))
         n = min(D, t - 1)
         if n >= 1:
@@ -87,7 +87,8 @@ def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: Semiring = Log, f
         ends.append(semiring.sum(torch.stack(parts, -2), -2))
         offsets.append(offset)
         if offset is not None and t % forward_module.SHIFT_EVERY == 0 and t < T:  # what later frames read
-            offset = offset + shift_window(ends, D)
+            shift = shift_window(ends, D, lengths > t - D)  # (a log Z reads the ends at its length)
+            offset, pins = offset + shift.value, pins + shift.pin
             for i in range(max(1, len(offsets) - D), len(offsets)):
                 offsets[i] = offset  # those ends are in the new frame (frame 0, a first segment's, stays 0)
     ends = torch.stack(ends, -2)
@@ -96,7 +97,7 @@ def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: Semiring = Log, f
     if offset is None:
         return answer, ends, None
     offsets = torch.cat(offsets, -1)
-    return (answer.double() + offsets[rows, lengths]).to(answer.dtype), ends, offsets
+    return (answer.double() + offsets[rows, lengths]).to(answer.dtype) + pins.squeeze(-1), ends, offsets
 
 
 def edge_choice(f: EdgeSemiMarkov, ends: Tensor, offsets: Tensor):
