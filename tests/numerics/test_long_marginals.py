@@ -83,14 +83,19 @@ def assert_mass_one(name: str, sums: torch.Tensor, inside: torch.Tensor) -> None
     assert worst <= MASS_TOLERANCE, f"{name}: a position's mass is {worst:.3g} away from 1"
 
 
+def assert_marginals(name: str, m32: torch.Tensor, m64: torch.Tensor, inside: torch.Tensor, tolerance: float):
+    """float32 marginals (B x T x N): each position's mass 1, and within ``tolerance`` of float64."""
+    assert_mass_one(name, m32.sum(-1), inside)
+    err = (m32.double() - m64).abs().max().item()
+    assert err <= tolerance, f"{name}: float32 marginals {err:.3g} from float64"
+
+
 @pytest.mark.parametrize("kind", ["dense", "per-position", "low-rank", "rank-space"])
 def test_chain_marginals_of_a_long_sequence_keep_their_mass_in_float32(kind):
     T = 30_000
     m = gaussian_model(T)
     m32, m64 = chain(kind, m, torch.float32).marginals, chain(kind, m, F64).marginals
-    assert_mass_one(kind, m32.sum(-1), live(m, T))
-    err = (m32.double() - m64).abs().max().item()
-    assert err <= 2 * MASS_TOLERANCE, f"{kind}: float32 marginals {err:.3g} from float64"
+    assert_marginals(kind, m32, m64, live(m, T), 2 * MASS_TOLERANCE)
 
 
 def test_differentiable_and_pairwise_chain_marginals_keep_their_mass_in_float32():
@@ -133,6 +138,4 @@ def test_hsmm_frame_marginals_of_a_long_sequence_keep_their_mass_in_float32(kind
     T = 5_000
     m = gaussian_model(T)
     m32, m64 = hsmm(kind, m, torch.float32).marginals, hsmm(kind, m, F64).marginals
-    assert_mass_one(kind, m32.sum(-1), live(m, T))
-    err = (m32.double() - m64).abs().max().item()
-    assert err <= 3 * MASS_TOLERANCE, f"{kind}: float32 frame marginals {err:.3g} from float64"
+    assert_marginals(kind, m32, m64, live(m, T), 3 * MASS_TOLERANCE)
