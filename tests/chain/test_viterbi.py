@@ -279,3 +279,17 @@ def test_a_very_long_chain_decodes_its_best_path_in_float32(route):
     best = sequence_score(c64, LinearChain(c64, lengths).argmax, lengths)
     found = sequence_score(c64, states, lengths)
     assert best - found <= 1e-6 * best.abs(), f"the float32 path scores {found.item()}, best {best.item()}"
+
+
+@pytest.mark.parametrize("T", [2, 16, 17, 18, 33, 1000])
+def test_the_blocked_walk_back_follows_every_pointer(T):
+    """``walk_back`` (blocks of positions, then pointer jumping over the blocks) against the walk back
+    one position at a time, on random pointers, at lengths around the block's."""
+    N, B = 3, 2
+    g = torch.Generator().manual_seed(T)
+    pointers = torch.randint(0, N, (N, T - 1, B), generator=g)
+    last = torch.randint(0, N, (B,), generator=g)
+    expected = [last]
+    for t in range(T - 2, -1, -1):
+        expected.append(pointers[expected[-1], t, torch.arange(B)])
+    assert torch.equal(viterbi_scan.walk_back(pointers, last), torch.stack(expected[::-1]))
