@@ -31,6 +31,7 @@ from zoo.inference.semimarkov.forward import (
     factorized_choice,
     forward,
     shift_window,
+    unshifted,
 )
 from zoo.inference.semimarkov.viterbi import best_segmentations
 from zoo.inference.semiring import Entropy, Log, MatrixStep, Max, Semiring
@@ -97,7 +98,7 @@ def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: Semiring = Log, f
     if offset is None:
         return answer, ends, None
     offsets = torch.cat(offsets, -1)
-    return (answer.double() + offsets[rows, lengths]).to(answer.dtype) + pins.squeeze(-1), ends, offsets
+    return unshifted(answer, offsets[rows, lengths], pins), ends, offsets
 
 
 def edge_choice(f: EdgeSemiMarkov, ends: Tensor, offsets: Tensor):

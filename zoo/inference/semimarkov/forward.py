@@ -156,8 +156,7 @@ def forward(
     if offset is None:
         return Forward(answer, ends, durations)
     offsets = torch.cat(offsets, -1) + frames.sums
-    answer = (answer.double() + offsets[rows, lengths]).to(answer.dtype) + pins.squeeze(-1)
-    return Forward(answer, ends, durations, offsets)
+    return Forward(unshifted(answer, offsets[rows, lengths], pins), ends, durations, offsets)
 
 
 class BestFrames(NamedTuple):
@@ -203,6 +202,12 @@ def shift_window(values: list[Tensor], D: int, counted: Tensor) -> WindowShift:
     values[-D:] = [value - top for value in window]
     pin = torch.where(counted.unsqueeze(-1), top - top.detach(), 0.0)
     return WindowShift(top.detach().double(), pin)
+
+
+def unshifted(answer: Tensor, offset: Tensor, pins: Tensor) -> Tensor:
+    """The answer (B,) of shifted values with its offset (B,) float64 added back (in float64, then cast)
+    and the shifts' pins (B x 1, ``WindowShift``)."""
+    return (answer.double() + offset).to(answer.dtype) + pins.squeeze(-1)
 
 
 def factorized_choice(
