@@ -132,11 +132,11 @@ class GaussianEmission(nn.Module):
 
     mu_c = A h_c + a and s_c = min_variance + softplus(B h_c + b) from each component's hidden vector,
     computed as two matrix products (x^2 / s, x mu / s) accumulated onto a per-component constant; no
-    B x T x C x F tensor is formed. The products expand the square, so both x and mu are
-    first shifted by each sequence's median frame (`median_frame`; an exact identity): features far from
-    0 (an offset of 1000 in float32) would otherwise lose nats to cancellation. Frames far from their
-    sequence's median still lose |x - median|^2 / s * 2^-24 nats in float32: standardize features with
-    several distant regimes.
+    B x T x C x F tensor is formed. The products expand the square, so both x and mu are first shifted
+    by each sequence's median frame (`median_frame`; an exact identity): features far from 0 (an offset
+    of 1000 in float32) would otherwise lose nats to cancellation. Frames far from their sequence's
+    median still lose |x - median|^2 / s * 2^-24 nats in float32: standardize features with several
+    distant regimes.
 
     Args:
         feature_dim: F.
