@@ -118,6 +118,16 @@ def test_hsmm_names_non_finite_features_within_lengths():
         score(model, {**batch, "features": features})
 
 
+def test_hsmm_finite_features_whose_sum_overflows_are_not_called_non_finite():
+    """The finite check sums the features first (one reduction); a sum that overflows on finite frames
+    goes on to the elementwise check, which passes them (the per-sequence projection standardizes them)."""
+    model, batch, _ = build("GaussianHSMM")
+    features = batch["features"].clone()
+    features[0, :2] = torch.finfo(features.dtype).max / 2  # finite frames; their sum overflows
+    assert not torch.isfinite(features.sum())
+    assert score(model, {**batch, "features": features}).isfinite().all()
+
+
 def test_pcfg_names_the_lengths_given():
     model, batch, _ = build("PCFG")
     tokens = batch["tokens"][:1, :4]
