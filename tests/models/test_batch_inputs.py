@@ -119,8 +119,8 @@ def test_hsmm_names_non_finite_features_within_lengths():
 
 
 def test_hsmm_finite_features_whose_sum_overflows_are_not_called_non_finite():
-    """The finite check sums the features first (one reduction); a sum that overflows on finite frames
-    goes on to the elementwise check, which passes them (the per-sequence projection standardizes them)."""
+    """The finite check is one reduction (``checks.all_finite``: min and max, not a sum, which would
+    overflow here): huge finite frames pass (the per-sequence projection standardizes them)."""
     model, batch, _ = build("GaussianHSMM")
     features = batch["features"].clone()
     features[0, :2] = torch.finfo(features.dtype).max / 2  # finite frames; their sum overflows

@@ -134,6 +134,11 @@ def check_nonnegative(name: str, value: Tensor) -> None:
         )
 
 
+def all_finite(value: Tensor) -> bool:
+    """Whether every entry is finite: one reduction (``_extremes``), not an elementwise mask."""
+    return value.numel() == 0 or all(math.isfinite(x) for x in _extremes(value))
+
+
 def _extremes(value: Tensor) -> tuple[float, float]:
     """(min, max) of a non-empty tensor, NaN if it holds one, read in one host synchronization."""
     return tuple(torch.stack(torch.aminmax(value.detach())).tolist())

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.inference import Backend, SemiMarkovChain
+from zoo.inference.checks import all_finite
 from zoo.inference.numerics import NEG
 from zoo.inference.rdp import PROPOSALS
 from zoo.inference.semimarkov import to_frame_states
@@ -285,9 +286,7 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
             )
         lengths, inside = checked_lengths(features, lengths)
         features = torch.where(inside.unsqueeze(-1), features, 0.0)  # padding may hold anything (NaN too)
-        # the sum is finite when every frame is (one reduction; else the elementwise check, which also
-        # passes finite frames whose sum overflows)
-        if not bool(torch.isfinite(features.sum())) and not bool(torch.isfinite(features).all()):
+        if not all_finite(features):
             bad = (~torch.isfinite(features)).flatten(1).any(-1).nonzero().flatten().tolist()
             raise ValueError(
                 f"batch['features'] must be finite within each length, got NaN or inf in sequences {bad}"
