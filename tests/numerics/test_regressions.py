@@ -624,6 +624,72 @@ def test_rank_space_from_logs_keeps_factors_below_float32_range_float32():
     assert float(results[F32][1][1, 1]) == pytest.approx(2.0, abs=1e-5), results[F32][1].tolist()
 
 
+def tree_backend(grammar, backend: str):
+    """(grammar, TreeDistribution backend, options) of ``backend`` for a dense or rank-space grammar;
+    the randomized backends keep every label (the estimate is exact)."""
+    if backend == "state-space":
+        return grammar, "rank-space", "state-space"
+    if backend == "randomized":
+        return grammar, "randomized", RDPOptions(k1=grammar.num_nonterminals, k2=0)
+    return grammar, backend, None
+
+
+@pytest.mark.parametrize("backend", ["exact", "randomized"])
+def test_tree_root_on_a_parent_whose_rules_lie_far_below_another_float32(backend):
+    """Found by an audit: the root allows parent 0 (score 0) and the others 200 nats down, and every
+    rule of parent 0 lies 120 nats below parent 1's. A span's vector keeps parent 0's value only
+    2^-126 below parent 1's, where float32 flushes it; the root sum then weighs the flushed entry and
+    float32 log Z came out 80 nats off with no error. The guard checks the root sum too."""
+    gen = torch.Generator().manual_seed(0)
+    rules = torch.randn(3, 5, 5, generator=gen, dtype=F64)
+    rules[0] -= 120.0
+    root = torch.tensor([0.0, -200.0, -210.0], dtype=F64)
+    terms = torch.randn(2, 4, 2, generator=gen, dtype=F64)
+    lengths = torch.tensor([4, 3])
+    results = {}
+    for dtype in (F32, F64):
+        grammar, name, options = tree_backend(DenseGrammar(root.to(dtype), rules.to(dtype)), backend)
+        leaf = terms.to(dtype).requires_grad_()
+        log_z = TreeDistribution(grammar, leaf, lengths, backend=name, options=options).log_partition
+        log_z.sum().backward()
+        results[dtype] = (log_z, leaf.grad)
+    assert float(results[F64][0].detach().max()) < -110.0, results[F64][0].tolist()
+    assert_close(results[F32][0], results[F64][0], 1e-4, "float32 log Z")
+    assert_close(results[F32][1], results[F64][1], 1e-5, "float32 d log Z / d terms (marginals)")
+
+
+def rows_far_below(shift: float, second_root: float, dtype):
+    """NT = PT = r = 2, from logs: only U's row 0 (parent 0) is ``shift`` nats down, the root allows
+    parent 0 at 0 and parent 1 at ``second_root``; one two-word sentence. Returns the grammar, the
+    terms and log Z computed in logs (its one tree shape)."""
+    gen = torch.Generator().manual_seed(0)
+    root = torch.tensor([0.0, second_root], dtype=F64)
+    log_U = torch.randn(2, 2, generator=gen, dtype=F64).log_softmax(-1)
+    log_U[0] -= shift
+    log_V, log_W = (torch.randn(4, 2, generator=gen, dtype=F64).log_softmax(0) for _ in range(2))
+    terms = torch.randn(1, 2, 2, generator=gen, dtype=F64)
+    rules = torch.logsumexp(log_U[:, None, None] + log_V[None, :, None] + log_W[None, None], -1)
+    scores = root[:, None, None] + rules[:, 2:, 2:] + terms[0, 0][None, :, None] + terms[0, 1][None, None]
+    grammar = RankSpaceGrammar.from_logs(*(x.to(dtype) for x in (root, log_U, log_V, log_W)))
+    return grammar, terms.to(dtype), torch.logsumexp(scores.flatten(), 0)
+
+
+@pytest.mark.parametrize("second_root", [-INF, -200.0], ids=["one-root", "second-root"])
+@pytest.mark.parametrize("backend", ["rank-space", "state-space", "exact", "randomized"])
+@pytest.mark.parametrize("dtype, shift", [(F32, 120.0), (F64, 800.0)], ids=["float32", "float64"])
+def test_rank_space_from_logs_rows_below_the_dtype_range(dtype, shift, backend, second_root):
+    """Found by an audit: a parent's whole row of U below the dtype's range (e^-120 in float32,
+    e^-800 in float64), built from logs. The rank-space inside's root sum met only flushed weights
+    (a false "no tree" error where the floor was 0; 80 nats off where a second root 200 nats down
+    remained), and the exact backend's rules came from the flushed factors, not the logs."""
+    grammar, terms, expected = rows_far_below(shift, second_root, dtype)
+    grammar, name, options = tree_backend(grammar, backend)
+    dist = TreeDistribution(grammar, terms, torch.tensor([2]), backend=name, options=options)
+    assert_close(dist.log_partition, expected.view(1), 1e-5 * shift, "log Z")
+    if backend == "exact":
+        assert_close(dist.max_score, expected.view(1), 1.0, "best tree's score")
+
+
 @pytest.mark.parametrize("kind", ["rankspace", "dense"])
 def test_tree_sampler_draws_from_float64_charts_when_guarded(monkeypatch, kind):
     """Where the guard marks a sentence, the sampler draws every tree from the float64 charts: with

@@ -144,7 +144,7 @@ class EntropyRules:
         else:
             part = split_part(left, right, self.pair_rules[block])
         if self.guard is not None:
-            self.guard.check(part[1].detach().amax(-1), self.guard.RISK * self.bounds[block])
+            self.guard.check(part[1].detach().amax(-1), self.guard.floor_of(self.bounds[block]))
         return part
 
     def combine(self, parts: list[Part]) -> Tensor:

@@ -22,7 +22,7 @@ from zoo.inference.numerics import logsumexp
 from zoo.inference.semiring import Log
 from zoo.inference.tree import log_space
 from zoo.inference.tree.chart import Scaled, combine, finite_max, matvec, outer_sum, to_scaled
-from zoo.inference.tree.cky import cky, leaf_block
+from zoo.inference.tree.cky import cky, leaf_block, root_values
 from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.guard import UnderflowGuard, guarded
 
@@ -118,12 +118,12 @@ class InsideRules:
             n = c_values.shape[1]
             Y = matvec(Q[:, at : at + n], c_values)
             if self.guard is not None:
-                self.guard.check(Y.detach().amax(-1), self.guard.RISK * bound)
+                self.guard.check(Y.detach().amax(-1), self.guard.floor_of(bound))
             return q_scale[:, at : at + n] + c_scale, Y
         x_scale, X = outer_sum(left, right)
         r_scale, Y = self.rule_op(*block, X)
         if self.guard is not None:
-            self.guard.check(Y.detach().amax(-1), self.guard.RISK * self.bound(block, X))
+            self.guard.check(Y.detach().amax(-1), self.guard.floor_of(self.bound(block, X)))
         return x_scale + r_scale, Y
 
     def bound(self, block: tuple[bool, bool], X: Tensor) -> Tensor:
@@ -161,7 +161,10 @@ def inside(
     """
     rules = InsideRules(grammar, rule_op, terms, guard)
     top, chart = cky(rules, grammar.root, lengths, span_scores, label_scores)
-    return logsumexp(top, -1), chart
+    log_z = logsumexp(top, -1)
+    if guard is not None:
+        guard.check_root_sum(log_z, root_values(chart, lengths), grammar.root)
+    return log_z, chart
 
 
 def guarded_log_partition(rule_op_of: Callable[[GrammarFactors], RuleOp]):

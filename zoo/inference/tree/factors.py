@@ -29,7 +29,7 @@ from zoo.inference.checks import (
     check_same_dtype,
     check_shape,
 )
-from zoo.inference.numerics import safe_log, underflow_safe_exp
+from zoo.inference.numerics import finite_or_zero, safe_log, underflow_safe_exp
 
 #: the most entries a dense NT x S x S rule tensor may have when materialized for an exact fallback
 MAX_DENSE_RULES = 1 << 27
@@ -303,10 +303,29 @@ class RankSpaceGrammar(GrammarFactors):
         return self.U.shape[-1]
 
     def rule_entries(self, g, parent, left, right):
+        if self.logs is not None:  # from the logs: an entry whose factors float32 flushes keeps its value
+            log_U, log_V, log_W = (x.to(torch.float64) for x in self.logs)
+            entries = torch.logsumexp(log_U[g, parent] + log_V[g, left] + log_W[g, right], -1)
+            return entries.to(self.U.dtype)
         return log_of_sum("...r,...r,...r->...", self.U[g, parent], self.V[g, left], self.W[g, right])
 
     def dense_rules(self) -> Tensor:
-        return log_of_sum("gar,gbr,gcr->gabc", self.U, self.V, self.W)
+        if self.logs is None:
+            return log_of_sum("gar,gbr,gcr->gabc", self.U, self.V, self.W)
+        # from the logs, each row shifted to its maximum: rows below float32's (or float64's) range
+        # keep their values, where U, V, W hold zeros
+        (U, shift_U), (V, shift_V), (W, shift_W) = (_row_shifted_exp(x) for x in self.logs)
+        rules = safe_log(torch.einsum("gar,gbr,gcr->gabc", U, V, W))
+        rules = rules + shift_U[:, :, None, None] + shift_V[:, None, :, None] + shift_W[:, None, None, :]
+        return rules.to(self.U.dtype)
+
+
+def _row_shifted_exp(logs: Tensor) -> tuple[Tensor, Tensor]:
+    """exp(logs - m) in float64 and the rows' maxima m (G x K x r -> G x K x r, G x K); a row of
+    -inf keeps m = 0."""
+    logs = logs.to(torch.float64)
+    m = finite_or_zero(logs.detach().amax(-1))
+    return (logs - m.unsqueeze(-1)).exp(), m
 
 
 def log_of_sum(equation: str, *factors: Tensor) -> Tensor:

@@ -7,7 +7,10 @@ nats down, or underflow them to exact zeros) can make a span's value come from t
 alone. Its maximum is then far below what its inputs' maxima and the largest weight allow. The
 sentence's log Z is wrong (0.1 nats on a rank-space PCFG met in training, 9 nats or a false "no
 tree" error on built examples) and its gradient NaN. ``UnderflowGuard`` marks the sentences where
-a product's maximum falls below 2^-60 of that bound; ``guarded`` computes them again in float64.
+a product's maximum falls below 2^-60 of that bound, or below 2^-100 (weights whose largest entry is
+itself tiny, or flushed: a factor far below float32's range built from its logs); ``guarded``
+computes them again in float64. The root sum is such a product too: the root scores can weigh a
+label whose value its span lost (a parent whose every rule lies far below another's).
 
 Users: the exact and low-rank insides (``exact.InsideRules``: every rule application), the rank-space
 and state-space insides (``rank_space``: split sums, projections, root sums), the randomized ones
@@ -17,9 +20,12 @@ and state-space insides (``rank_space``: split sums, projections, root sums), th
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
+from zoo.inference.numerics import finite_or_zero
 from zoo.inference.tree.factors import GrammarFactors
 
 
@@ -27,27 +33,42 @@ class UnderflowGuard:
     """Which sequences (B,) a float32 scaled inside may have got wrong; see the module docstring.
 
     A step whose maxima m (B x n, before rescaling) fall below ``floor`` (``RISK`` times the largest
-    value its inputs and weights allow) marks the sequence. Root sums are kept in ``roots`` (one B
-    vector per width, the span [0, width)) and checked at the sentence's length. ``guard_for`` gives
-    none in float64.
+    value its inputs and weights allow, at least ``SMALLEST``) marks the sequence. Root sums are kept
+    in ``roots`` (one B vector per width, the span [0, width)) and checked at the sentence's length.
+    ``guard_for`` gives none in float64.
     """
 
     RISK = 2.0**-60
     RISK_FLOAT64 = 2.0**-900  # float64 flushes below 2^-1022: at most K 2^-122 of a kept maximum
+    # a product's terms flushed below the smallest normal number (2^-126, 2^-1022) are at most
+    # K 2^-26 (K 2^-32) of a product this large
+    SMALLEST = 2.0**-100
+    SMALLEST_FLOAT64 = 2.0**-990
 
     def __init__(self, lengths: Tensor, dtype: torch.dtype = torch.float32):
         if dtype == torch.float64:
-            self.RISK = self.RISK_FLOAT64
+            self.RISK, self.SMALLEST = self.RISK_FLOAT64, self.SMALLEST_FLOAT64
         self.lengths = lengths
         self.unsafe = torch.zeros_like(lengths, dtype=torch.bool)
         self.roots: list[tuple[Tensor, Tensor]] = []  # (root sums B, their floor G) per width 2, 3, ...
 
+    def floor_of(self, largest: Tensor) -> Tensor:
+        """The floor of a product whose largest possible value is ``largest``: ``RISK`` times it, at
+        least ``SMALLEST``."""
+        return (self.RISK * largest).clamp_min(self.SMALLEST)
+
     def floor(self, weights: Tensor) -> Tensor:
-        """``RISK`` times the largest entry of G x K x M weights, G x 1."""
-        return self.RISK * weights.detach().amax(dim=(-2, -1)).unsqueeze(-1)
+        """The floor of a product of vectors of at most 1 with G x K x M weights: G x 1."""
+        return self.floor_of(weights.detach().amax(dim=(-2, -1)).unsqueeze(-1))
 
     def check(self, m: Tensor, floor: Tensor | float) -> None:
         self.unsafe |= (m < floor).any(-1)
+
+    def check_root_sum(self, log_z: Tensor, values: Tensor, root: Tensor) -> None:
+        """log Z (B,) = log sum_a exp(values_a + root_a) against ``RISK`` times its largest term's bound:
+        values B x K (each sentence's whole span, in logs), root (B or 1) x K log-scores."""
+        bound = finite_or_zero(values.detach().amax(-1)) + finite_or_zero(root.detach().amax(-1))
+        self.unsafe |= log_z.detach() < bound + math.log(self.RISK)
 
     def check_roots(self) -> None:
         """The root sums of each sentence's whole span against their floors."""

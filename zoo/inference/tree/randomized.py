@@ -224,11 +224,11 @@ def gathered_inside(grammar, terms, lengths, kept: KeptLabels, span_scores=None,
         if label_scores is not None:
             beta = beta + span_diagonal(label_scores, w).gather(-1, parent)
         chart.append(beta)
-    return _root(grammar, kept, lengths, lambda w: chart[w][:, 0])
+    return _root(grammar, kept, lengths, lambda w: chart[w][:, 0], guard)
 
 
-def _root(grammar, kept: KeptLabels, lengths: Tensor, top_values) -> Tensor:
-    """log sum over the kept root labels of w_a exp(root_a + inside_a): (B,)."""
+def _root(grammar, kept: KeptLabels, lengths: Tensor, top_values, guard: UnderflowGuard | None = None):
+    """log sum over the kept root labels of w_a exp(root_a + inside_a): (B,); ``guard`` checks the sum."""
     B = lengths.shape[0]
     widths = range(2, kept.spans.index.shape[1] + 1)
     values = torch.stack([top_values(w) for w in widths], 1)  # B x (T-1) x K
@@ -236,8 +236,11 @@ def _root(grammar, kept: KeptLabels, lengths: Tensor, top_values) -> Tensor:
     weights = torch.stack([kept.spans.log_weights[:, 0, w] for w in widths], 1)
     pick = (lengths - 2).view(B, 1, 1).expand(B, 1, values.shape[-1])
     value, index, weights = (x.gather(1, pick).squeeze(1) for x in (values, index, weights))
-    root = grammar.root.expand(B, -1).gather(-1, index)
-    return logsumexp(root + value + weights, -1)
+    root = grammar.root.expand(B, -1).gather(-1, index) + weights
+    log_z = logsumexp(root + value, -1)
+    if guard is not None:
+        guard.check_root_sum(log_z, value, root)
+    return log_z
 
 
 def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptLabels,
@@ -265,7 +268,7 @@ def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptL
             product = torch.einsum("...k,...kr->...r", v, rows(getattr(grammar, name), index))
             m = product.detach().amax(-1)
             if checked:
-                guard.check(m, guard.RISK * v.detach().amax(-1) * largest[name])
+                guard.check(m, guard.floor_of(v.detach().amax(-1) * largest[name]))
             out.append(rescale(scale, product, m))
         return out[0], out[1]
 
@@ -284,7 +287,7 @@ def projected_kept_inside(grammar: RankSpaceGrammar, terms, lengths, kept: KeptL
         alpha = torch.einsum("bnr,bnkr->bnk", gamma[1], rows(grammar.U, index))
         m = alpha.detach().amax(-1)
         if checked:
-            guard.check(m, guard.RISK * largest["U"])
+            guard.check(m, guard.floor_of(largest["U"]))
         scale, alpha = rescale(gamma[0], alpha, m)
         if label_scores is not None:
             labels = span_diagonal(label_scores, width).gather(-1, index)
