@@ -39,12 +39,22 @@ def check_covered(log_z: Tensor, lengths: Tensor, max_duration: int) -> Tensor:
 def frames_from_segments(segments: Tensor) -> Tensor:
     """B x T x D x N segment marginals -> B x T x N frame marginals, by a difference array and a cumsum,
     both in float64: in float32, each entry's rounding went on into every later frame's sum, 1.5e-5
-    off by frame 5,000."""
-    B, T, D, N = segments.shape
-    diff = torch.nn.functional.pad(segments.sum(2, dtype=torch.float64), (0, 0, 0, D + 1))  # + at starts
+    off by frame 5,000. The sums' rounding leaves about 1e-16 (of either sign) where no segment of
+    non-zero mass covers a frame (past a length, a state a -inf unary forbids): the same cumsum over
+    counts of such segments, exact in integers, makes those frames exactly 0."""
+    frames = _covering_sums(segments, torch.float64)
+    covered = _covering_sums(segments > 0, torch.int32) > 0
+    return torch.where(covered, frames.clamp_min(0), 0.0).to(segments.dtype)
+
+
+def _covering_sums(segments: Tensor, dtype: torch.dtype) -> Tensor:
+    """B x T x N sums, in ``dtype``, over the segments covering each frame: + at a segment's start,
+    - after its end, then a cumsum over frames."""
+    T, D = segments.shape[1], segments.shape[2]
+    diff = torch.nn.functional.pad(segments.sum(2, dtype=dtype), (0, 0, 0, D + 1))  # + at starts
     for d in range(1, D + 1):  # - where each segment of duration d ends
-        diff[:, d : T + d] -= segments[:, :, d - 1]
-    return diff.cumsum(1)[:, :T].to(segments.dtype)
+        diff[:, d : T + d] -= segments[:, :, d - 1].to(dtype)
+    return diff.cumsum(1)[:, :T]
 
 
 def to_frame_states(segmentation: Tensor, lengths: Tensor | None = None) -> Tensor:
