@@ -12,10 +12,10 @@ itself tiny, or flushed: a factor far below float32's range built from its logs)
 computes them again in float64. The root sum is such a product too: the root scores can weigh a
 label whose value its span lost (a parent whose every rule lies far below another's).
 
-Users: the exact and low-rank insides (``exact.InsideRules``: every rule application), the rank-space
-and state-space insides (``rank_space``: split sums, projections, root sums), the randomized ones
-(the whole batch again in float64 with the same kept labels, then in log space) and the samplers
-(float64 charts, then log-space ones).
+Users: the exact and low-rank insides (``exact.InsideRules``: every rule application; the root
+sum), the rank-space and state-space insides (``rank_space``: split sums, projections, root sums),
+the randomized ones (the whole batch again in float64 with the same kept labels, then in log space)
+and the samplers (float64 charts, then log-space ones).
 """
 
 from __future__ import annotations
