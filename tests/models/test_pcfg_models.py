@@ -203,6 +203,7 @@ def test_config_round_trip():
         ({"backend": "randomized"}, "needs k1"),
         ({"backend": "randomized", "k1": 2, "k2": 2}, "k1 \\+ k2 must be in 1..num_nonterminals"),
         ({"backend": "randomized", "k1": 1, "k2": 1, "proposal": "global"}, "unknown proposal"),
+        ({"backend": "randomized", "k1": 2, "k2": 0}, "the 'local' proposal ranks none above another"),
         ({"backend": "exact", "k1": 1, "k2": 1}, "k1 and k2 are used only"),
         ({"backend": "cubic"}, "unknown backend"),
         ({"num_nonterminals": 0}, "num_nonterminals must be an int >= 1"),

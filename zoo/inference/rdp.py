@@ -57,17 +57,20 @@ class RDPOptions:
             )
 
 
-def check_top_k_proposal(options: RDPOptions, states: int) -> None:
-    """ValueError for the top-K1 baseline (k2 = 0) of fewer than all ``states`` under the uniform
-    proposal: it ranks none above another, so the K1 kept would be an arbitrary fixed set (silently:
-    Z_hat / Z = 0.03 for a VAE's q; audit)."""
+def check_top_k_proposal(options: RDPOptions, states: int, uniform: tuple[str, ...] = ("uniform",)) -> None:
+    """ValueError for the top-K1 baseline (k2 = 0) of fewer than all ``states`` under a proposal that
+    is uniform over them (``uniform`` names those; None is the default proposal): it ranks none above
+    another, so the K1 kept would be an arbitrary fixed set (silently: Z_hat / Z = 0.03 for a VAE's q,
+    7.5e-3 for a tree's default proposal; audits)."""
     o = options
-    if o.k2 == 0 and o.k1 < states and isinstance(o.proposal, str) and o.proposal == "uniform":
-        raise ValueError(
-            f"k2 = 0 (the top-K1 baseline) keeps the proposal's {o.k1} best of {states} states, and the "
-            "'uniform' proposal ranks none above another (an arbitrary fixed set): give an informative "
-            "proposal, k2 > 0, or k1 = all states"
-        )
+    if o.k2 == 0 and o.k1 < states and (o.proposal is None or isinstance(o.proposal, str)):
+        name = "local" if o.proposal is None and "local" in uniform else o.proposal
+        if name in uniform:
+            raise ValueError(
+                f"k2 = 0 (the top-K1 baseline) keeps the proposal's {o.k1} best of {states} states, and the "
+                f"{name!r} proposal ranks none above another here (an arbitrary fixed set): give an "
+                "informative proposal (a tensor), k2 > 0, or k1 = all states"
+            )
 
 
 @dataclass
@@ -112,12 +115,19 @@ def select_states(
 
 
 def proposal_weights(
-    unary: Tensor, init: Tensor, state_prior: Callable[[], Tensor], proposal: str | Tensor | None
+    unary: Tensor,
+    init: Tensor,
+    state_prior: Callable[[], Tensor],
+    proposal: str | Tensor | None,
+    first_rows: int = 1,
 ) -> Tensor:
     """log q_t(i) of a sequence of positions (a chain's, a semi-Markov chain's boundaries): B x T x N
     log-weights, each row unnormalized (None: "local+global"). unary: B x T x N log-potentials; init:
     the first position's log-potentials ((N,) or B x N); state_prior: the global log-prior (N,),
-    called only by the proposals that use it. A position with no state of finite weight is uniform."""
+    called only by the proposals that use it. first_rows: the rows whose state can be the sequence's
+    first (1 for a chain; D for a semi-Markov chain, whose row t-1 holds the segments ending at frame
+    t): "global" adds init's mass there (init alone at row 0), since a state that no transition enters
+    can still start a sequence. A position with no state of finite weight is uniform."""
     B, T, N = unary.shape
     proposal = "local+global" if proposal is None else proposal
     if isinstance(proposal, Tensor):
@@ -125,7 +135,10 @@ def proposal_weights(
     if proposal == "uniform":
         return unary.new_zeros(B, T, N)
     if proposal == "global":
-        return uniform_where_empty(state_prior().clone()).unsqueeze(1).expand(B, T, N).clone()
+        log_q = state_prior().unsqueeze(1).expand(B, T, N).clone()
+        log_q[:, 1:first_rows] = torch.logaddexp(log_q[:, 1:first_rows], init.view(-1, 1, N))
+        log_q[:, 0] = init
+        return uniform_where_empty(log_q)
     log_q = unary.clone()
     log_q[:, 0] += init
     uniform_where_empty(log_q)
@@ -202,7 +215,11 @@ class SequenceLifecycle(RandomizedLifecycle):
         o = self.options
         check_top_k_proposal(o, factors.unary.shape[-1])
         log_q = proposal_weights(
-            factors.unary, factors.init, lambda: factors.state_prior(lengths), o.proposal
+            factors.unary,
+            factors.init,
+            lambda: factors.state_prior(lengths),
+            o.proposal,
+            first_rows=getattr(factors, "max_duration", 1),  # a semi-Markov chain's first segment
         )
         return select_states(log_q, o.k1, o.k2, o.generator)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 
-from zoo.inference import Backend
+from zoo.inference import Backend, RDPOptions
+from zoo.inference.rdp import check_top_k_proposal
 
 RANK_BACKENDS = (Backend.LOW_RANK, Backend.RANK_SPACE)
 
@@ -68,11 +69,14 @@ def check_randomized(
     unit: str,
     example: str,
     limit_reason: str | None = None,
+    uniform: tuple[str, ...] = ("uniform",),
 ) -> None:
     """``k1`` and ``k2`` (what is kept exactly and sampled ``unit``, e.g. "per position") are required by
-    backend randomized (ints >= 0 with 1 <= k1 + k2 <= ``limit``; ``proposal`` one of ``proposals``) and
-    rejected by the others. ``size_name`` ("num_states") names what is kept and, unless ``limit_reason``
-    says why the bound is smaller, the bound; ``example`` is a sensible choice for the error message."""
+    backend randomized (ints >= 0 with 1 <= k1 + k2 <= ``limit``; ``proposal`` one of ``proposals``;
+    not k2 = 0 with k1 < ``limit`` under the proposals ``uniform`` names, which rank nothing:
+    ``rdp.check_top_k_proposal``) and rejected by the others. ``size_name`` ("num_states") names what
+    is kept and, unless ``limit_reason`` says why the bound is smaller, the bound; ``example`` is a
+    sensible choice for the error message."""
     if backend is Backend.RANDOMIZED:
         kept = size_name.removeprefix("num_")
         if k1 is None or k2 is None:
@@ -87,6 +91,7 @@ def check_randomized(
             raise ValueError(f"k1 + k2 must be in 1..{bound}, got k1={k1}, k2={k2}")
         if proposal not in proposals:
             raise ValueError(f"unknown proposal {proposal!r}; expected one of {proposals}")
+        check_top_k_proposal(RDPOptions(k1, k2, proposal), limit, uniform)
     elif k1 is not None or k2 is not None:
         raise ValueError(
             f"k1 and k2 are used only by backend='randomized', got k1={k1!r}, k2={k2!r} "

@@ -73,7 +73,7 @@ def select_labels(grammar: GrammarFactors, terms: Tensor, options: RDPOptions) -
     proposal = "local" if options.proposal is None else options.proposal
     if k1 + k2 > NT:
         raise ValueError(f"k1 + k2 must be at most NT = {NT} nonterminals, got k1={k1}, k2={k2}")
-    check_top_k_proposal(options, NT)
+    check_top_k_proposal(options, NT, uniform=TREE_PROPOSALS)  # both uniform over span labels
     if isinstance(proposal, Tensor):
         log_q = log_proposal_tensor(proposal, (B, T, T + 1, NT), "B x T x (T+1) x NT", terms)
         log_q = log_q.reshape(B, T * (T + 1), NT)

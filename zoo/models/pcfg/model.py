@@ -140,6 +140,7 @@ class PCFG(RandomizedEvaluation, ZooModel):
             k2,
             proposal,
             proposals=TREE_PROPOSALS,
+            uniform=TREE_PROPOSALS,  # both uniform over span labels
             size_name="num_nonterminals",
             limit=num_nonterminals,
             unit="per span",
