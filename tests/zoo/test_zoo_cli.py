@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import zoo
 from zoo.cli import main
 from zoo.data.vocab import Vocabulary
 from zoo.hub.bundled import bundled_folders, data_module
+from zoo.hub.export import portable
 from zoo.hub.pretrained import save_vocab
 from zoo.tasks import LikelihoodTask
 
@@ -114,15 +116,36 @@ def test_fine_tuning_keeps_the_vocabulary_of_the_initial_weights(trained, tmp_pa
     # by default the data takes init_from's vocabulary: its ids keep meaning the words they were trained on
     main([*args, "--model.init_args.init_from", str(folder), "--trainer.callbacks+=zoo_testlib.RecordVocab"])
     assert RecordVocab.seen == [shuffled, shuffled]  # the data's and the model's
-    message = (
-        f"initial weights' .init_from. vocabulary differs from the data's .id 2 is {shuffled.tokens[2]!r}"
-    )
-    other = ["--data.init_args.vocab_from", str(checkpoint)]  # another vocabulary named on purpose: refused
-    with pytest.raises(ValueError, match=message):
-        main([*args, "--model.init_args.init_from", str(folder), *other])
     main([*args, "--model.init_args.init_from", str(checkpoint)])  # it recorded the data's vocabulary
     task = LikelihoodTask(zoo.from_pretrained(folder).spec(), init_from=str(folder))
     assert task.model.vocab == shuffled  # fine-tuning keeps the initial weights' vocabulary
+
+
+def test_weights_of_another_vocabulary_are_one_line(trained, tmp_path, capsys):
+    """Another vocabulary named on purpose (vocab_from: same size, other ids) for the weights of init_from
+    or of the --ckpt_path resumed: one line, as the other configuration errors (they were tracebacks)."""
+    config, checkpoint, _ = trained
+    folder = tmp_path / "out"
+    main(["export", str(checkpoint), str(folder)])
+    vocab = zoo.from_pretrained(folder).vocab
+    shuffled = Vocabulary([*vocab.tokens[:2], *reversed(vocab.tokens[2:])])
+    save_vocab(folder, shuffled)
+    run = ["fit", "--config", str(config), "--trainer.logger=false"]
+    run += ["--trainer.default_root_dir", str(tmp_path / "runs")]
+    for weights, other, what in (
+        (["--model.init_args.init_from", str(folder)], checkpoint, "the initial weights' (init_from)"),
+        (["--ckpt_path", str(checkpoint), "--trainer.max_epochs", "2"], folder, "the checkpoint's"),
+    ):
+        capsys.readouterr()
+        assert main([*run, *weights, "--data.init_args.vocab_from", str(other)]) == 2
+        err = capsys.readouterr().err
+        (line,) = [x for x in err.splitlines() if x.startswith("zoo: error: ")]
+        given, data = (shuffled, vocab) if other == checkpoint else (vocab, shuffled)
+        assert line.startswith(
+            f"zoo: error: {what} vocabulary differs from the data's (id 2 is {given.tokens[2]!r} there but "
+            f"{data.tokens[2]!r} in the data)"
+        )
+        assert "Traceback" not in err
 
 
 def test_export_replaces_no_file_it_would_lose_without_overwrite(trained, tmp_path, capsys):
@@ -141,6 +164,58 @@ def test_export_replaces_no_file_it_would_lose_without_overwrite(trained, tmp_pa
     assert "\n" not in err and sorted(p.name for p in mine.iterdir()) == ["README.md"]
     assert main(["export", str(checkpoint), str(mine), "--overwrite"]) == 0
     assert zoo.from_pretrained(mine).config == zoo.from_pretrained(folder).config
+
+
+def test_the_export_of_a_resumed_run_tests_and_fine_tunes_its_own_weights(trained, tmp_path):
+    """A resumed run's config.yaml names the checkpoint it resumed (ckpt_path) and, as the data's
+    vocab_from, that checkpoint's path here (zoo fit sets it): the card's zoo test restored the old
+    checkpoint (wrong metrics), zoo fit resumed it, and elsewhere both failed (audit)."""
+    config, _, _ = trained
+    quiet = ["--config", str(config), "--trainer.logger=false"]
+    run = ["fit", *quiet, "--trainer.default_root_dir", str(tmp_path / "run")]
+    assert main([*run, "--trainer.max_steps", "1"]) == 0
+    (first,) = (tmp_path / "run").rglob("*.ckpt")
+    assert main([*run, "--trainer.max_steps", "2", "--ckpt_path", str(first)]) == 0
+    (resumed,) = (tmp_path / "run").rglob("*step=2.ckpt")
+    measured = tmp_path / "measured.json"
+    test = ["test", *quiet, "--ckpt_path", str(resumed), "--results", str(measured)]
+    assert main([*test, "--trainer.default_root_dir", str(tmp_path / "t0")]) == 0
+    folder = tmp_path / "out"
+    assert main(["export", str(resumed), str(folder)]) == 0
+    exported = yaml.safe_load((folder / "training_config.yaml").read_text())
+    assert exported["ckpt_path"] is None and exported["data"]["init_args"]["vocab_from"] is None
+    assert exported["trainer"]["max_steps"] == 2  # the rest of the recipe stays
+    shutil.rmtree(tmp_path / "run")  # another machine: the run's folder is not there
+    card = ["--config", str(folder / "training_config.yaml"), "--model.init_args.init_from", str(folder)]
+    results = tmp_path / "card.json"
+    evaluate = ["test", *card, "--results", str(results), "--trainer.default_root_dir", str(tmp_path / "t1")]
+    assert main(evaluate) == 0
+    assert json.loads(results.read_text())["metrics"] == json.loads(measured.read_text())["metrics"]
+    tuned = ["fit", *card, "--trainer.max_steps", "1", "--trainer.default_root_dir", str(tmp_path / "ft")]
+    assert main(tuned) == 0
+    (checkpoint,) = (tmp_path / "ft").rglob("*.ckpt")
+    assert torch.load(checkpoint, weights_only=True)["global_step"] == 1  # from the folder's weights, step 0
+
+
+def test_an_exported_training_config_names_no_state_of_the_training_machine(tmp_path):
+    """``portable``: the run folder goes, a resumed checkpoint and a local vocab_from become null (a
+    value of several lines too); a tag or Hub repo as vocab_from and everything else stay as written."""
+    local = tmp_path / "a long folder name with spaces, which YAML folds " / "epoch=0-step=3.ckpt"
+    run = {
+        "trainer": {"max_steps": 5, "default_root_dir": str(tmp_path / "runs")},
+        "model": {"init_args": {"init_from": "hmm_categorical_n512_d64.ptb_exact"}},
+        "data": {"class_path": "zoo.data.PTBDataModule", "init_args": {"vocab_from": str(local), "seed": 0}},
+        "ckpt_path": str(local),
+        "weights_only": None,
+    }
+    text = yaml.safe_dump(run, sort_keys=False, width=40)
+    assert len(text.splitlines()) > len(yaml.safe_dump(run, sort_keys=False, width=1000).splitlines())
+    del run["trainer"]["default_root_dir"]
+    run["data"]["init_args"]["vocab_from"] = run["ckpt_path"] = None
+    assert yaml.safe_load(portable(text)) == run
+    for source in ("hmm_categorical_n512_d64.ptb_exact", "org/name@v1"):
+        kept = f"data:\n  init_args:\n    vocab_from: {source}\nckpt_path: null\n"
+        assert portable(kept) == kept
 
 
 def write_other_text(directory: Path) -> Path:

@@ -3,26 +3,25 @@
 The checkpoint holds the task's plain-value hyperparameters (the model as its ``spec()``) and the
 state dict (the model's weights under ``model.``); LightningCLI wrote the run's full configuration
 (``config.yaml``) into the run's log folder, next to the ``checkpoints/`` folder, and it becomes the
-folder's ``training_config.yaml`` (the card's exact training command). A text model's vocabulary,
-which the task records in its checkpoints (``checkpoint["vocab"]``), becomes ``vocab.json``.
+folder's ``training_config.yaml`` (the card's exact training command; ``portable``: without the
+machine's run folder, the checkpoint a resumed run restored, or a local ``vocab_from``). A text model's
+vocabulary, which the task records in its checkpoints (``checkpoint["vocab"]``), becomes ``vocab.json``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
+import yaml
 
 from zoo.data.vocab import Vocabulary
-from zoo.hub.pretrained import CheckpointError, load_into, save_pretrained
+from zoo.hub.pretrained import CheckpointError, load_into, machine_state, save_pretrained
 from zoo.models.base import ZooModel, weights_follow
 from zoo.plot import plot_learning_curves
-
-DEFAULT_ROOT = re.compile(r"^\s+default_root_dir:")  # a Trainer argument, the only one of that name
 
 
 def run_file(checkpoint: Path, name: str) -> Path | None:
@@ -35,9 +34,28 @@ def run_file(checkpoint: Path, name: str) -> Path | None:
 
 
 def portable(config: str) -> str:
-    """A ``zoo fit`` configuration without the training machine's run folder (``trainer.default_root_dir``):
-    the card's command writes wherever its user runs it."""
-    return "".join(line for line in config.splitlines(keepends=True) if not DEFAULT_ROOT.match(line))
+    """A ``zoo fit`` configuration whose card commands run anywhere: without the training machine's run
+    folder (``trainer.default_root_dir``: they write wherever their user runs them), and with null for its
+    ``machine_state`` (the checkpoint a resumed run restored, a local ``vocab_from``: they use the folder's
+    weights and vocabulary). Lines of a value left out or set to null go with it."""
+    parsed = yaml.safe_load(config)
+    nulled = set(machine_state(parsed)) if isinstance(parsed, dict) else set()
+    lines, skipped = [], None  # skipped: the indent of the key whose value is left out
+    for line in config.splitlines(keepends=True):
+        indent = len(line) - len(line.lstrip(" "))
+        if skipped is not None and line.strip() and indent > skipped:
+            continue  # a further line of that value
+        skipped = None
+        key = line.strip().partition(":")[0]
+        top = indent == 0  # ckpt_path is a top-level key; default_root_dir and vocab_from are arguments
+        if key == "default_root_dir" and not top:  # a Trainer argument, the only one of that name
+            skipped = indent
+        elif key in nulled and top == (key == "ckpt_path"):
+            skipped = indent
+            lines.append(f"{' ' * indent}{key}: null\n")
+        else:
+            lines.append(line)
+    return "".join(lines)
 
 
 def export_checkpoint(
@@ -54,7 +72,8 @@ def export_checkpoint(
 
     Args:
         results: measured metrics (a JSON path or dict, ``zoo.hub.cards.read_results``'s formats).
-        training_config: the YAML file that trained it (default: the run's ``config.yaml``, if found).
+        training_config: the YAML file that trained it (default: the run's ``config.yaml``, if found),
+            written ``portable``.
         storage_dtype: the dtype to store the weights in (``save_pretrained``; default: the model's).
         learning_curve: a PNG of the run's curves (default: drawn from the run's ``metrics.csv``, if
             found beside the checkpoint, titled with ``out_dir``'s name: ``zoo.plot``).

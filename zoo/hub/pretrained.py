@@ -376,7 +376,43 @@ def _read_training_config(config: str | os.PathLike) -> str:
             f"training_config must be a zoo fit configuration (a YAML mapping, as text or a file's path), "
             f"got {shown}"
         )
+    local = machine_state(parsed)
+    if local:
+        given = ", ".join(f"{key}: {value}" for key, value in local.items())
+        raise ValueError(
+            f"training_config must name no state of this machine, got {given}: the card's commands run it "
+            "with init_from set to the saved folder, and would resume that checkpoint or read that file "
+            "instead; set them to null (as zoo export does, zoo.hub.export.portable)"
+        )
     return text
+
+
+def names_local_file(source: Any) -> bool:
+    """Whether ``source`` (e.g. a ``vocab_from``) names a file or folder of this machine, not a pretrained
+    tag or a Hub repo id (``org/name[@rev]``), which resolve anywhere."""
+    if not isinstance(source, str):
+        return False
+    path = Path(source).expanduser()
+    return (
+        path.exists()
+        or path.suffix in (".ckpt", ".json")
+        or source.startswith((".", "/", "~"))
+        or source.count("/") > 1
+    )
+
+
+def machine_state(config: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a ``zoo fit`` configuration that the card's commands (``--config training_config.yaml
+    --model.init_args.init_from FOLDER``) must not take: ``ckpt_path`` (they would resume it) and a
+    ``vocab_from`` naming a local file (``zoo fit`` sets it to the checkpoint it resumes, or to a local
+    ``init_from``; null, the data take ``init_from``'s vocabulary)."""
+    found = {} if config.get("ckpt_path") is None else {"ckpt_path": config["ckpt_path"]}
+    data = config.get("data")
+    args = data.get("init_args") if isinstance(data, dict) else None
+    vocab_from = args.get("vocab_from") if isinstance(args, dict) else None
+    if names_local_file(vocab_from):
+        found["vocab_from"] = vocab_from
+    return found
 
 
 def _read_png(path: str | os.PathLike) -> bytes:
@@ -523,7 +559,31 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(
             f"{path} names the class {config['class_path']!r}: only zoo model classes (zoo.*) are loaded"
         )
+    if config.get("architecture") is not None:
+        _check_architecture(path, config)
     return config
+
+
+def _check_architecture(path: Path, config: dict[str, Any]) -> None:
+    """CheckpointError unless ``architecture`` (the card names it) is the registered architecture that
+    ``class_path`` and ``init_args`` are."""
+    from zoo.hub.registry import architecture_differences, match_architecture
+
+    name, class_path, args = config["architecture"], config["class_path"], config["init_args"]
+    try:
+        differences = architecture_differences(name, class_path, args)
+    except ValueError as error:  # not registered here
+        written = config.get("zoo_version", "?")
+        differences = f"{error} (structured-zoo {zoo.__version__}; the folder's is {written})"
+    if differences is None:
+        return
+    implied = match_architecture(class_path, args)
+    what = f"architecture {implied!r}" if implied else "no registered architecture"
+    raise CheckpointError(
+        f"{path}: 'architecture' is {name!r}, but its class_path and init_args (a "
+        f"{class_path.rsplit('.', 1)[-1]}) are {what}: {differences}; set 'architecture' to "
+        f"{json.dumps(implied)}, as save_pretrained records it"
+    )
 
 
 def build_model(config: dict[str, Any], source: str = "the checkpoint") -> ZooModel:
