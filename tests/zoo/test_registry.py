@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
@@ -55,6 +56,21 @@ def test_patterns_and_pretrained_listing():
     assert zoo.list_models("*_n4096_*") == ["hmm_categorical_n4096_d64"]
     assert zoo.list_models("nothing*") == []
     assert zoo.list_models(pretrained=True) == sorted(bundled_folders())  # the weights in zoo/weights/
+
+
+LISTING = re.compile(r"^zoo\.list_models\((?P<args>[^)]*)\)\s+# (?P<shown>\[.*\])$", re.M)
+
+
+def test_the_docs_show_the_first_names_list_models_returns():
+    """The README showed first names that were not the listings' first: the names sort as strings,
+    n1024 before n256 (audit)."""
+    docs = (REPO / "README.md", *(REPO / "docs").glob("*.md"))
+    shown = [match for path in docs for match in LISTING.finditer(path.read_text())]
+    assert len(shown) >= 2
+    for match in shown:
+        listed = eval(f"zoo.list_models({match['args']})", {"zoo": zoo})
+        first = ast.literal_eval(match["shown"].replace(", ...]", "]"))
+        assert (listed[: len(first)] if ", ...]" in match["shown"] else listed) == first, match.group()
 
 
 @pytest.mark.parametrize("name, backend", CASES)
