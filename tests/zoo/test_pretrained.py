@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -17,7 +18,7 @@ from zoo_testlib import example_batch, scores
 
 import zoo
 from zoo.hub.bundled import WEIGHTS
-from zoo.hub.pretrained import CheckpointError, load_into, read_config
+from zoo.hub.pretrained import CheckpointError, load_into, read_config, write_card
 from zoo.models import BernoulliHMM, CategoricalHMM
 from zoo.tasks import LikelihoodTask
 
@@ -262,6 +263,26 @@ def test_the_training_config_as_text_or_a_files_path(tmp_path):
         assert not (tmp_path / "bad").exists()  # checked before anything is written
 
 
+def test_a_training_config_naming_this_machines_state_is_refused(tmp_path):
+    """A resumed run's config.yaml (ckpt_path, and the vocab_from zoo fit set to that checkpoint): the
+    card's commands restored the checkpoint instead of the folder's weights (audit); zoo export writes
+    the config without them (portable)."""
+    local = tmp_path / "run" / "epoch=0-step=3.ckpt"
+    for given, named in (
+        ("ckpt_path: run/epoch=0-step=3.ckpt\n", "ckpt_path: run/epoch=0-step=3.ckpt"),
+        (f"data:\n  init_args:\n    vocab_from: {local}\n", f"vocab_from: {local}"),
+        ("data: {init_args: {vocab_from: vocab.json}}\n", "vocab_from: vocab.json"),
+    ):
+        expected = f"training_config must name no state of this machine, got {named}: "
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            tiny().save_pretrained(tmp_path / "bad", training_config=given)
+        assert not (tmp_path / "bad").exists()  # checked before anything is written
+    for source in ("hmm_categorical_n512_d64.ptb_exact", "org/name", "org/name@v1", "null"):  # any machine's
+        given = f"data:\n  init_args:\n    vocab_from: {source}\nckpt_path: null\n"
+        folder = tiny().save_pretrained(tmp_path / source.replace("/", "-"), training_config=given)
+        assert (folder / "training_config.yaml").read_text() == given
+
+
 def test_resaving_the_same_model_keeps_its_results_training_config_and_curve(tmp_path):
     folder = tmp_path / "copy"
     shutil.copytree(WEIGHTS / "hmm_categorical_n512_d64.ptb_exact", folder)
@@ -371,6 +392,34 @@ def test_a_config_with_a_non_string_architecture_is_refused(saved):
     (folder / "config.json").write_text(json.dumps({**config, "architecture": 5}))
     with pytest.raises(CheckpointError, match="'architecture' must be a str or null, got 5"):
         zoo.from_pretrained(folder)
+
+
+@pytest.mark.parametrize(
+    ("architecture", "message"),
+    [
+        ("hmm_categorical_n512_d64", "hmm_categorical_n512_d64 is a CategoricalHMM, the model a PCFG"),
+        ("pcfg_nt11_pt20_d64", "unknown architecture 'pcfg_nt11_pt20_d64'; did you mean"),
+        ("pcfg_nt30_pt60_d256", "the model's num_nonterminals = 10 (pcfg_nt30_pt60_d256: 30)"),
+    ],
+)
+def test_a_config_whose_architecture_is_not_its_model_is_refused(tmp_path, architecture, message):
+    """Another family's or an unknown architecture loaded without a word, and the card then named it
+    (audit)."""
+    folder = tmp_path / "pcfg"
+    shutil.copytree(WEIGHTS / "pcfg_nt10_pt20_d64.ptb_exact", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architecture": architecture}))
+    said = (
+        f"'architecture' is {architecture!r}, but its class_path and init_args (a PCFG) are architecture "
+        f"'pcfg_nt10_pt20_d64': {message}"
+    )
+    for read in (zoo.from_pretrained, write_card):
+        with pytest.raises(CheckpointError, match=re.escape(said)) as error:
+            read(folder)
+        fix = "; set 'architecture' to \"pcfg_nt10_pt20_d64\", as save_pretrained records it"
+        assert str(error.value).endswith(fix)
+    (folder / "config.json").write_text(json.dumps({**config, "architecture": None}))
+    assert type(zoo.from_pretrained(folder)).__name__ == "PCFG"  # null: none claimed
 
 
 def test_bundled_cards_name_their_tag():
