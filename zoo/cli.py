@@ -542,16 +542,18 @@ def zoo_cli_class():
             raise ValueError(f"{where}.init_args {given} are not valid values for {class_path}'s arguments")
 
         def _run_subcommand(self, subcommand: str) -> None:
-            """Data files that are not there, and weights from a checkpoint whose vocabulary size is not
-            the data's: one line (for the latter, how to give the data their vocabulary: the checkpoint's
-            arguments win over a recipe's)."""
+            """Data files that are not there, a writer's output file that is, and weights from a checkpoint
+            whose vocabulary size is not the data's: one line (for the latter, how to give the data their
+            vocabulary: the checkpoint's arguments win over a recipe's)."""
             if subcommand == "predict":
                 self._check_writer()
             try:
                 self._run_leaving_no_empty_run(subcommand)
-            except OSError as error:  # data files the data module's setup cannot find
+            except OSError as error:  # data files the data module's setup cannot find, a writer's output
                 if _zoo_error(error, OSError) is None:
                     raise
+                if isinstance(error, FileExistsError):  # there: no option of the data or model names it
+                    raise CommandError(str(error)) from None
                 raise CommandError(_naming_its_option(error, self.config[subcommand])) from None
             except ValueError as error:
                 hint = self._vocabulary_hint(subcommand)

@@ -46,10 +46,10 @@ def config_with_ddp(recipe: Path, capsys) -> dict:
     return config
 
 
-def predict(config: Path, ckpt: Path, writer: str, output: Path, *options: str) -> int:
+def predict(config: Path, ckpt: Path, writer: str, output: Path, *options: str, **init_args) -> int:
     """`zoo predict` of the checkpoint with the prediction writer class ``writer`` writing ``output``
-    (``options``: more command-line arguments)."""
-    callback = {"class_path": writer, "init_args": {"output_path": str(output)}}
+    (``options``: more command-line arguments; ``init_args``: the writer's other arguments)."""
+    callback = {"class_path": writer, "init_args": {"output_path": str(output), **init_args}}
     return main(
         [
             "predict",

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from test_vae_cli import recipe as vae_recipe
 from zoo.cli import main
 from zoo.data import CaptionsDataModule, MusicDataModule, PTBDataModule
 from zoo.models import CategoricalHMM, StructuredVAE
-from zoo.tasks import LikelihoodTask, VAETask
+from zoo.tasks import LikelihoodTask, LikelihoodWriter, SegmentationWriter, TreeWriter, VAETask
 
 
 def fitted(path) -> object:
@@ -81,6 +82,32 @@ def test_predict_without_a_writer_says_it_writes_nothing(tmp_path):
     ckpt = fitted(path)
     with pytest.warns(UserWarning, match="zoo predict without a writer callback writes nothing"):
         assert main(["predict", "--config", str(path), "--ckpt_path", str(ckpt)]) == 0
+
+
+def test_a_writer_replaces_an_existing_file_only_when_told(tmp_path, capsys):
+    """The writers replaced an existing output file without a word (audit): now one line, before anything
+    is predicted, unless overwrite: true."""
+    vocab = write_ptb(tmp_path)
+    path = recipe(tmp_path, vocab, "exact")
+    ckpt = fitted(path)
+    out = tmp_path / "precious.jsonl"
+    out.write_text("MY PRECIOUS DATA\n")
+    capsys.readouterr()
+    assert predict(path, ckpt, "zoo.tasks.LikelihoodWriter", out) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"zoo: error: the output_path of LikelihoodWriter, {out}, exists: give another one, or overwrite: "
+        "true (init_args) to replace it"
+    )
+    assert out.read_text() == "MY PRECIOUS DATA\n"
+    assert predict(path, ckpt, "zoo.tasks.LikelihoodWriter", out, overwrite=True) == 0
+    assert len(rows(out)) == 7
+    module = SimpleNamespace(predict_step=lambda batch, batch_idx: None)
+    for writer in (LikelihoodWriter, TreeWriter, SegmentationWriter):  # what they share
+        with pytest.raises(FileExistsError, match=f"the output_path of {writer.__name__}, {out}, exists"):
+            writer(str(out)).setup(None, module, "predict")
+        writer(str(out), overwrite=True).setup(None, module, "predict")
+        writer(str(out)).setup(None, module, "fit")  # it writes only when predicting
+    assert len(rows(out)) == 7
 
 
 def test_predict_decodes_music_frames(tmp_path):

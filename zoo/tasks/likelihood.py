@@ -442,7 +442,7 @@ def parse_bytes(value: int | str | None, name: str) -> int | None:
 
 
 def check_same_vocab(given: Vocabulary | None, data: Vocabulary | None, what: str) -> None:
-    """ValueError naming the first differing id unless the two vocabularies (when both are set) agree:
+    """SetupError naming the first differing id unless the two vocabularies (when both are set) agree:
     weights trained on one vocabulary mean other words under another."""
     if given is None or data is None or given == data:
         return
@@ -452,7 +452,7 @@ def check_same_vocab(given: Vocabulary | None, data: Vocabulary | None, what: st
         if differ is not None
         else f"eos / unk {given.eos!r} / {given.unk!r} there, {data.eos!r} / {data.unk!r} in the data"
     )
-    raise ValueError(
+    raise SetupError(
         f"{what} vocabulary differs from the data's ({detail}): the word ids would mean other words. "
         "Give the data module that vocabulary (--data.init_args.vocab_from SOURCE; zoo fit does so for "
         "init_from unless the recipe names another), and words it lacks map to <unk>"
@@ -486,6 +486,8 @@ class LikelihoodWriter(EpochWriter):
 
     Args:
         output_path: the file to write (its directory is created).
+        overwrite: replace an existing file at ``output_path`` (default: refused before anything is
+            predicted).
     """
 
     def write(self, trainer, batches: list[dict]) -> None:

@@ -27,11 +27,23 @@ class EpochWriter(BasePredictionWriter):
 
     Args:
         output_path: the file to write (its directory is created).
+        overwrite: replace an existing file at ``output_path`` (default: a FileExistsError before anything
+            is predicted).
     """
 
-    def __init__(self, output_path: str):
+    def __init__(self, output_path: str, overwrite: bool = False):
         super().__init__(write_interval="epoch")
         self.output_path = output_path
+        self.overwrite = overwrite
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        """Refuse an existing output file before anything is predicted, unless ``overwrite``."""
+        super().setup(trainer, pl_module, stage)
+        if stage == "predict" and not self.overwrite and Path(self.output_path).exists():
+            raise FileExistsError(
+                f"the output_path of {type(self).__name__}, {self.output_path}, exists: give another one, or "
+                "overwrite: true (init_args) to replace it"
+            )
 
     def write(self, trainer, batches: list[dict[str, Any]]) -> None:
         raise NotImplementedError

@@ -189,6 +189,8 @@ class SegmentationWriter(EpochWriter):
 
     Args:
         output_path: the file to write (its directory is created).
+        overwrite: replace an existing file at ``output_path`` (default: refused before anything is
+            predicted).
     """
 
     def write(self, trainer, batches: list[dict]) -> None:
