@@ -82,7 +82,7 @@ def run(args) -> str:
         ppl_true = true_perplexity(files)
         rows = list(induce_all(files, args).items())
         for backend, results in rows:
-            print(backend, [(round(r["sentence_f1"], 3), r["classes_separated"]) for r in results])
+            print(backend, [(round(r["sentence_f1"], 1), r["classes_separated"]) for r in results])
     head = (
         f"Synthetic-grammar induction (`python scripts/pcfg_induction.py`): {args.train} training and "
         f"{args.test} test sentences of {', '.join(map(str, lengths))} words sampled exactly from the "
@@ -110,10 +110,10 @@ def run(args) -> str:
     for name, (s, c) in base.items():
         true = name.startswith("true")
         ppl, classes = (f"{ppl_true:.2f}", str(len(PRETERMINALS))) if true else ("-", "-")
-        lines.append(f"| {name} | {100 * s:.1f} | {100 * c:.1f} | {ppl} | {classes} | - |")
+        lines.append(f"| {name} | {s:.1f} | {c:.1f} | {ppl} | {classes} | - |")
     for backend, results in rows:
-        s = [100 * r["sentence_f1"] for r in results]
-        c = statistics.mean(100 * r["corpus_f1"] for r in results)
+        s = [r["sentence_f1"] for r in results]
+        c = statistics.mean(r["corpus_f1"] for r in results)
         ppl = statistics.mean(r["ppl"] for r in results)
         speed = statistics.mean(r["sentences_per_second"] for r in results)
         extra = ", ".join(f"{k}={v}" for k, v in BACKEND_ARGS[backend].items())

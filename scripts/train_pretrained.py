@@ -347,7 +347,7 @@ def synthetic_f1(backend: str, work: Path, seeds: int = SEEDS) -> dict[str, floa
     torch.set_num_threads(1)  # one thread: the same sums in the same order, so a rerun is the same run
     work.mkdir(parents=True, exist_ok=True)
     files = write_corpus(work, SIZES, *LENGTHS, seed=0)
-    scores = [100 * induce(files, backend, seed)["sentence_f1"] for seed in range(seeds)]
+    scores = [induce(files, backend, seed)["sentence_f1"] for seed in range(seeds)]
     return {
         "synthetic/sentence_f1": statistics.mean(scores),
         "synthetic/sentence_f1_std": statistics.stdev(scores),

@@ -53,6 +53,20 @@ def test_compute_is_a_float_fraction():
         assert out.dtype == torch.float32 and out.dim() == 0 and 0 <= out.item() <= 1
 
 
+def test_percent_scales_every_value_by_100():
+    """``percent=True``: the unit of the papers' tables and of ``ParsingTask``'s logged F1, including the
+    corpus F1 of a corpus with no span left (1 -> 100); the fraction stays the default."""
+    for cls, fraction in ((SentenceF1, SENTENCE_F1), (CorpusF1, CORPUS_F1)):
+        metric = cls(percent=True)
+        metric.update(PRED, GOLD)
+        assert metric.compute().item() == pytest.approx(100 * fraction)
+        assert metric.plot_upper_bound == 100 and cls().plot_upper_bound == 1
+    only_trivial = CorpusF1(percent=True)
+    only_trivial.update([[(0, 2), (0, 1), (1, 2)]], [[(0, 2)]])
+    assert only_trivial.compute().item() == 100
+    assert CorpusF1(percent=True).compute().isnan()
+
+
 def test_length_two_sentences_score_one():
     # Every span of a length-2 sentence is trivial or the whole sentence: nothing left, F1 = 1.
     assert value(SentenceF1, [[(0, 2), (0, 1), (1, 2)]] * 3, [[(0, 2)]] * 3) == 1.0

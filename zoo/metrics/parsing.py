@@ -13,7 +13,9 @@ Yang et al. 2021b, TN-PCFG):
   reference code in every case (it sets ``P = 1`` only when both sides are empty, which changes no F1);
 - ``SentenceF1`` is the mean of that over sentences; ``CorpusF1`` is micro-averaged over all
   (de-duplicated) spans, ``F1 = 2 tp / (2 tp + fp + fn)``, taken as 1 when no sentence has a span left;
-- values are fractions in ``[0, 1]`` (not percentages, like torchmetrics); ``nan`` before any update.
+- values are fractions in ``[0, 1]`` (like torchmetrics), or percentages in ``[0, 100]`` with
+  ``percent=True`` (the unit of the papers' tables and of the logged ``val/sentence_f1``); ``nan``
+  before any update.
 
 The sentence length ``n`` comes from ``lengths`` or, if that is omitted, from the largest end among
 the sentence's gold spans (as in TN-PCFG; right whenever the gold spans include the root).
@@ -147,20 +149,31 @@ def _sentence_f1(pred: set[Span], gold: set[Span]) -> float:
     return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
 
 
-class SentenceF1(Metric):
-    """Unlabelled sentence-level F1: the mean over sentences of per-sentence F1 (module docstring)."""
+class _F1(Metric):
+    """What both F1 metrics share: the unit, a fraction or (``percent=True``) a percentage."""
 
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
     plot_lower_bound = 0.0
-    plot_upper_bound = 1.0
+
+    def __init__(self, percent: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.scale = 100.0 if percent else 1.0
+
+    @property
+    def plot_upper_bound(self) -> float:  # a class constant in torchmetrics, so not set per instance
+        return self.scale
+
+
+class SentenceF1(_F1):
+    """Unlabelled sentence-level F1: the mean over sentences of per-sentence F1 (module docstring)."""
 
     f1_sum: Tensor
     n_sentences: Tensor
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, percent: bool = False, **kwargs) -> None:
+        super().__init__(percent, **kwargs)
         self.add_state("f1_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("n_sentences", torch.tensor(0), dist_reduce_fx="sum")
 
@@ -171,26 +184,20 @@ class SentenceF1(Metric):
         self.n_sentences += len(sets)
 
     def compute(self) -> Tensor:
-        """Mean sentence F1 as a float32 fraction; ``nan`` if no sentence was seen."""
-        return (self.f1_sum / self.n_sentences).float()
+        """Mean sentence F1 (float32, a fraction or a percentage); ``nan`` if no sentence was seen."""
+        return (self.scale * self.f1_sum / self.n_sentences).float()
 
 
-class CorpusF1(Metric):
+class CorpusF1(_F1):
     """Unlabelled corpus-level F1, micro-averaged over all spans (module docstring)."""
-
-    is_differentiable = False
-    higher_is_better = True
-    full_state_update = False
-    plot_lower_bound = 0.0
-    plot_upper_bound = 1.0
 
     tp: Tensor
     fp: Tensor
     fn: Tensor
     n_sentences: Tensor
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, percent: bool = False, **kwargs) -> None:
+        super().__init__(percent, **kwargs)
         for name in ("tp", "fp", "fn", "n_sentences"):
             self.add_state(name, torch.tensor(0), dist_reduce_fx="sum")
 
@@ -203,10 +210,11 @@ class CorpusF1(Metric):
         self.n_sentences += len(sets)
 
     def compute(self) -> Tensor:
-        """Corpus F1 ``2 tp / (2 tp + fp + fn)`` as a float32 fraction; ``nan`` if no sentence was seen."""
+        """Corpus F1 ``2 tp / (2 tp + fp + fn)`` (float32, a fraction or a percentage); ``nan`` if no
+        sentence was seen."""
         if self.n_sentences == 0:
             return torch.tensor(float("nan"), device=self.tp.device)
         den = 2 * self.tp + self.fp + self.fn
         if den == 0:
-            return torch.tensor(1.0, device=self.tp.device)
-        return (2 * self.tp.double() / den).float()
+            return torch.tensor(self.scale, device=self.tp.device)
+        return (self.scale * 2 * self.tp.double() / den).float()

@@ -133,7 +133,7 @@ def gold_of(tree_files: dict, split: str):
 
 
 def baselines(tree_files: dict, seed: int = 0) -> dict[str, tuple[float, float]]:
-    """(sentence F1, corpus F1) of right-branching, random trees and the true grammar's MBR trees."""
+    """(sentence F1, corpus F1), in %, of right-branching, random trees and the true grammar's MBR trees."""
     from zoo.inference import TreeDistribution, terminal_scores
 
     words, gold = gold_of(tree_files, "test")
@@ -163,7 +163,7 @@ def true_perplexity(tree_files: dict) -> float:
 
 
 def score(trees, gold, lengths) -> tuple[float, float]:
-    sentence, corpus = SentenceF1(), CorpusF1()
+    sentence, corpus = SentenceF1(percent=True), CorpusF1(percent=True)
     for metric in (sentence, corpus):
         metric.update(trees, gold, torch.as_tensor(lengths))
     return float(sentence.compute()), float(corpus.compute())
@@ -185,7 +185,7 @@ def induce(
     """Train a PCFG on the training sentences ``restarts`` times (initializations and data orders
     ``seed * restarts + r``), keep the one with the best validation likelihood (the trees are never
     seen), and MBR-parse the test split with it. Returns the kept run's validation NLL and word
-    classes separated (``separated_classes``), sentence / corpus F1, test perplexity (REFERENCE §2),
+    classes separated (``separated_classes``), sentence / corpus F1 (%), test perplexity (REFERENCE §2),
     seconds and sentences per second of training (all restarts). ``epochs``, ``num_preterminals``,
     ``dim``, ``lr`` and ``batch_size`` default to the backend's ``RECIPES`` entry."""
     import lightning.pytorch as pl

@@ -8,8 +8,9 @@ with the PCFG's ``num_events`` = words + 1 the perplexity is REFERENCE §2's PCF
   dropped from their batch (a batch left empty is skipped), as the reference code does;
 * unlabelled parsing F1 whenever an evaluation batch carries gold spans (``batch["spans"]``,
   B x M x 2 long (start, end) over word positions, -1 padding; ``zoo.data.PCFGDataModule`` with
-  gold trees provides it): ``val/sentence_f1`` and ``val/corpus_f1`` (and ``test/...``) of the MBR
-  trees (CKY over span marginals), through ``zoo.metrics.SentenceF1`` / ``CorpusF1``;
+  gold trees provides it): ``val/sentence_f1`` and ``val/corpus_f1`` (and ``test/...``), in %, as the
+  papers and the cards report them, of the MBR trees (CKY over span marginals), through
+  ``zoo.metrics.SentenceF1`` / ``CorpusF1``;
 * ``predict_step``: MBR trees of each sentence as bracketed strings ``(X (T w1) (X ...))`` (``X``
   a constituent, ``T`` a word's preterminal), with log p and events; ``TreeWriter`` writes them to a
   file, one tree a line, in corpus order;
@@ -125,7 +126,7 @@ class ParsingTask(LikelihoodTask):
         )
         self.f1 = torch.nn.ModuleDict(
             {
-                f"{stage}_{name}": metric()
+                f"{stage}_{name}": metric(percent=True)
                 for stage in ("val", "test")
                 for name, metric in (("sentence_f1", SentenceF1), ("corpus_f1", CorpusF1))
             }
