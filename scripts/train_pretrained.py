@@ -185,6 +185,7 @@ FLAGSHIPS = {
         "structured VAE (short PTB)",
         [
             ("test/distinct_map_states", 3.0, False),
+            ("test/sentence_state_information", None, False),  # the mutual information of z and y
             ("test/token_state_information", None, False),
             ("test/nll_sentence", None, True),
         ],

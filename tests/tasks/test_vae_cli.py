@@ -76,6 +76,8 @@ def test_fit_reload_validate_and_plot_state_usage(tmp_path):
     information = logged(tmp_path, "val/token_state_information")
     assert len(distinct) == 2 and all(d >= 1 for d in distinct)
     assert len(information) == 2 and all(0 <= i <= math.log(6) for i in information)
+    about_sentence = logged(tmp_path, "val/sentence_state_information")  # beyond the position: at most that
+    assert len(about_sentence) == 2 and all(0 <= s <= i + 1e-6 for s, i in zip(about_sentence, information))
     assert logged(tmp_path, "train/entropy")
 
     task = VAETask.load_from_checkpoint(ckpt).eval()

@@ -8,7 +8,8 @@ sentence: the paper's Table 5 metric) and -ELBO per sentence ``val/neg_elbo_sent
 the same samples: hard samples of q computed exactly, so never below ``val/nll_sentence``; the training
 estimator's relaxed ELBO is ``train/elbo``), and q's state usage
 (``zoo.metrics.PosteriorUsage``, q computed exactly): ``val/distinct_map_states``,
-``val/token_state_information`` and ``val/states_used``, which tell a collapsed posterior. The importance
+``val/sentence_state_information``, ``val/token_state_information`` and ``val/states_used``, which tell a
+collapsed posterior. The importance
 samples of batch i are seeded with i, so an evaluation is reproducible. Logged while training:
 ``train/loss``, ``train/elbo``, ``train/reconstruction``, ``train/entropy``, ``train/states``,
 ``train/words``, ``train/kl`` (per sentence) and ``train/kl_weight``.

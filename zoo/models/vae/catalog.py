@@ -114,15 +114,17 @@ register_family(
         TEMPLATES / "StructuredVAE",
         "Structured VAEs on short PTB sentences (importance-sampled NLL, 100 samples: nats per sentence, "
         "the metric of Fu et al. 2022, Table 5; per GPT-2 token and perplexity, <|endoftext|> counted; "
-        "-ELBO per sentence; distinct MAP states a sentence: 1 is a collapsed posterior; token-state "
-        "information: the mutual information between a token's state and its sentence under q, nats, 0 "
-        "when q ignores the sentence)",
+        "-ELBO per sentence; distinct MAP states a sentence: 1 is a collapsed posterior; sentence-state "
+        "information: the mutual information between a token's state and its sentence given its position, "
+        "I(z_t; y | t) under q, nats, 0 when q ignores the sentence; token-state information: the same "
+        "without the position given, so it also counts what the state tells about the position)",
         (
             "test/nll_sentence",
             "test/nll",
             "test/ppl",
             "test/neg_elbo_sentence",
             "test/distinct_map_states",
+            "test/sentence_state_information",
             "test/token_state_information",
         ),
         token_batch,

@@ -47,8 +47,8 @@ def aggregated_state_usage(
 @torch.no_grad()
 def posterior_collapse(model, batches: Iterable[dict], max_batches: int | None = None) -> dict[str, float]:
     """The collapse diagnostics of q(z | y) (``zoo.metrics.PosteriorUsage``: distinct MAP states per
-    sentence, token-state information in nats, states used) over the sentences of ``batches``, q
-    computed exactly."""
+    sentence, sentence-state and token-state information in nats, states used) over the sentences of
+    ``batches``, q computed exactly."""
     from zoo.metrics import PosteriorUsage
 
     usage = PosteriorUsage(model.num_states)
