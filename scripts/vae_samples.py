@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import sys
 from pathlib import Path
 
@@ -116,8 +117,9 @@ def main() -> None:
             "(PTB's 10,000 words; the short training sentences hold only some of them), "
             f"placeholders are its {' and '.join(f'`{p}`' for p in sorted(PLACEHOLDERS))} (PTB's rare words "
             "and numbers, which a model learns as tokens of their own), non-words are neither (GPT-2 pieces "
-            "glued wrong); whole samples: the share of samples without a non-word. The first row scores the "
-            "test sentences themselves."
+            "glued wrong); whole samples: the share of samples without a non-word (binomial standard error "
+            f"at most {50 / math.sqrt(args.samples):.1f} points; the words' shares, over several words a "
+            "sample, less). The first row scores the test sentences themselves."
             + (
                 " Rows not in backquotes are plain language models (--baseline) sampled the same way on the "
                 "flagship's data."
