@@ -44,10 +44,10 @@ def sample_texts(model, tokenizer, n: int, temperature: float, top_p: float, see
 
 
 def dictionary(data) -> set[str]:
-    """The words that count as real: for ptb-short, PTB's vocabulary (the words of its whole training
-    split, Mikolov's 10,000), of which the short training sentences hold only some; else the training
-    split's words."""
-    if data.source == "ptb-short":
+    """The words that count as real: for ptb-short (read from PTB, not from ``hf_dataset``), PTB's
+    vocabulary (the words of its whole training split, Mikolov's 10,000), of which the short training
+    sentences hold only some; else the training split's words."""
+    if data.source == "ptb-short" and data.hf_dataset is None:
         from zoo.data.ptb import read_ptb
 
         return {word for words in read_ptb("train", data.path) for word in words}

@@ -48,3 +48,14 @@ def test_the_dictionary_of_ptb_short_is_ptbs_vocabulary(vae_samples):
     assert non_words == 0 and whole == 1 and 0.05 < placeholders < 0.15
     short = {word for sentence in data.sentences("train") for word in sentence.split()}
     assert vae_samples.real_word_rates(data.sentences("test"), short)[2] > 0.01
+
+
+def test_the_dictionary_of_other_data_is_its_training_words(vae_samples):
+    """Sentences read through ``hf_dataset`` (whatever ``source`` says) or from another source are not
+    PTB's: their own training words are the dictionary."""
+    from types import SimpleNamespace
+
+    sentences = {"train": ["a cat sat", "the <unk>"], "test": ["a dog"]}
+    for source, hf_dataset in (("ptb-short", {"path": "my/captions"}), ("text", None)):
+        data = SimpleNamespace(source=source, hf_dataset=hf_dataset, sentences=sentences.__getitem__)
+        assert vae_samples.dictionary(data) == {"a", "cat", "sat", "the", "<unk>"}

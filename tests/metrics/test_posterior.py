@@ -103,4 +103,6 @@ def test_errors():
         PosteriorUsage(3, max_positions=0)
     with pytest.raises(ValueError, match="expected marginals B x T x 3"):
         PosteriorUsage(3).update(torch.zeros(1, 2, 4), torch.zeros(1, 2, dtype=torch.long), torch.tensor([2]))
+    with pytest.raises(ValueError, match=r"expected marginals B x T x 3.*got \(2, 3\)"):  # one sentence, no B
+        PosteriorUsage(3).update(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long), torch.tensor([2]))
     assert all(math.isnan(float(v)) for v in PosteriorUsage(2).compute().values())

@@ -68,7 +68,7 @@ class PosteriorUsage(Metric):
 
     def update(self, marginals: Tensor, best: Tensor, lengths: Tensor) -> None:
         """Add a batch: marginals B x T x N, best B x T (the MAP states), lengths B."""
-        B, T, N = marginals.shape
+        B, T, N = marginals.shape if marginals.dim() == 3 else (-1, -1, -1)
         if N != self.num_states or best.shape != (B, T) or lengths.shape != (B,):
             raise ValueError(
                 f"expected marginals B x T x {self.num_states}, best B x T and lengths B, got "
