@@ -10,6 +10,10 @@ import torch
 from zoo.metrics import PosteriorUsage
 
 
+def kl_to_mean(rows: torch.Tensor, mean: torch.Tensor) -> list[float]:
+    return [sum(p * math.log(p / m) for p, m in zip(r.tolist(), mean.tolist()) if p > 0) for r in rows]
+
+
 def test_by_hand_and_merging():
     marginals = torch.tensor(
         [[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.5, 0.5, 0.0]], [[0.0, 0.0, 1.0], [0.2, 0.3, 0.5], [9, 9, 9]]]
@@ -20,8 +24,7 @@ def test_by_hand_and_merging():
     usage.update(marginals, best, lengths)
     out = usage.compute()
     tokens = torch.cat([marginals[0], marginals[1, :2]]).double()
-    mean = tokens.mean(0)
-    kl = [sum(p * math.log(p / m) for p, m in zip(row.tolist(), mean.tolist()) if p > 0) for row in tokens]
+    kl = kl_to_mean(tokens, tokens.mean(0))
     assert float(out["token_state_information"]) == pytest.approx(sum(kl) / len(kl))
     assert float(out["distinct_map_states"]) == pytest.approx((2 + 1) / 2)
     assert float(out["states_used"]) == 3
@@ -40,10 +43,6 @@ def test_a_posterior_that_ignores_the_sentence_holds_no_information():
     assert float(out["token_state_information"]) == pytest.approx(0.0, abs=1e-12)
     assert float(out["sentence_state_information"]) == pytest.approx(0.0, abs=1e-12)
     assert float(out["distinct_map_states"]) == 1.0 and float(out["states_used"]) == 4
-
-
-def kl_to_mean(rows: torch.Tensor, mean: torch.Tensor) -> list[float]:
-    return [sum(p * math.log(p / m) for p, m in zip(r.tolist(), mean.tolist()) if p > 0) for r in rows]
 
 
 def test_sentence_information_by_hand_is_the_kl_to_the_mean_at_the_tokens_position():

@@ -62,7 +62,9 @@ class PosteriorUsage(Metric):
         self.add_state(
             "marginal_sum", torch.zeros(max_positions, num_states, dtype=torch.float64), dist_reduce_fx="sum"
         )
-        self.add_state("tokens", torch.zeros(max_positions, dtype=torch.float64), dist_reduce_fx="sum")  # P
+        self.add_state(
+            "position_tokens", torch.zeros(max_positions, dtype=torch.float64), dist_reduce_fx="sum"
+        )
         for name in ("negative_entropy", "distinct", "sequences"):
             self.add_state(name, torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
@@ -76,12 +78,12 @@ class PosteriorUsage(Metric):
             )
         lengths = lengths.to(marginals.device)
         within = torch.arange(T, device=marginals.device) < lengths.unsqueeze(-1)
-        tokens = marginals[within].to(torch.float64)  # tokens x N
+        rows = marginals[within].to(torch.float64)  # tokens x N
         positions = torch.arange(T, device=marginals.device).clamp_max(self.max_positions - 1)
         positions = positions.expand(B, T)[within]
-        self.marginal_sum.index_add_(0, positions, tokens)
-        self.tokens.index_add_(0, positions, torch.ones_like(positions, dtype=torch.float64))
-        self.negative_entropy += _xlogx(tokens).sum()
+        self.marginal_sum.index_add_(0, positions, rows)
+        self.position_tokens.index_add_(0, positions, torch.ones_like(positions, dtype=torch.float64))
+        self.negative_entropy += _xlogx(rows).sum()
         for row, n in zip(best.cpu(), lengths.tolist()):
             self.distinct += len(set(row[:n].tolist()))
         self.sequences += B
@@ -89,14 +91,14 @@ class PosteriorUsage(Metric):
     def compute(self) -> dict[str, Tensor]:
         if float(self.sequences) == 0:
             return dict.fromkeys(USAGE_METRICS, torch.tensor(float("nan")))
-        tokens = self.tokens.sum()
+        tokens = self.position_tokens.sum()
         mean = self.marginal_sum.sum(0) / tokens
-        at_position = self.marginal_sum / self.tokens.clamp_min(1).unsqueeze(-1)  # P x N
+        at_position = self.marginal_sum / self.position_tokens.clamp_min(1).unsqueeze(-1)  # P x N
         negative_entropy = self.negative_entropy / tokens
         values = (
             self.distinct / self.sequences,
             negative_entropy - _xlogx(mean).sum(),
-            negative_entropy - (self.tokens * _xlogx(at_position).sum(-1)).sum() / tokens,
+            negative_entropy - (self.position_tokens * _xlogx(at_position).sum(-1)).sum() / tokens,
             (mean >= 0.1 / self.num_states).sum().to(torch.float64),
         )
         return dict(zip(USAGE_METRICS, values))
