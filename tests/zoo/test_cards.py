@@ -14,7 +14,7 @@ from zoo_testlib import small_overrides
 
 import zoo
 from zoo.cli import main
-from zoo.hub.cards import dataset_name, read_results, render_card
+from zoo.hub.cards import METRICS, dataset_name, read_results, render_card
 from zoo.hub.pretrained import read_config
 
 SECTIONS = ["## Usage", "## Training", "## Evaluation", "## Results", "## Limitations", "## Citation"]
@@ -98,8 +98,8 @@ def test_segmentation_card_has_its_metrics_and_the_papers_video_nll(tmp_path):
     rows = {m["name"]: m["value"] for r in results for m in r["metrics"]}
     assert rows == {
         "test negative log-likelihood (nats per sequence)": 151234.5,
-        "test frame accuracy under the best one-to-one label map": 0.42,
-        "test segment boundary F1": 0.31,
+        "test frame accuracy under the best one-to-one label map (fraction)": 0.42,
+        "test segment boundary F1 (fraction)": 0.31,
     }
     text = card.text
     assert (
@@ -279,3 +279,12 @@ def test_limitations_agree_with_usage_on_the_stored_vocabulary(tmp_path, name):
         assert ("comes with it as `model.vocab`" in usage) == stored
         assert ("`vocab.json`, stored with the weights" in limitations) == stored
         assert ("stores no vocabulary" in limitations) == (not stored)
+
+
+def test_every_share_metric_names_its_unit():
+    """F1 and accuracy are logged as % for parsing and as fractions for segmentation: a card that names
+    neither would put 0.72 beside 52.6 with nothing to tell them apart."""
+    shares = {name: human for name, (kind, human) in METRICS.items() if kind in ("f1", "accuracy")}
+    assert set(shares) == {"sentence_f1", "corpus_f1", "frame_accuracy", "boundary_f1"}
+    for name, human in shares.items():
+        assert human.endswith(("(%)", "(fraction)")), (name, human)

@@ -62,7 +62,7 @@ def test_fit_test_export_load(trained, tmp_path):
     card = ModelCard.load(folder / "README.md")
     index = card.data.to_dict()["model-index"][0]
     values = {m["name"]: m["value"] for r in index["results"] for m in r["metrics"]}
-    assert values["test frame accuracy under the best one-to-one label map"] == pytest.approx(
+    assert values["test frame accuracy under the best one-to-one label map (fraction)"] == pytest.approx(
         measured["metrics"]["test/frame_accuracy"]
     )
     assert "class_path: zoo.tasks.SegmentationTask" in (folder / "training_config.yaml").read_text()
