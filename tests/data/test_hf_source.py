@@ -497,6 +497,40 @@ def test_a_frame_of_another_width_names_the_row_and_frame(tmp_path):
                         ("test", [[[0.0, 1.0]] * 2, [[0.0, 1.0], [0.0, 1.0], [2.0]]])):  # fmt: skip
         datasets.Dataset.from_dict({"features": rows}).to_parquet(tmp_path / f"{split}.parquet")
         files[split] = str(tmp_path / f"{split}.parquet")
-    message = r"hf_dataset test row 1: expected frames x dims numbers, got frame 2 has 1 numbers, frame 0 2$"
+    message = (
+        r"hf_dataset test row 1: expected frames x dims numbers, got frame 2 with 1 numbers, frame 0 with 2"
+    )
     with pytest.raises(ValueError, match=message):
         NpyFolderDataModule(hf_dataset={"path": "parquet", "data_files": files}).setup()
+
+
+@pytest.mark.parametrize(
+    "row, said",
+    [([[1.0, 2.0], [], [3.0, 4.0]], "frame 1 with 0 numbers, frame 0 with 2 numbers"),
+     ([[1.0, 2.0], None], "frame 1 with no list of numbers, frame 0 with 2 numbers"),
+     (None, "a null cell")],
+    ids=["empty-frame", "null-frame", "null-row"],
+)  # fmt: skip
+def test_a_ragged_row_names_its_frame(row, said):
+    """An empty or null frame gave numpy's "inhomogeneous shape" message (audit)."""
+    from zoo.data.npy_folder import frames_tensor
+
+    with pytest.raises(ValueError, match=f"^row 3: expected frames x dims numbers, got {re.escape(said)}$"):
+        frames_tensor(row, "row 3")
+
+
+def test_a_null_labels_cell_is_an_unlabelled_sequence(tmp_path):
+    """As a folder's sequence without a labels file; it gave "got shape (), dtype object" (audit)."""
+    from zoo.data import NpyFolderDataModule
+
+    files = {}
+    for split, labels in (("train", [[0, 1, 1], None]), ("validation", [[0, 0, 1], [1, 1, 0]]),
+                          ("test", [None, [0, 1, 1]])):  # fmt: skip
+        rows = {"features": [[[0.0, 1.0]] * 3] * 2, "labels": labels}
+        datasets.Dataset.from_dict(rows).to_parquet(tmp_path / f"{split}.parquet")
+        files[split] = str(tmp_path / f"{split}.parquet")
+    dm = NpyFolderDataModule(hf_dataset={"path": "parquet", "data_files": files, "labels": "labels"})
+    dm.setup()
+    train = dm.datasets["train"]
+    assert train[0]["labels"].tolist() == [0, 1, 1] and train[1]["labels"] is None
+    assert dm.datasets["test"][0]["labels"] is None and dm.num_classes == 2

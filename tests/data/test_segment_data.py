@@ -154,14 +154,17 @@ def test_npy_folder_errors(tmp_path):
         NpyFolderDataModule(str(root)).setup()
 
 
-
 def test_npy_folder_errors_name_the_files(tmp_path):
     """A file of another feature size, or with NaN / inf, is named (its path gives the split)."""
     root = write_npy_folder(tmp_path, dims=5, labelled=False)
     odd = root / "train" / "seq2.npy"
     np.save(odd, np.zeros((4, 7), dtype=np.float32))
-    with pytest.raises(ValueError, match=re.escape(f"got 5 in 3 ({root / 'train' / 'seq0.npy'}, ") + ".*"
-                       + re.escape(f"and 7 in 1 ({odd})")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"got 5 in 3 ({root / 'train' / 'seq0.npy'}, ")
+        + ".*"
+        + re.escape(f"and 7 in 1 ({odd})"),
+    ):
         NpyFolderDataModule(str(root)).setup()
     rows = np.zeros((4, 5), dtype=np.float32)
     rows[2, 1] = np.nan
@@ -286,3 +289,68 @@ def test_crosstask_warns_of_overlapping_steps_and_steps_past_the_end(tmp_path, c
         "features' 12 s)",
     ]
     assert not any(r.getMessage().startswith("CrossTask train split") for r in caplog.records)
+
+
+def test_crosstask_leaves_the_test_videos_out_of_training(tmp_path, caplog):
+    """CrossTask's videos.csv lists every video, videos_val.csv's too; its own training code leaves the
+    latter out (Zhukov et al.'s train.py). Given the two files as the docs say, the test videos were
+    trained on. Duplicated lines put a video in training and validation both."""
+    files = write_crosstask(tmp_path)
+    listed = Path(files["train_videos"]).read_text()
+    Path(files["train_videos"]).write_text(listed + "23521,t0,url\n59684,t1,url\n23521,v3,url\n" * 2)
+    dm = CrossTaskDataModule(**files, valid_fraction=0.2)
+    with caplog.at_level("WARNING"):
+        dm.setup()
+    fitted = dm.datasets["train"].names + dm.datasets["valid"].names
+    assert sorted(fitted) == sorted([f"v{i}" for i in range(8)] + ["w0", "w1"])  # each once, no test video
+    assert dm.datasets["test"].names == ["t0", "t1"]
+    said = caplog.text
+    again = "line 14 (v3, first at line 4), line 15 (t0, first at line 12), line 16 (t1, first at line 13)"
+    assert f"4 video(s) listed again, read once: {again} and 1 more" in said
+    assert "2 of 12 training videos are also test videos, left out of training and validation" in said
+    Path(files["train_videos"]).write_text("23521,t0,url\n")
+    with pytest.raises(ValueError, match="every training video is also a test video"):
+        CrossTaskDataModule(**files).setup()
+
+
+def test_crosstask_steps_shorter_than_a_frame_are_said(tmp_path, caplog):
+    """A step between two frame times (1.2 to 1.8 s at one frame a second) labels no frame: said."""
+    files = write_crosstask(tmp_path)
+    (tmp_path / "annotations" / "23521_t0.csv").write_text("1,2.0,4.5\n3,6.2,6.8\n")
+    dm = CrossTaskDataModule(**files, valid_fraction=0.2)
+    with caplog.at_level("WARNING"):
+        dm.setup()
+    assert dm.datasets["test"][0]["labels"].tolist() == [0, 0, 1, 1, 1] + [0] * 7
+    line = tmp_path / "annotations" / "23521_t0.csv"
+    assert (
+        "CrossTask test split: 1 annotated step(s) hold no frame's time (shorter than a frame), so they "
+        f"label no frame: {line}, line 2 (6.2 to 6.8 s)" in caplog.text
+    )
+
+
+def test_npy_folder_says_what_it_does_not_read(tmp_path):
+    """NAME.NPY and arrays in a sub-folder were skipped without a word; a labels file whose features
+    are misnamed was ignored, so that sequence silently had no labels; a labels-length error named the
+    sequence, which each split may hold, not its file."""
+    root = write_npy_folder(tmp_path)
+    train = root / "train"
+    np.save(train / "upper.npy", np.zeros((4, 3), dtype=np.float32))
+    (train / "upper.npy").rename(train / "UPPER.NPY")
+    (train / "more").mkdir()
+    np.save(train / "more" / "x.npy", np.zeros((4, 3), dtype=np.float32))
+    unread = (
+        r"train: not read \(one NAME.npy a sequence, lower-case, in the folder itself\): UPPER.NPY, more/$"
+    )
+    with pytest.warns(UserWarning, match=unread):
+        NpyFolderDataModule(str(root)).setup()
+    (train / "UPPER.NPY").unlink()
+    (train / "more" / "x.npy").unlink()
+    (train / "more").rmdir()
+    np.save(train / "orphan.labels.npy", np.zeros(4, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"train: labels without their features \(NAME.labels.npy needs "
+                       r"NAME.npy\): orphan.labels.npy"):  # fmt: skip
+        NpyFolderDataModule(str(root)).setup()
+    (train / "orphan.labels.npy").unlink()
+    np.save(root / "test" / "seq0.labels.npy", np.zeros(5, dtype=np.int64))
+    with pytest.raises(ValueError, match=re.escape(f"{root / 'test' / 'seq0.npy'}: 6 frames but labels")):
+        NpyFolderDataModule(str(root)).setup()

@@ -514,17 +514,21 @@ def test_bad_number_of_samples(n):
 # --------------------------------------------------------------------------- sample_sentences
 @pytest.mark.parametrize(
     "case, match",
-    [("length 1", r"lengths must lie in 2\.\.T = 2\.\.3 \(sentences need at least 2 words"),
-     ("length 0", r"lengths must lie in 2\.\.T = 2\.\.3 \(sentences need"), ("NaN emission", "NaN"),
-     ("emission PT", "PT")],
-    ids=["length-1", "length-0", "nan-emission", "emission-PT"],
+    [("length 1", r"lengths must be at least 2 \(sentences need at least 2 words.*got \[3, 1\]"),
+     ("length 0", r"lengths must be at least 2 \(sentences need.*got \[3, 0\]"),
+     ("only length 1", r"lengths must be at least 2 \(sentences need.*got \[1\]$"),
+     ("NaN emission", "NaN"), ("emission PT", "PT")],
+    ids=["length-1", "length-0", "only-length-1", "nan-emission", "emission-PT"],
 )
 def test_sample_sentences_bad_input(case, match):
-    """Length 0 said "lengths must lie in 1..T" (1 is refused too)."""
+    """Length 0 said "lengths must lie in 1..T" (1 is refused too); lengths [1] said "2..T = 2..1", an
+    empty range, T being only the longest length asked for (audit)."""
     emission = lp(PT, 4).log_softmax(-1)
     lengths = torch.tensor([3, 2])
     if case in ("length 1", "length 0"):
         lengths = torch.tensor([3, int(case[-1])])
+    if case == "only length 1":
+        lengths = torch.tensor([1])
     if case == "NaN emission":
         emission = with_entry(emission, NAN)
     if case == "emission PT":

@@ -31,7 +31,7 @@ from zoo.data.datamodule import SPLITS, SequenceDataModule
 from zoo.data.gpt2_bpe import END_OF_TEXT, GPT2_VOCAB_SIZE, gpt2_tokenizer
 from zoo.data.hf_source import load_row_token_ids, load_sentences, replacing
 from zoo.data.left_out import BLANK, warn_left_out
-from zoo.data.utf8 import read_utf8
+from zoo.data.utf8 import read_utf8, text_lines
 
 __all__ = ["SOURCES", "CaptionsDataModule", "read_captions", "read_coco_karpathy", "read_caption_lines"]
 
@@ -68,19 +68,20 @@ def karpathy_tokens(raw: str) -> list[str]:
 
 
 def read_caption_lines(directory: str | os.PathLike, split: str, keep_blank: bool = False) -> list[str]:
-    """One caption a line from ``{directory}/{split}.txt``: blank lines are left out, with a warning that
-    counts them and names the first (``keep_blank``: kept as "", still warned about, so that item i is
-    line i + 1)."""
+    """One caption a line from ``{directory}/{split}.txt`` (``text_lines``), its words (split at white
+    space) joined by single spaces, as every source gives them: blank lines are left out, with a warning
+    that counts them and names the first (``keep_blank``: kept as "", still warned about, so that item i
+    is line i + 1)."""
     path = Path(directory) / f"{split}.txt"
     if not path.is_file():
         raise FileNotFoundError(
             f"no {path.name} in {directory}: the 'text' source reads train.txt, valid.txt, test.txt "
             "(one caption a line)"
         )
-    lines = read_utf8(path).splitlines()
-    blank = [i + 1 for i, line in enumerate(lines) if not line.strip()]
+    lines = [" ".join(line.split()) for line in text_lines(read_utf8(path))]
+    blank = [i + 1 for i, line in enumerate(lines) if not line]
     warn_left_out(str(path), blank, len(lines), "line", BLANK)
-    return [line.strip() for line in lines if keep_blank or line.strip()]
+    return [line for line in lines if keep_blank or line]
 
 
 def read_captions(
@@ -169,6 +170,9 @@ class CaptionsDataModule(SequenceDataModule):
             lines = read_captions(self.source, split, self.path, keep_blank=True)
             where, first = f"source={self.source!r} ({self.path}) {split} split", 1
             unit = "line" if self.source == "text" else "caption"
+            if self.source == "coco-karpathy":  # the others' readers say their blank lines
+                empty = [i + first for i, s in enumerate(lines) if not s]
+                warn_left_out(where, empty, len(lines), unit, "no words (empty tokens, and no word in raw)")
         too_long = [self.max_words is not None and len(s.split()) > self.max_words for s in lines]
         long = [i + first for i, is_long in enumerate(too_long) if is_long]
         if self.hf_dataset is not None or self.source != "ptb-short":  # ptb-short: those within max_words

@@ -10,8 +10,11 @@ Files:
   1, start and end in seconds), no header. Videos without an annotation file (e.g. related tasks) have
   no labels.
 * ``train_videos`` and ``test_videos``: CSV files with one video a line, ``task,video_id[,url]``
-  (CrossTask's ``videos.csv`` and ``videos_val.csv``). A seeded ``valid_fraction`` of the training
-  videos (10% in Chiu et al. 2021) is held out for validation.
+  (CrossTask's ``videos.csv`` and ``videos_val.csv``). ``videos.csv`` lists every video, the test
+  videos too: as CrossTask's own training code does, a video of the test list is left out of training
+  (said in a warning with the count). A video listed twice in one list is read once (warned). A seeded
+  ``valid_fraction`` of the remaining training videos (10% in Chiu et al. 2021) is held out for
+  validation.
 
 The same videos can come through Hugging Face ``datasets`` instead (``hf_dataset``, a Hub id or local
 JSON / parquet files, ``zoo.data.hf_source``): one video a row, with the columns ``task``, ``video``,
@@ -22,8 +25,9 @@ video lists' parts; the features are then held in memory.
 
 Frame labels: frame t (time t / frames_per_second) inside step k of task c (start <= time < end) gets
 the class of (c, k); other frames are background, class 0. A frame inside two steps of a video gets the
-step of the later line (or list entry), and a step that ends past the video's last frame is cut there
-(one wholly past it labels no frame): either is warned about, once per split, naming the first lines.
+step of the later line (or list entry), a step that ends past the video's last frame is cut there
+(one wholly past it labels no frame), and a step shorter than a frame may hold no frame's time: each
+is warned about, once per split, naming the first lines.
 Classes 1..K number the (task, step) pairs found in the annotations of the listed videos, in sorted
 order, so ``num_classes`` = 1 + K.
 The features are the raw ones: the HSMM's input projection (a whitened PCA to 200 dimensions in the
@@ -45,7 +49,7 @@ from zoo.data.hf_source import load_split, replacing
 from zoo.data.left_out import few
 from zoo.data.npy_folder import frames_tensor
 from zoo.data.segments import SegmentDataModule, SequenceFeatures, load_feature_file
-from zoo.data.utf8 import read_utf8
+from zoo.data.utf8 import read_utf8, text_lines
 
 __all__ = ["CrossTaskDataModule", "read_step_annotations", "read_video_list", "read_video_rows"]
 
@@ -80,16 +84,21 @@ def read_video_list(path: str | Path) -> list[tuple[str, str]]:
         raise FileNotFoundError(
             f"no video list {path} (CSV lines task,video_id[,url], e.g. CrossTask's videos.csv)"
         )
-    videos = []
-    for number, row in enumerate(csv.reader(read_utf8(path).splitlines()), 1):
+    videos, again = {}, []
+    for number, row in enumerate(csv.reader(text_lines(read_utf8(path))), 1):
         if not row or not "".join(row).strip():
             continue
         if len(row) < 2 or not row[0].strip() or not row[1].strip():
             raise ValueError(f"{path}, line {number}: expected task,video_id[,url], got {row!r}")
-        videos.append((row[0].strip(), row[1].strip()))
+        pair = (row[0].strip(), row[1].strip())
+        if pair in videos:
+            again.append(f"line {number} ({pair[1]}, first at line {videos[pair]})")
+        videos.setdefault(pair, number)
     if not videos:
         raise ValueError(f"{path} lists no video")
-    return videos
+    if again:
+        log.warning("%s: %d video(s) listed again, read once: %s", path, len(again), few(again))
+    return list(videos)
 
 
 def read_step_annotations(path: str | Path) -> list[tuple[int, float, float]]:
@@ -102,7 +111,7 @@ def numbered_steps(path: str | Path) -> list[tuple[tuple[int, float, float], str
     path = Path(path)
     lines = [
         (row, f"{path}, line {number}")
-        for number, row in enumerate(csv.reader(read_utf8(path).splitlines()), 1)
+        for number, row in enumerate(csv.reader(text_lines(read_utf8(path))), 1)
         if row and "".join(row).strip()
     ]
     return [(step_annotation(row, where), where) for row, where in lines]
@@ -133,15 +142,22 @@ def read_video_rows(source: dict, split: str) -> list[Video]:
             f"hf_dataset {source['path']!r} split {split!r} has no column {missing} (its columns: "
             f"{data.column_names}); a CrossTask source has task, video, {source['column']} and {steps_column}"
         )
-    videos = []
+    videos, first, again = [], {}, []
     for i, row in enumerate(data):
         where = f"hf_dataset {split} row {i} (video {row['video']!r})"
+        pair = (str(row["task"]), str(row["video"]))
+        if pair in first:
+            again.append(f"row {i} ({pair[1]}, first at row {first[pair]})")
+            continue
+        first[pair] = i
         features = frames_tensor(row[source["column"]], where)
         steps = lines = row[steps_column]
         if steps is not None:
             lines = [f"{where}, step {k}" for k in range(len(steps))]
             steps = [step_annotation(step, line) for step, line in zip(steps, lines)]
-        videos.append(Video(str(row["task"]), str(row["video"]), features, steps, lines))
+        videos.append(Video(*pair, features, steps, lines))
+    if again:
+        log.warning("hf_dataset %s split: %d video(s) again, read once: %s", split, len(again), few(again))
     return videos
 
 
@@ -237,7 +253,8 @@ class CrossTaskDataModule(SegmentDataModule):
 
     def _labels(self, video: Video, frames: int, index: dict, notes: dict[str, list[str]]) -> torch.Tensor:
         """The frame labels of an annotated video (module docstring); a step that overlaps an earlier
-        one, or that ends past the last frame, is noted in ``notes["overlap"]`` / ``notes["past_end"]``."""
+        one, that ends past the last frame or that holds no frame is noted in ``notes[kind]``
+        (``STEP_NOTES``)."""
         times = np.arange(frames) / self.frames_per_second
         covered = frames / self.frames_per_second
         labels = np.full(frames, BACKGROUND, dtype=np.int64)
@@ -249,13 +266,16 @@ class CrossTaskDataModule(SegmentDataModule):
             if end > covered:
                 past = f"from {start:g} s, wholly past" if start >= covered else f"ends at {end:g} s, cut at"
                 notes["past_end"].append(f"{line} ({past} the features' {covered:g} s)")
+            elif not inside.any():
+                notes["no_frame"].append(f"{line} ({start:g} to {end:g} s)")
             labels[inside] = index[(video.task, step)]
         return torch.as_tensor(labels)
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        train, test = self._videos("train"), self._videos("test")
+        test = self._videos("test")
+        train = held_out(self._videos("train"), test)
         order = np.random.default_rng(self.split_seed).permutation(len(train))
         n_valid = max(1, round(len(train) * self.valid_fraction))
         if n_valid >= len(train):
@@ -271,7 +291,7 @@ class CrossTaskDataModule(SegmentDataModule):
         index = {pair: k + 1 for k, pair in enumerate(self.classes)}
         self.num_classes = 1 + len(self.classes) if self.classes else None
         for split, videos in splits.items():
-            notes = {"overlap": [], "past_end": []}
+            notes = {kind: [] for kind in STEP_NOTES}
             labels = [None if v.steps is None else self._labels(v, v.frames, index, notes) for v in videos]
             warn_about_steps(split, notes)
             has_labels = any(lab is not None for lab in labels)
@@ -284,7 +304,26 @@ STEP_NOTES = {  # what CrossTaskDataModule._labels notes about a step, by kind
     "overlap": "overlap an earlier step of their video and take the frames they share (the later line wins)",
     "past_end": "end past their video's last frame, which cuts them (a wrong frames_per_second or feature "
     "file?)",
+    "no_frame": "hold no frame's time (shorter than a frame), so they label no frame",
 }
+
+
+def held_out(train: list[Video], test: list[Video]) -> list[Video]:
+    """The training videos that are not test videos. CrossTask's ``videos.csv`` lists every video and
+    ``videos_val.csv`` the held-out ones, which its training code (Zhukov et al. 2019) leaves out of
+    training; said in a warning with the count, so that lists meant to be disjoint show their overlap."""
+    tested = {(v.task, v.video) for v in test}
+    kept = [v for v in train if (v.task, v.video) not in tested]
+    if not kept:
+        raise ValueError("every training video is also a test video: no video left to train on")
+    if len(kept) < len(train):
+        shared = [v.video for v in train if (v.task, v.video) in tested]
+        log.warning(
+            "CrossTask: %d of %d training videos are also test videos, left out of training and validation "
+            "(CrossTask's videos.csv lists the test videos of videos_val.csv too): %s",
+            len(shared), len(train), few(shared),
+        )  # fmt: skip
+    return kept
 
 
 def warn_about_steps(split: str, notes: dict[str, list[str]]) -> None:

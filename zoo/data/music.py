@@ -270,9 +270,7 @@ def read_music_pickle(path: str | os.PathLike) -> dict[str, list[Tensor]]:
             raise ValueError(
                 f"{path}: {split!r} must be a non-empty list of pieces, got {type(pieces).__name__}"
             )
-        out[split] = [
-            frames_to_piano_roll(p, f"{path}: {split} piece {i}") for i, p in enumerate(pieces)
-        ]
+        out[split] = [frames_to_piano_roll(p, f"{path}: {split} piece {i}") for i, p in enumerate(pieces)]
     return out
 
 

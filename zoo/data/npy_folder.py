@@ -3,14 +3,16 @@
 Layout: ``data_dir/train/``, ``data_dir/valid/``, ``data_dir/test/``, each holding one ``NAME.npy`` per
 sequence (a frames x dims numeric array, the same dims everywhere) and, optionally, ``NAME.labels.npy``
 beside it: one integer per frame, the known segment label (0, 1, ...; -1 where unknown), which the
-segmentation metrics score against. Files are read when a batch needs them (memory-mapped headers give
-the lengths), so folders larger than memory work. The same sequences can come through Hugging Face
-``datasets`` instead (``hf_dataset``: a Hub id or local JSON / parquet files with one sequence a row,
-``zoo.data.hf_source``); they are then held in memory.
+segmentation metrics score against. Other arrays (``NAME.NPY``, ``.npz``) and sub-folders are not read
+(a warning names them); a labels file without its ``NAME.npy`` is an error. Files are read when a batch
+needs them (memory-mapped headers give the lengths), so folders larger than memory work. The same
+sequences can come through Hugging Face ``datasets`` instead (``hf_dataset``: a Hub id or local JSON /
+parquet files with one sequence a row, ``zoo.data.hf_source``); they are then held in memory.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +21,13 @@ import torch
 
 from zoo.data.datamodule import SPLITS
 from zoo.data.hf_source import load_feature_sequences, replacing
+from zoo.data.left_out import few
 from zoo.data.segments import SegmentDataModule, SequenceFeatures
 
 __all__ = ["NpyFolderDataModule", "read_npy_folder"]
 
 LABEL_SUFFIX = ".labels.npy"
+UNREAD = {".NPY", ".Npy", ".npz", ".NPZ"}  # arrays that look meant as sequences but are not read
 
 
 def frame_labels(values: np.ndarray, where: str, frames: int | None = None) -> torch.Tensor:
@@ -48,16 +52,29 @@ def frame_labels(values: np.ndarray, where: str, frames: int | None = None) -> t
 def frames_tensor(values, where: str) -> torch.Tensor:
     """A row of frames of numbers (a ``datasets`` cell) as a frames x dims float32 tensor; ValueError
     naming ``where`` for anything else (a frame of another width: the frame)."""
+    if values is None:
+        raise ValueError(f"{where}: expected frames x dims numbers, got a null cell")
     try:
         array = np.asarray(values, dtype=np.float32)
     except (ValueError, TypeError) as error:  # e.g. frames of different widths: name the first such
-        widths = [len(frame) if isinstance(frame, list | tuple) else None for frame in values]
-        t = next((t for t, width in enumerate(widths) if width != widths[0]), None)
-        other = f"frame {t} has {widths[t]} numbers, frame 0 {widths[0]}" if t and widths[t] else error
+        other = odd_frame(values) or error
         raise ValueError(f"{where}: expected frames x dims numbers, got {other}") from None
     if array.ndim != 2 or len(array) == 0:
         raise ValueError(f"{where}: expected frames x dims numbers, got shape {array.shape}")
     return torch.from_numpy(array)
+
+
+def odd_frame(values) -> str | None:
+    """For messages: the first frame of a row unlike its frame 0 (another width, or no list), or what
+    the row is when it is no list of frames; None when every frame looks alike."""
+    if not isinstance(values, list | tuple):
+        return f"a {type(values).__name__}, not a list of frames"
+    widths = [len(frame) if isinstance(frame, list | tuple) else None for frame in values]
+    for t, width in enumerate(widths):
+        if width != widths[0]:
+            numbers = ["no list of numbers" if w is None else f"{w} numbers" for w in (width, widths[0])]
+            return f"frame {t} with {numbers[0]}, frame 0 with {numbers[1]}"
+    return None
 
 
 def read_npy_folder(folder: str | Path) -> SequenceFeatures:
@@ -70,6 +87,18 @@ def read_npy_folder(folder: str | Path) -> SequenceFeatures:
     files = sorted(p for p in folder.glob("*.npy") if not p.name.endswith(LABEL_SUFFIX))
     if not files:
         raise ValueError(f"{folder} holds no .npy sequence (NAME.npy, frames x dims)")
+    names = {path.stem for path in files}
+    orphans = [
+        p.name for p in sorted(folder.glob(f"*{LABEL_SUFFIX}")) if p.name[: -len(LABEL_SUFFIX)] not in names
+    ]
+    if orphans:
+        raise ValueError(
+            f"{folder}: labels without their features (NAME{LABEL_SUFFIX} needs NAME.npy): {few(orphans)}"
+        )
+    unread = sorted(p.name + "/" * p.is_dir() for p in folder.iterdir() if p.is_dir() or p.suffix in UNREAD)
+    if unread:
+        message = "not read (one NAME.npy a sequence, lower-case, in the folder itself)"
+        warnings.warn(f"{folder}: {message}: {few(unread)}", stacklevel=2)
     labels = []
     for path in files:
         label_path = path.with_name(path.stem + LABEL_SUFFIX)
@@ -91,6 +120,9 @@ def read_feature_rows(source: dict, split: str) -> SequenceFeatures:
     for i, row in enumerate(rows):
         features.append(frames_tensor(row, f"hf_dataset {split} row {i}"))
         if label_rows is None:
+            continue
+        if label_rows[i] is None:  # an unlabelled sequence, as a folder's without a labels file
+            labels.append(None)
             continue
         labels.append(
             frame_labels(np.asarray(label_rows[i]), f"hf_dataset {split} row {i}", len(features[-1]))

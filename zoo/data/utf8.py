@@ -1,16 +1,30 @@
-"""Reading the text files users bring: a file that is not UTF-8 is an error naming the file and line."""
+"""Reading the text files users bring: a file that is not UTF-8 is an error naming the file and line,
+and its lines end where Python's universal newlines end them."""
 
 from __future__ import annotations
 
 import codecs
+import re
 from pathlib import Path
+
+UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
 def read_utf8(path: Path) -> str:
     """The text of ``path`` without a leading byte-order mark (Notepad's and Excel's "UTF-8" write one,
-    which would stick to the first word); a file that is not UTF-8 is a ValueError naming the file and
-    the line."""
+    which would stick to the first word); a file that is not UTF-8 text is a ValueError naming the file
+    and the line: one that does not decode, and one with a NUL byte (UTF-16, Windows' "Unicode", decodes
+    as UTF-8 when its text is ASCII, a NUL after each letter)."""
     data = path.read_bytes()
+    if data.startswith(UTF16_MARKS) or b"\x00" in data:
+        at = data.find(b"\x00") if not data.startswith(UTF16_MARKS) else 0
+        line = data[:at].count(b"\n") + 1
+        raise ValueError(
+            f"{path} is not UTF-8 text: line {line} (byte {at}) "
+            + ("starts UTF-16's byte-order mark" if at == 0 else "holds a NUL byte")
+            + "; UTF-16 text (Windows' 'Unicode') re-encodes with iconv -f utf-16 -t utf-8"
+        )
     start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
         return data[start:].decode("utf-8")
@@ -19,5 +33,16 @@ def read_utf8(path: Path) -> str:
         line, bad = data[:at].count(b"\n") + 1, data[at : at + 1]
         raise ValueError(
             f"{path} is not UTF-8 text: line {line} (byte {at}, {bad!r}) {error.reason}; "
-            "re-encode it, e.g. iconv -f latin1 -t utf-8"
+            "re-encode it, e.g. iconv -f latin1 -t utf-8 (from Latin-1)"
         ) from None
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of ``text``, ended by "\\n", "\\r\\n" or a lone "\\r" (old Mac files), as Python's
+    universal newlines and ``datasets``' text reader end them; not by the other boundaries that
+    ``str.splitlines`` knows (U+0085, U+2028, form feeds), which a line of text may hold. The newline
+    that ends the last line starts no empty line."""
+    lines = NEWLINE.split(text)
+    if lines[-1] == "":
+        lines.pop()
+    return lines

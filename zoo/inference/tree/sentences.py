@@ -57,6 +57,8 @@ def sample_sentences(
     B = lengths.shape[0]
     T = int(lengths.max())
     why = " (sentences need at least 2 words: a CNF tree's root is a nonterminal)"
+    if lengths.dtype != torch.bool and (lengths < 2).any():  # T is the longest asked for: name no range
+        raise ValueError(f"lengths must be at least 2{why}, got {lengths.tolist()}")
     lengths = check_lengths(lengths, B, T, emission.device, 2, why)
     for name, size in (("emission", emission.shape[0]), ("grammar", grammar.grammar_batch)):
         if size not in (1, B):
