@@ -8,13 +8,15 @@ import lightning.pytorch as pl
 
 
 class BatchLog(pl.Callback):
-    """Appends {"epoch", "tokens"} of each training batch to ``{out}.{rank}.jsonl``."""
+    """Appends {"epoch", "tokens", "events"} of each training batch to ``{out}.{rank}.jsonl`` (events:
+    what the model counts, ``num_events``)."""
 
     def __init__(self, out: str):
         self.out = out
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        row = {"epoch": trainer.current_epoch, "tokens": batch["tokens"].tolist()}
+        events = int(pl_module.model.num_events(batch).sum())
+        row = {"epoch": trainer.current_epoch, "tokens": batch["tokens"].tolist(), "events": events}
         with open(f"{self.out}.{trainer.global_rank}.jsonl", "a") as file:
             file.write(json.dumps(row) + "\n")
 
@@ -23,3 +25,9 @@ def logged_batches(path) -> list[tuple[int, list]]:
     """(epoch, tokens) of each batch a ``BatchLog`` file holds, in order."""
     with open(path) as file:
         return [(row["epoch"], row["tokens"]) for row in map(json.loads, file)]
+
+
+def logged_events(path) -> int:
+    """The events of every batch a ``BatchLog`` file holds."""
+    with open(path) as file:
+        return sum(json.loads(row)["events"] for row in file)

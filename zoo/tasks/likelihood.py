@@ -191,11 +191,19 @@ class LikelihoodTask(pl.LightningModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         log_p = self(batch)
         events = self.model.num_events(batch)
-        self._batch_events = events.sum()
+        self._count_events(events)
         loss = -log_p.sum() / events.sum()
         # averaged over the DDP processes: each trains on its own batches (one process: no-op)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(log_p), sync_dist=True)
         return loss
+
+    def _count_events(self, events: Tensor) -> None:
+        """Keep the events a training step trains on, summed over the DDP processes: their batches
+        differ in length, so one process's count times their number is not the total."""
+        self._batch_events = events.sum().detach()
+        trainer = self._trainer
+        if trainer is not None and trainer.world_size > 1:
+            self._batch_events = trainer.strategy.reduce(self._batch_events, reduce_op="sum")
 
     def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """A resumed run's first batch draws from the random generators' states that the checkpoint
@@ -206,8 +214,8 @@ class LikelihoodTask(pl.LightningModule):
             self._resumed_random_state = None
 
     def on_train_batch_end(self, outputs, batch: dict[str, Tensor], batch_idx: int) -> None:
-        """Log the events trained on so far (this process's times the number of processes: a batch
-        that trains nothing, e.g. one the curriculum leaves out, adds none) and the training seconds,
+        """Log the events trained on so far (every process's: a batch that trains nothing, e.g. one
+        the curriculum leaves out, adds none) and the training seconds,
         so a run's learning curves can be drawn against tokens and time (``zoo plot``); both go on
         across a resumed run."""
         self._events_seen, self._seconds = self._progress()
@@ -220,7 +228,7 @@ class LikelihoodTask(pl.LightningModule):
         """Events and seconds trained up to now, with the batch being trained (one whose
         ``on_train_batch_end`` has not run: a checkpoint callback's runs before the task's)."""
         return (
-            self._events_seen + self._batch_events * self.trainer.world_size,
+            self._events_seen + self._batch_events,
             self._seconds + time.perf_counter() - self._last_step_end,
         )
 

@@ -114,7 +114,7 @@ class VAETask(LikelihoodTask):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         parts = self.model.elbo(batch)
         events = self.model.num_events(batch)
-        self._batch_events = events.sum()
+        self._count_events(events)
         beta = self.kl_weight()
         kl_part = parts["states"] + parts["entropy"]  # minus KL(q || p(z)), weighed by beta while warming up
         objective = parts["elbo"] if beta == 1.0 else parts["words"] + beta * kl_part
