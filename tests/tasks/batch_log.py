@@ -8,15 +8,16 @@ import lightning.pytorch as pl
 
 
 class BatchLog(pl.Callback):
-    """Appends {"epoch", "tokens", "events"} of each training batch to ``{out}.{rank}.jsonl`` (events:
-    what the model counts, ``num_events``)."""
+    """Appends {"epoch", "tokens", "lengths", "events"} of each training batch to ``{out}.{rank}.jsonl``
+    (events: what the model counts, ``num_events``)."""
 
     def __init__(self, out: str):
         self.out = out
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         events = int(pl_module.model.num_events(batch).sum())
-        row = {"epoch": trainer.current_epoch, "tokens": batch["tokens"].tolist(), "events": events}
+        row = {"epoch": trainer.current_epoch, "tokens": batch["tokens"].tolist(), "events": events,
+               "lengths": batch["lengths"].tolist()}  # fmt: skip
         with open(f"{self.out}.{trainer.global_rank}.jsonl", "a") as file:
             file.write(json.dumps(row) + "\n")
 

@@ -1,9 +1,13 @@
 """What the CLI tests share: the trainer section of a tiny, quiet, CSV-logged CPU recipe, the recipes of a
-family and their composition with the DDP trainer, `zoo predict` with a writer, and the CSV logs."""
+family and their composition with the DDP trainer, `zoo fit` on two CPU processes, `zoo predict` with a
+writer, and the CSV logs."""
 
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +80,14 @@ def logged_rows(root: Path) -> list[dict]:
 def logged(root: Path, key: str) -> list[float]:
     """Every value logged as ``key`` under ``root``."""
     return [float(r[key]) for r in logged_rows(root) if r.get(key)]
+
+
+def ddp_command(recipe_path: Path, *args: str, devices: int = 2) -> None:
+    """``zoo fit`` on ``devices`` CPU processes (gloo), without recipes/trainer/ddp.yaml: the zoo's data
+    modules need the trainer's use_distributed_sampler off, which the command sets."""
+    command = [sys.executable, "-m", "zoo.cli", "fit", "--config", str(recipe_path),
+               "--trainer.devices", str(devices), "--trainer.strategy", "ddp", *args]  # fmt: skip
+    path = os.pathsep.join([str(REPO), str(Path(__file__).parent)])
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import yaml
-from cli_testlib import cpu_trainer, logged, predict
+from cli_testlib import cpu_trainer, ddp_command, logged, predict
 
 from zoo.cli import main
 from zoo.data import PCFGDataModule, parse_bracketed
@@ -197,6 +197,48 @@ def test_curriculum_limits_and_drops_long_sentences(trees):
     task._batch_events = 0
     assert task.training_step({"tokens": batch["tokens"][1:], "lengths": batch["lengths"][1:]}, 0) is None
     assert task._batch_events == 0  # a batch the curriculum leaves out adds no tokens
+
+
+def test_a_curriculum_under_ddp_steps_as_on_one_process(trees):
+    """Two processes (gloo) under a curriculum that leaves whole batches empty: Lightning refused the
+    skipped step under DDP ("Skipping the training_step by returning None in distributed training is
+    not supported"), so the PCFG recipes' documented DDP command died at its first step (audit). Now a
+    process with an empty batch adds zero gradients, a step empty on every process takes no optimizer
+    step, and train/tokens counts the kept sentences' events."""
+    tmp, data, vocab = trees
+    path = recipe(tmp, "exact", data, vocab, curriculum_start=4)  # sentences of 5 and 6 words
+    log = '{"class_path": "batch_log.BatchLog", "init_args": {"out": "%s"}}' % (tmp / "batches")
+    ddp_command(path, "--trainer.max_epochs", "3", "--trainer.callbacks+", log)
+    ranks = []
+    for rank in (0, 1):
+        with open(tmp / f"batches.{rank}.jsonl") as file:
+            ranks.append([json.loads(row) for row in file])
+    assert len(ranks[0]) == len(ranks[1])
+    limits = {0: 4, 1: 5, 2: 6}  # words: the curriculum's limit in each epoch
+
+    def kept(row):
+        return [n for n in row["lengths"] if n - 1 <= limits[row["epoch"]]]
+
+    empty = [not kept(a) and not kept(b) for a, b in zip(*ranks)]
+    one_empty = [not kept(a) or not kept(b) for a, b in zip(*ranks)]
+    assert any(empty) and not all(empty) and one_empty != empty  # empty on both, on one, on none
+    (checkpoint,) = tmp.rglob("*.ckpt")
+    end = torch.load(checkpoint, weights_only=True)
+    assert end["zoo_progress"]["events"] == sum(sum(kept(row)) for rank in ranks for row in rank)
+
+
+@pytest.mark.parametrize("trained, steps", [(None, True), (True, True), (False, False)])
+def test_only_a_step_that_no_process_trained_on_takes_no_optimizer_step(trees, trained, steps):
+    """``ParsingTask.optimizer_step``: not tracked (None: one process, or no curriculum) or trained on
+    somewhere since the last step: the optimizer steps; empty everywhere: only the closure runs."""
+    tmp, data, vocab = trees
+    task = ParsingTask(PCFG(vocab, 2, 2, embedding_dim=4, hidden_dim=4))
+    task._trained_since_step = trained
+    calls = []
+    optimizer = SimpleNamespace(step=lambda closure: calls.append("step"))
+    task.optimizer_step(0, 0, optimizer, lambda: calls.append("closure"))
+    assert calls == (["step"] if steps else ["closure"])
+    assert task._trained_since_step is (None if trained is None else False)
 
 
 def test_bracketed_strings():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from cli_testlib import cpu_trainer, logged_rows
+from cli_testlib import cpu_trainer, ddp_command, logged_rows
 
 from zoo.cli import main
 from zoo.tasks import LikelihoodTask
@@ -208,17 +208,6 @@ def test_ddp_validation_equals_single_process(ptb):
     single = validation_nll(tmp, ckpt, path, 1)
     double = validation_nll(tmp, ckpt, path, 2)
     assert double == pytest.approx(single, rel=1e-6)
-
-
-def ddp_command(recipe_path: Path, *args: str, devices: int = 2) -> None:
-    """``zoo fit`` on ``devices`` CPU processes (gloo), without recipes/trainer/ddp.yaml: the zoo's data
-    modules need the trainer's use_distributed_sampler off, which the command sets."""
-    command = [sys.executable, "-m", "zoo.cli", "fit", "--config", str(recipe_path),
-               "--trainer.devices", str(devices), "--trainer.strategy", "ddp", *args]  # fmt: skip
-    path = os.pathsep.join([str(REPO), str(Path(__file__).parent)])
-    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_a_one_process_checkpoint_resumed_on_two_trains_the_rest_of_its_epoch(ptb):

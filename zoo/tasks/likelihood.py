@@ -191,19 +191,22 @@ class LikelihoodTask(pl.LightningModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         log_p = self(batch)
         events = self.model.num_events(batch)
-        self._count_events(events)
         loss = -log_p.sum() / events.sum()
-        # averaged over the DDP processes: each trains on its own batches (one process: no-op)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(log_p), sync_dist=True)
+        self._record_step(-log_p.sum(), events.sum(), len(log_p))
         return loss
 
-    def _count_events(self, events: Tensor) -> None:
-        """Keep the events a training step trains on, summed over the DDP processes: their batches
-        differ in length, so one process's count times their number is not the total."""
-        self._batch_events = events.sum().detach()
+    def _record_step(self, loss_sum: Tensor, events: Tensor, sequences: int) -> None:
+        """Keep the events a training step trains on and log ``train/loss``, the loss per event of the
+        step's batches; both summed over the DDP processes in one reduction: their batches differ in
+        length (one process's events times their number is not the total), and a process that trains
+        on nothing this step (``ParsingTask``'s curriculum) adds nothing."""
+        dtype = torch.promote_types(loss_sum.dtype, torch.float32)
+        totals = torch.stack([loss_sum.detach().to(dtype), events.detach().to(dtype)])
         trainer = self._trainer
         if trainer is not None and trainer.world_size > 1:
-            self._batch_events = trainer.strategy.reduce(self._batch_events, reduce_op="sum")
+            totals = trainer.strategy.reduce(totals, reduce_op="sum")
+        self._batch_events = totals[1].round().long()
+        self.log("train/loss", totals[0] / totals[1], prog_bar=True, batch_size=max(sequences, 1))
 
     def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """A resumed run's first batch draws from the random generators' states that the checkpoint

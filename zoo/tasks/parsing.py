@@ -5,7 +5,9 @@ with the PCFG's ``num_events`` = words + 1 the perplexity is REFERENCE §2's PCF
 
 * a length curriculum (Kim et al. 2019): in epoch e only training sentences of at most
   min(curriculum_final, curriculum_start + e * curriculum_increment) words are used; the others are
-  dropped from their batch (a batch left empty is skipped), as the reference code does;
+  dropped from their batch (a batch left empty is skipped), as the reference code does; under DDP a
+  process whose batch is left empty takes part in the step with zero gradients, and a step that
+  leaves every process's batch empty takes no optimizer step, as on one process;
 * unlabelled parsing F1 whenever an evaluation batch carries gold spans (``batch["spans"]``,
   B x M x 2 long (start, end) over word positions, -1 padding; ``zoo.data.PCFGDataModule`` with
   gold trees provides it): ``val/sentence_f1`` and ``val/corpus_f1`` (and ``test/...``), in %, as the
@@ -124,6 +126,7 @@ class ParsingTask(LikelihoodTask):
                 "curriculum_final": curriculum_final,
             }
         )
+        self._trained_since_step: bool | None = None  # see on_train_batch_start (None: not tracked)
         self.f1 = torch.nn.ModuleDict(
             {
                 f"{stage}_{name}": metric(percent=True)
@@ -141,12 +144,44 @@ class ParsingTask(LikelihoodTask):
         limit = h.curriculum_start + epoch * h.curriculum_increment
         return limit if h.curriculum_final is None else min(limit, h.curriculum_final)
 
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor | None:
+    def _kept(self, batch: dict[str, Tensor]) -> Tensor | None:
+        """(B,) bool: the batch's sentences within this epoch's curriculum; None: no curriculum."""
         limit = self.max_train_words()
-        if limit is not None:
-            keep = batch["lengths"] - 1 <= limit
-            if not keep.any():
+        return None if limit is None else batch["lengths"] - 1 <= limit
+
+    def _distributed(self) -> bool:
+        return self._trainer is not None and self._trainer.world_size > 1
+
+    def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        """Under DDP and a curriculum, note whether any process has a sentence to train on since the
+        last optimizer step (one reduction a step), for ``optimizer_step``."""
+        super().on_train_batch_start(batch, batch_idx)
+        keep = self._kept(batch)
+        if keep is not None and self._distributed():
+            anywhere = self.trainer.strategy.reduce(keep.sum(), reduce_op="sum")
+            self._trained_since_step = bool(self._trained_since_step) or bool(anywhere > 0)
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None) -> None:
+        """A step whose batches the curriculum leaves empty on every DDP process takes no optimizer
+        step (AdamW would move the weights on its moments alone); its closure (the training steps'
+        zero losses and their backward, which every process must take part in) still runs. One
+        process skips such a step by ``training_step`` returning None."""
+        trained = self._trained_since_step
+        if trained is not None:  # tracked: DDP under a curriculum
+            self._trained_since_step = False
+        if trained is False:
+            optimizer_closure()
+            return
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor | None:
+        keep = self._kept(batch)
+        if keep is not None:
+            if not keep.any() and not self._distributed():
                 return None
+            if not keep.any():  # DDP steps every process together: this one adds zero gradients
+                self._record_step(torch.zeros((), device=self.device), torch.zeros((), device=self.device), 0)
+                return sum(p.sum() for p in self.parameters() if p.requires_grad) * 0.0
             if not keep.all():
                 T = int(batch["lengths"][keep].max())
                 batch = {

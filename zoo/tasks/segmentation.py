@@ -3,7 +3,8 @@ unsupervised segmentation of video, audio or sensor features.
 
 On top of maximum likelihood (loss -sum log p(x) / sum frames; ``val/nll`` in nats per frame) it adds
 
-* ``val/nll_sequence`` (and ``test/...``): nats per sequence, the papers' "NLL per video";
+* ``val/nll_sequence`` (and ``test/...``): nats per sequence, the papers' "NLL per video" (of an exact
+  evaluation: a random one logs ``val/nll`` and ``val/nll_std`` over seeds only);
 * when evaluation batches carry known segments (``batch["labels"]``, B x T long, -1 unknown; the data
   modules of ``zoo.data`` provide them when they have them): ``val/frame_accuracy``, the frame accuracy
   under the best one-to-one map from the model's labels (states, or rank components for rank-space) to

@@ -114,13 +114,12 @@ class VAETask(LikelihoodTask):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         parts = self.model.elbo(batch)
         events = self.model.num_events(batch)
-        self._count_events(events)
         beta = self.kl_weight()
         kl_part = parts["states"] + parts["entropy"]  # minus KL(q || p(z)), weighed by beta while warming up
         objective = parts["elbo"] if beta == 1.0 else parts["words"] + beta * kl_part
         loss = -objective.sum() / events.sum()
         B = len(events)
-        self.log("train/loss", loss, prog_bar=True, batch_size=B, sync_dist=True)  # over DDP processes
+        self._record_step(-objective.sum(), events.sum(), B)
         self.log("train/kl_weight", beta, batch_size=B)
         self.log("train/kl", -kl_part.detach().mean(), batch_size=B)  # KL(q || p(z)) per sentence
         for name, value in parts.items():
