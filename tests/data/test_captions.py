@@ -154,3 +154,29 @@ def test_the_text_end_of_text_inside_a_caption_is_encoded_as_its_characters(tmp_
     assert ids.count(50256) == 1 and ids[-1] == 50256
     assert data.tokenizer.decode(ids[:-1]) == "a dog <|endoftext|> ran"
     assert CaptionEncoder(cache, None)("a dog <|endoftext|> ran".split()) == ids  # the Hugging Face path
+
+
+def test_spread_by_length_takes_the_middle_of_each_slice():
+    from zoo.data.captions import spread_by_length
+
+    lengths = [9, 1, 8, 2, 7, 3, 6, 4, 5, 10]
+    picked = spread_by_length(lengths, 5)
+    assert sorted(lengths[i] for i in picked) == [2, 4, 6, 8, 10] and picked == sorted(picked)
+    assert spread_by_length(lengths, 10) == spread_by_length(lengths, 50) == list(range(10))
+    assert spread_by_length([3, 3, 3, 3], 2) == [1, 3]  # ties in their order
+
+
+def test_valid_sentences_spread_over_the_lengths(tmp_path, cache):
+    """--trainer.limit_val_batches took the shortest sentences (evaluation batches are sorted by
+    length): the VAE recipes validated on the 128 shortest of 721 (audit). valid_sentences samples the
+    whole range, and leaves the other splits whole."""
+    sentences = [" ".join(["word"] * n) for n in range(1, 13)] * 2
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text("\n".join(sentences) + "\n")
+    data = CaptionsDataModule("text", str(tmp_path), valid_sentences=4, batch_size=2, tokenizer_cache=cache)
+    data.setup()
+    valid = data.datasets["valid"]
+    assert len(valid) == 4 and len(data.datasets["test"]) == len(data.datasets["train"]) == 24
+    assert sorted(valid.lengths.tolist()) == [3, 6, 9, 12]  # words + <|endoftext|>: 2, 5, 8, 11 words
+    with pytest.raises(ValueError, match="valid_sentences must be a positive int or None, got 0"):
+        CaptionsDataModule("text", str(tmp_path), valid_sentences=0)

