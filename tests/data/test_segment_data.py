@@ -354,3 +354,15 @@ def test_npy_folder_says_what_it_does_not_read(tmp_path):
     np.save(root / "test" / "seq0.labels.npy", np.zeros(5, dtype=np.int64))
     with pytest.raises(ValueError, match=re.escape(f"{root / 'test' / 'seq0.npy'}: 6 frames but labels")):
         NpyFolderDataModule(str(root)).setup()
+
+
+def test_float64_features_beyond_float32_say_why_they_are_inf(tmp_path):
+    """A float64 value of 1e39 becomes inf in float32: the message said only "NaN or inf" (audit)."""
+    root = write_npy_folder(tmp_path, labelled=False)
+    rows = np.zeros((6, 3))
+    rows[4, 0] = 1e39
+    np.save(root / "train" / "seq0.npy", rows)
+    dm = NpyFolderDataModule(str(root), batch_size=8)
+    dm.setup()
+    with pytest.raises(ValueError, match=r"NaN or inf in 1 frame\(s\) \(first at frame 4\).*float32.*3.4e38"):
+        dm.datasets["train"].features(0)

@@ -100,7 +100,8 @@ class SequenceFeatures(Dataset):
             first = bad[0] if frames is None else frames[bad[0]]
             raise ValueError(
                 f"{self.where(i)}: features must be finite, got NaN or inf in {len(bad)} frame(s) "
-                f"(first at frame {first}): clean the data first"
+                f"(first at frame {first}): clean the data first (features are read as float32: a value "
+                "beyond its range, +-3.4e38, is inf)"
             )
 
     def features(self, i: int) -> Tensor:
