@@ -74,3 +74,20 @@ def test_the_package_names_the_function_after_the_captions_are_imported():
 
     assert not isinstance(zoo.data.gpt2_tokenizer, types.ModuleType)
     assert zoo.data.gpt2_tokenizer is gpt2_tokenizer
+
+
+def test_token_texts_are_the_tokenizer_s_and_name_the_bytes_of_split_characters(tokenizer):
+    """The captions' prediction writer decoded each token alone: a character split across tokens was
+    one U+FFFD a token (audit). token_texts gives the tokenizer's text wherever a token is whole UTF-8,
+    and the bytes otherwise, which together spell the character."""
+    from zoo.data.gpt2_bpe import token_texts
+
+    texts = token_texts()
+    assert len(texts) == 50257 and texts[50256] == "<|endoftext|>"
+    whole = [i for i in range(50256) if "\\x" not in texts[i]]
+    assert len(whole) > 49000
+    assert all(tokenizer.decode([i]) == texts[i] for i in whole[::50])
+    ids = tokenizer.encode(" 🤗")  # one character, several byte-level tokens
+    assert len(ids) > 1 and all("\ufffd" in tokenizer.decode([i]) for i in ids[1:])
+    spelled = "".join(texts[i] for i in ids).encode().decode("unicode_escape").encode("latin-1").decode()
+    assert spelled == " 🤗"

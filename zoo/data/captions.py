@@ -31,7 +31,7 @@ import torch
 
 from zoo.data.buckets import PackedSequences, collate_tokens
 from zoo.data.datamodule import SPLITS, SequenceDataModule
-from zoo.data.gpt2_bpe import END_OF_TEXT, GPT2_VOCAB_SIZE, gpt2_tokenizer
+from zoo.data.gpt2_bpe import END_OF_TEXT, GPT2_VOCAB_SIZE, gpt2_tokenizer, token_texts
 from zoo.data.hf_source import load_row_token_ids, load_sentences, replacing
 from zoo.data.left_out import BLANK, warn_left_out
 from zoo.data.utf8 import read_utf8, text_lines
@@ -231,10 +231,11 @@ class CaptionsDataModule(SequenceDataModule):
 
     def predict_words(self) -> list[list[str]]:
         """For ``zoo.tasks.LikelihoodWriter``: each GPT-2 token of the predicted split's sentences as its
-        text (``<|endoftext|>`` last), by ``index``."""
+        text (``token_texts``: a part of a character split across tokens as its bytes, ``\\xNN``;
+        ``<|endoftext|>`` last), by ``index``."""
         self.setup()
-        tokenizer, sentences = self.tokenizer, self.datasets[self.predict_split]
-        return [[tokenizer.decode([i]) for i in sentences[n].tolist()] for n in range(len(sentences))]
+        texts, sentences = token_texts(), self.datasets[self.predict_split]
+        return [[texts[i] for i in sentences[n].tolist()] for n in range(len(sentences))]
 
     def token_counts(self, split: str = "train") -> torch.Tensor:
         """How often each GPT-2 id occurs in ``split`` (``<|endoftext|>`` counted): (vocab_size,) long."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from zoo.extras import imported
 
-__all__ = ["END_OF_TEXT", "GPT2_VOCAB_SIZE", "gpt2_tokenizer", "gpt2_ranks_file"]
+__all__ = ["END_OF_TEXT", "GPT2_VOCAB_SIZE", "gpt2_ranks_file", "gpt2_tokenizer", "token_texts"]
 
 END_OF_TEXT = "<|endoftext|>"
 GPT2_VOCAB_SIZE = 50257  # 50256 BPE tokens + <|endoftext|>
@@ -46,6 +46,18 @@ def _read_ranks(path: Path) -> dict[bytes, int]:
             token, rank = line.split()
             ranks[base64.b64decode(token)] = int(rank)
     return ranks
+
+
+def token_texts() -> list[str]:
+    """Each GPT-2 id's text, by id: its bytes as UTF-8, where a byte of a character that BPE split
+    across tokens reads ``\\xNN`` (decoding that token alone gives U+FFFD, one per token, whatever the
+    character); ``<|endoftext|>`` last."""
+    if "texts" not in _CACHE:
+        texts = [END_OF_TEXT] * GPT2_VOCAB_SIZE
+        for token, rank in _read_ranks(gpt2_ranks_file()).items():
+            texts[rank] = token.decode("utf-8", errors="backslashreplace")
+        _CACHE["texts"] = texts
+    return _CACHE["texts"]
 
 
 def _default_cache_dir() -> Path:
