@@ -244,6 +244,12 @@ def test_pytorch_crf_inputs_it_accepts_and_empty_batches():
     emissions, tags = torch.randn(0, 4, 3), torch.zeros(0, 4, dtype=torch.long)
     assert crf(emissions, tags).item() == 0 and torch.isnan(crf(emissions, tags, reduction="mean"))
     assert crf.decode(emissions) == [] and crf.marginals(emissions).shape == (0, 4, 3)
+    # and its loss has a graph, as pytorch-crf's: a training loop's backward on it works (it raised)
+    emissions.requires_grad_(True)
+    with torch.no_grad():
+        crf.transitions[0, 1] = float("-inf")  # a forbidden transition set by hand stays harmless
+    (-crf(emissions, tags)).backward()
+    assert emissions.grad.shape == (0, 4, 3) and torch.equal(crf.transitions.grad, torch.zeros(3, 3))
 
 
 def test_non_finite_emissions_are_named_inside_the_mask_and_ignored_past_it():

@@ -103,8 +103,9 @@ class CRF(nn.Module):
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         emissions, lengths = self._batch_major(emissions, mask)
         tags = self._checked_tags(tags, lengths, emissions.shape[1])
-        if len(lengths) == 0:  # an empty batch, as pytorch-crf: sum 0, mean NaN
-            log_likelihood = emissions.new_zeros(0)
+        if len(lengths) == 0:  # an empty batch, as pytorch-crf: sum 0, mean NaN, and a graph to backward
+            empty_parameters = sum(p[:0].sum() for p in self.parameters())  # 0, with their gradients
+            log_likelihood = emissions.sum((1, 2)) + empty_parameters
         else:
             log_likelihood = self._explained(emissions, lengths, lambda chain: chain.log_prob(tags))
         if reduction == "none":

@@ -506,7 +506,9 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
 
 
 class EdgeSemiMarkov(SemiMarkovFactors):
-    """General per-segment log-potentials (torch-struct's SemiMarkovCRF layout, first segment apart).
+    """General per-segment log-potentials: the first segment apart, then one score per start,
+    duration, previous and next state (``from_torch_struct`` converts torch-struct's SemiMarkovCRF
+    edges, whose layout differs).
 
     Args:
         first: B x D x N, seg(0, d, -, j) at [b, d-1, j].
@@ -528,6 +530,22 @@ class EdgeSemiMarkov(SemiMarkovFactors):
         check_finite("first", first)
         check_finite("edge", edge)
         self.first, self.edge = first, edge
+
+    @classmethod
+    def from_torch_struct(cls, edge: Tensor) -> EdgeSemiMarkov:
+        """The distribution of torch-struct's ``SemiMarkovCRF(edge)``: edge B x T x (D+1) x N x N, the
+        segment of duration d starting at frame s with state z after state z' at [b, s, d, z, z']
+        (d = 0 unused; the first segment's z' a free start state, summed out here: log Z and the
+        marginals are torch-struct's, while its ``max`` also maximizes over that state). Its lengths
+        count boundaries: pass ``lengths - 1`` (frames) with the result."""
+        edge = as_dp_tensor("edge", edge)
+        if edge.dim() != 5 or edge.shape[2] < 2 or edge.shape[-1] != edge.shape[-2] or 0 in edge.shape:
+            raise ValueError(
+                f"torch-struct's edge must have shape B x T x (D+1) x N x N with T, D, N >= 1, got "
+                f"{tuple(edge.shape)}"
+            )
+        first = edge[:, 0, 1:].logsumexp(-1)  # B x D x N: the free start state summed out
+        return cls(first, edge[:, 1:, 1:].transpose(-1, -2))
 
     @property
     def batch(self) -> int:
