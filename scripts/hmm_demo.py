@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -42,7 +43,8 @@ def main() -> None:
     parser.add_argument("--sentence", default="the company said its profit rose in the third quarter")
     args = parser.parse_args()
     out = Path(args.out)
-    torch.set_num_threads(2)
+    if "OMP_NUM_THREADS" not in os.environ:  # yours wins: on a busy machine one thread can be far faster
+        torch.set_num_threads(2)
 
     print(f"[1/4] training: zoo fit --config {RECIPE.relative_to(REPO)} (max {args.epochs} epochs)")
     zoo(

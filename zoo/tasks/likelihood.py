@@ -75,6 +75,9 @@ class LikelihoodTask(pl.LightningModule):
             evaluation the family's cost model (``model.eval_memory``) puts above this many bytes:
             an int, a string with a unit ("8GiB", "512MiB", "2GB"), "auto" (the memory of the device
             that evaluates: the GPU's, else the machine's RAM) or None (no budget).
+        predict_states: ``zoo predict`` decodes each sequence's most probable states where the model
+            decodes; False leaves them out. A rank-space HMM's Viterbi over thousands of states is
+            most of the cost (about 0.3 s a token at 4,096 states on one CPU core; its log p 1e-4 s).
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class LikelihoodTask(pl.LightningModule):
         max_eval_length: int | None = None,
         init_missing_ok: list[str] | None = None,
         max_eval_memory: int | str | None = DEFAULT_EVAL_MEMORY,
+        predict_states: bool = True,
     ):
         super().__init__()
         if not isinstance(eval_seeds, int) or eval_seeds < 2:
@@ -123,6 +127,9 @@ class LikelihoodTask(pl.LightningModule):
         self.max_eval_memory = (
             max_eval_memory if max_eval_memory == "auto" else parse_bytes(max_eval_memory, "max_eval_memory")
         )
+        if not isinstance(predict_states, bool):
+            raise ValueError(f"predict_states must be true or false, got {predict_states!r}")
+        self.predict_states = predict_states
         missing_ok = () if init_missing_ok is None else checked_missing_ok(init_missing_ok, self.model)
         if init_from is not None:
             try:
@@ -341,15 +348,15 @@ class LikelihoodTask(pl.LightningModule):
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         """log p and events of each sequence (perplexity of a sentence: exp(-log_p / events)), its most
         probable states (B x T, -1 past each length) where the model decodes (``decode``: the HMMs'
-        Viterbi path, the structured VAE's MAP states of q), and ``index`` (positions in the split)
-        where the batch has it; a batch over the limits is refused first, as in validation and test.
-        A random evaluation (importance sampling, the randomized backend's estimate) is seeded with the
-        batch's index, as the test's (first) seed is."""
+        Viterbi path, the structured VAE's MAP states of q) and ``predict_states`` is on, and ``index``
+        (positions in the split) where the batch has it; a batch over the limits is refused first, as
+        in validation and test. A random evaluation (importance sampling, the randomized backend's
+        estimate) is seeded with the batch's index, as the test's (first) seed is."""
         self._check_budget(batch, "predict", batch_idx)
         events = self.model.num_events(batch)
         generator = evaluation_generator(batch_idx, events.device, trainer=self._trainer)
         out = {"log_likelihood": self.model.log_likelihood(batch, generator=generator), "events": events}
-        if callable(getattr(self.model, "decode", None)):
+        if self.predict_states and callable(getattr(self.model, "decode", None)):
             out["states"] = self.model.decode(batch)
         if "index" in batch:
             out["index"] = batch["index"]
