@@ -66,6 +66,21 @@ def test_the_first_segment_sums_the_free_start_state():
         torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
 
 
+def test_a_forbidden_first_segment_gives_no_nan_gradient():
+    """A first segment whose every previous state is -inf (a state that cannot start): log Z as
+    torch-struct's, and zero gradients there (torch.logsumexp's were NaN)."""
+    edge = torch_struct_edges(5)
+    edge[:, 0, 2, 1, :] = float("-inf")  # state 1 may not start with duration 2
+    edge.requires_grad_(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = torch_struct.SemiMarkovCRF(edge.detach()).partition
+    log_z = SemiMarkovChain(EdgeSemiMarkov.from_torch_struct(edge)).log_partition
+    torch.testing.assert_close(log_z, expected, rtol=1e-12, atol=1e-12)
+    (gradient,) = torch.autograd.grad(log_z.sum(), edge)
+    assert torch.isfinite(gradient).all() and (gradient[:, 0, 2, 1] == 0).all()
+
+
 @pytest.mark.parametrize("shape", [(2, 5, 3, 3), (2, 5, 1, 3, 3), (2, 5, 3, 3, 2), (2, 0, 3, 3, 3)], ids=str)
 def test_a_tensor_not_in_torch_struct_s_layout_is_a_clear_error(shape):
     with pytest.raises(ValueError, match=r"torch-struct's edge must have shape B x T x \(D\+1\) x N x N"):

@@ -544,7 +544,7 @@ class EdgeSemiMarkov(SemiMarkovFactors):
                 f"torch-struct's edge must have shape B x T x (D+1) x N x N with T, D, N >= 1, got "
                 f"{tuple(edge.shape)}"
             )
-        first = edge[:, 0, 1:].logsumexp(-1)  # B x D x N: the free start state summed out
+        first = logsumexp(edge[:, 0, 1:], -1)  # B x D x N: the free start state summed out (-inf safe)
         return cls(first, edge[:, 1:, 1:].transpose(-1, -2))
 
     @property
