@@ -212,6 +212,9 @@ class LikelihoodTask(pl.LightningModule):
         trainer = self._trainer
         if trainer is not None and trainer.world_size > 1:
             totals = trainer.strategy.reduce(totals, reduce_op="sum")
+            if not totals[1] > 0:  # no process trained on anything: no loss to log, as on one process
+                self._batch_events = 0
+                return
         self._batch_events = totals[1].round().long()
         self.log("train/loss", totals[0] / totals[1], prog_bar=True, batch_size=max(sequences, 1))
 
