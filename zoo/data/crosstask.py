@@ -84,21 +84,33 @@ def read_video_list(path: str | Path) -> list[tuple[str, str]]:
         raise FileNotFoundError(
             f"no video list {path} (CSV lines task,video_id[,url], e.g. CrossTask's videos.csv)"
         )
-    videos, again = {}, []
+    videos, places = [], []
     for number, row in enumerate(csv.reader(text_lines(read_utf8(path))), 1):
         if not row or not "".join(row).strip():
             continue
         if len(row) < 2 or not row[0].strip() or not row[1].strip():
             raise ValueError(f"{path}, line {number}: expected task,video_id[,url], got {row!r}")
-        pair = (row[0].strip(), row[1].strip())
-        if pair in videos:
-            again.append(f"line {number} ({pair[1]}, first at line {videos[pair]})")
-        videos.setdefault(pair, number)
+        videos.append((row[0].strip(), row[1].strip()))
+        places.append(f"line {number}")
     if not videos:
         raise ValueError(f"{path} lists no video")
+    return [videos[i] for i in first_listings(videos, places, str(path))]
+
+
+def first_listings(videos: list[tuple[str, str]], places: list[str], source: str) -> list[int]:
+    """The positions of each (task, video)'s first listing, in order; the others (a video listed
+    twice would land in training and validation both) are said in one warning naming ``source`` and
+    their ``places``."""
+    first: dict[tuple[str, str], int] = {}
+    again = []
+    for i, video in enumerate(videos):
+        if video in first:
+            again.append(f"{places[i]} ({video[1]}, first at {places[first[video]]})")
+        else:
+            first[video] = i
     if again:
-        log.warning("%s: %d video(s) listed again, read once: %s", path, len(again), few(again))
-    return list(videos)
+        log.warning("%s: %d video(s) listed again, read once: %s", source, len(again), few(again))
+    return list(first.values())
 
 
 def read_step_annotations(path: str | Path) -> list[tuple[int, float, float]]:
@@ -142,22 +154,17 @@ def read_video_rows(source: dict, split: str) -> list[Video]:
             f"hf_dataset {source['path']!r} split {split!r} has no column {missing} (its columns: "
             f"{data.column_names}); a CrossTask source has task, video, {source['column']} and {steps_column}"
         )
-    videos, first, again = [], {}, []
-    for i, row in enumerate(data):
+    listed = [(str(task), str(video)) for task, video in zip(data["task"], data["video"])]
+    videos = []
+    for i in first_listings(listed, [f"row {i}" for i in range(len(listed))], f"hf_dataset {split} split"):
+        row = data[i]
         where = f"hf_dataset {split} row {i} (video {row['video']!r})"
-        pair = (str(row["task"]), str(row["video"]))
-        if pair in first:
-            again.append(f"row {i} ({pair[1]}, first at row {first[pair]})")
-            continue
-        first[pair] = i
         features = frames_tensor(row[source["column"]], where)
         steps = lines = row[steps_column]
         if steps is not None:
             lines = [f"{where}, step {k}" for k in range(len(steps))]
             steps = [step_annotation(step, line) for step, line in zip(steps, lines)]
-        videos.append(Video(*pair, features, steps, lines))
-    if again:
-        log.warning("hf_dataset %s split: %d video(s) again, read once: %s", split, len(again), few(again))
+        videos.append(Video(*listed[i], features, steps, lines))
     return videos
 
 

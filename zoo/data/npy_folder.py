@@ -27,7 +27,6 @@ from zoo.data.segments import SegmentDataModule, SequenceFeatures
 __all__ = ["NpyFolderDataModule", "read_npy_folder"]
 
 LABEL_SUFFIX = ".labels.npy"
-UNREAD = {".NPY", ".Npy", ".npz", ".NPZ"}  # arrays that look meant as sequences but are not read
 
 
 def frame_labels(values: np.ndarray, where: str, frames: int | None = None) -> torch.Tensor:
@@ -95,7 +94,11 @@ def read_npy_folder(folder: str | Path) -> SequenceFeatures:
         raise ValueError(
             f"{folder}: labels without their features (NAME{LABEL_SUFFIX} needs NAME.npy): {few(orphans)}"
         )
-    unread = sorted(p.name + "/" * p.is_dir() for p in folder.iterdir() if p.is_dir() or p.suffix in UNREAD)
+    unread = sorted(  # arrays that look meant as sequences but are not read
+        p.name + "/" * p.is_dir()
+        for p in folder.iterdir()
+        if p.is_dir() or (p.suffix.lower() in (".npy", ".npz") and p.suffix != ".npy")
+    )
     if unread:
         message = "not read (one NAME.npy a sequence, lower-case, in the folder itself)"
         warnings.warn(f"{folder}: {message}: {few(unread)}", stacklevel=2)

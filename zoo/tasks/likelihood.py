@@ -209,14 +209,17 @@ class LikelihoodTask(pl.LightningModule):
         on nothing this step (``ParsingTask``'s curriculum) adds nothing."""
         dtype = torch.promote_types(loss_sum.dtype, torch.float32)
         totals = torch.stack([loss_sum.detach().to(dtype), events.detach().to(dtype)])
-        trainer = self._trainer
-        if trainer is not None and trainer.world_size > 1:
-            totals = trainer.strategy.reduce(totals, reduce_op="sum")
+        if self._distributed():
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
             if not totals[1] > 0:  # no process trained on anything: no loss to log, as on one process
                 self._batch_events = 0
                 return
         self._batch_events = totals[1].round().long()
         self.log("train/loss", totals[0] / totals[1], prog_bar=True, batch_size=max(sequences, 1))
+
+    def _distributed(self) -> bool:
+        """Whether this task trains on several DDP processes."""
+        return self._trainer is not None and self._trainer.world_size > 1
 
     def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """A resumed run's first batch draws from the random generators' states that the checkpoint

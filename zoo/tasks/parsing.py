@@ -149,9 +149,6 @@ class ParsingTask(LikelihoodTask):
         limit = self.max_train_words()
         return None if limit is None else batch["lengths"] - 1 <= limit
 
-    def _distributed(self) -> bool:
-        return self._trainer is not None and self._trainer.world_size > 1
-
     def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """Under DDP and a curriculum, note whether any process has a sentence to train on since the
         last optimizer step (one reduction a step), for ``optimizer_step``."""
