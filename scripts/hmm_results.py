@@ -92,7 +92,8 @@ MUSIC_RUNS = {
 }
 
 PAPERS = """\
-Published PTB numbers at the papers' sizes (REFERENCE.md section 1; 30 epochs on GPUs):
+Published PTB numbers at the papers' sizes (Chiu et al. 2021, Table 1; Yang et al. 2022, Table 2; 30
+epochs on GPUs):
 
 | model | states | rank / features | val PPL | test PPL | source |
 | --- | --- | --- | --- | --- | --- |

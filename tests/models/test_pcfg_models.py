@@ -104,7 +104,7 @@ def test_randomized_keeps_everything_when_k_is_nt():
 
 
 def test_rank_space_factors_start_away_from_uniform():
-    """The rank-space symbol and rank embeddings start N(0, 1) (the authors' code; REFERENCE §3), so
+    """The rank-space symbol and rank embeddings start N(0, 1) (the authors' code), so
     U, V and W start well away from uniform: with Xavier-normal tables (std ~0.1) they started within
     1% of the uniform entropy and NT 30 / PT 60, rank 32 stalled near unigram perplexity on PTB."""
     torch.manual_seed(0)

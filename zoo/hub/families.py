@@ -21,10 +21,10 @@ CARD_PARTS = ("intro.md", "metric.md", "limitations.md", "citation.bib")
 
 @dataclass(frozen=True)
 class PaperResult:
-    """One published number (REFERENCE.md section 1): the dataset name our results use
+    """One published number (a paper's table): the dataset name our results use
     (``zoo.hub.cards.dataset_name``), the model and setting as the paper names them, our metric name it
     corresponds to (``test/ppl``, ``test/nll``, ``test/sentence_f1``, ``test/nll_sequence``,
-    ``test/nll_sentence``; conventions in REFERENCE.md section 2), the value and the source."""
+    ``test/nll_sentence``; the conventions of docs/results.md), the value and the source."""
 
     dataset: str
     model: str

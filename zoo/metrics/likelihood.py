@@ -41,7 +41,7 @@ class NegativeLogLikelihood(Metric):
 
 
 class Perplexity(NegativeLogLikelihood):
-    """exp(sum(-log p) / sum(tokens)): the language-modelling perplexity (REFERENCE conventions:
+    """exp(sum(-log p) / sum(tokens)): the language-modelling perplexity (the papers' conventions:
     the end-of-sentence token counted as a token; for PCFGs one end token per sentence)."""
 
     def compute(self) -> Tensor:

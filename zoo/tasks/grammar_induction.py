@@ -26,7 +26,7 @@ from zoo.metrics import CorpusF1, SentenceF1
 
 #: Training recipe of each backend: embedding size, AdamW learning rate, batch size (sentences),
 #: preterminals, epochs. The N-PCFG backends (exact, randomized) use Kim et al. 2019's recipe
-#: (REFERENCE §3; the defaults of ``PCFG`` and ``ParsingTask``): with the small recipe of the others
+#: (the defaults of ``PCFG`` and ``ParsingTask``): with the small recipe of the others
 #: they lose every rule with two nonterminal children in the first epochs, before the words are
 #: clustered, and end on trees below random ones (docs/pcfg.md); the LPCFG and the rank-space PCFG do
 #: worse with Kim's. Every backend has more preterminals than the grammar's 10 word classes (the
@@ -152,7 +152,7 @@ def baselines(tree_files: dict, seed: int = 0) -> dict[str, tuple[float, float]]
 
 
 def true_perplexity(tree_files: dict) -> float:
-    """Test perplexity of the true grammar (REFERENCE §2: one end token per sentence)."""
+    """Test perplexity of the true grammar (Kim et al. 2019's convention: one end token per sentence)."""
     from zoo.inference import TreeDistribution, terminal_scores
 
     words, _ = gold_of(tree_files, "test")
@@ -185,9 +185,9 @@ def induce(
     """Train a PCFG on the training sentences ``restarts`` times (initializations and data orders
     ``seed * restarts + r``), keep the one with the best validation likelihood (the trees are never
     seen), and MBR-parse the test split with it. Returns the kept run's validation NLL and word
-    classes separated (``separated_classes``), sentence / corpus F1 (%), test perplexity (REFERENCE §2),
-    seconds and sentences per second of training (all restarts). ``epochs``, ``num_preterminals``,
-    ``dim``, ``lr`` and ``batch_size`` default to the backend's ``RECIPES`` entry."""
+    classes separated (``separated_classes``), sentence / corpus F1 (%), test perplexity (one end token
+    per sentence), seconds and sentences per second of training (all restarts). ``epochs``,
+    ``num_preterminals``, ``dim``, ``lr`` and ``batch_size`` default to the backend's ``RECIPES`` entry."""
     import lightning.pytorch as pl
 
     from zoo.data import PCFGDataModule

@@ -1,7 +1,7 @@
 """``ParsingTask``: a ``LikelihoodTask`` for grammars (``zoo.models.PCFG``): unsupervised parsing.
 
 On top of maximum likelihood (loss -sum log Z / sum events, validation / test NLL and perplexity;
-with the PCFG's ``num_events`` = words + 1 the perplexity is REFERENCE §2's PCFG convention) it adds
+with the PCFG's ``num_events`` = words + 1 the perplexity is Kim et al. 2019's PCFG convention) it adds
 
 * a length curriculum (Kim et al. 2019): in epoch e only training sentences of at most
   min(curriculum_final, curriculum_start + e * curriculum_increment) words are used; the others are

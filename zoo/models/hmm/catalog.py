@@ -1,6 +1,6 @@
 """The HMM families' declarations (``zoo.hub.families``): the architectures of ``CategoricalHMM`` (PTB
 language models) and ``BernoulliHMM`` (polyphonic music), their cards, results tables, the papers' numbers
-and test inputs. Sizes and backend settings are those of the recipes (REFERENCE.md section 3, and the
+and test inputs. Sizes and backend settings are those of the recipes (Yang et al. 2022, App. D, and the
 small CPU variants); a test checks that every recipe's model is one of these architectures.
 """
 

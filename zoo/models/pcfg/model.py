@@ -29,7 +29,7 @@ comes from symbol embeddings (size D) through residual MLPs h (``zoo.models.laye
 
 Sentences are the ``tokens`` of a text batch (docs/training-api.md) with ``<eos>`` last: the
 grammar generates the words without it (length n = lengths - 1 >= 2), while ``num_events`` counts
-``lengths`` = n + 1, so that the task's perplexity exp(-sum log p / sum events) is REFERENCE §2's
+``lengths`` = n + 1, so that the task's perplexity exp(-sum log p / sum events) is Kim et al. 2019's
 PCFG perplexity exp(-sum log Z / (sum n + number of sentences)) (Kim et al. 2019).
 """
 

@@ -117,8 +117,8 @@ class RankSpaceRules(RuleHead):
     def __init__(self, nonterminals, preterminals, dim, mlp, rank):
         super().__init__(nonterminals, preterminals, dim, mlp, rank)
         # shared by every role (Yang et al. 2022, App. A); N(0, 1) as in the authors' TN-PCFG code
-        # (REFERENCE §3: Xavier-normal except embeddings): with Xavier-normal tables (std ~0.1) U, V
-        # and W start almost uniform and NT 30 / PT 60, rank 32 stalled near unigram perplexity on PTB
+        # (Yang et al. 2022, App. D: Xavier-normal except embeddings): with Xavier-normal tables (std ~0.1)
+        # U, V and W start almost uniform and NT 30 / PT 60, rank 32 stalled near unigram perplexity on PTB
         self.symbol_emb = nn.Parameter(torch.randn(nonterminals + preterminals, dim))
         self.rank_emb = nn.Parameter(torch.randn(rank, dim))
         self.root_out = nn.Linear(dim, nonterminals)
