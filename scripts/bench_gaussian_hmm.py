@@ -8,15 +8,18 @@ batch of feature sequences (a list of arrays with ``lengths`` for hmmlearn, as i
 * scoring: ``model.log_likelihood(batch)`` (eval mode: no autograd graph) against ``hmm.score(X, lengths)``
   (the sum of the sequences' log-likelihoods; ours are summed too);
 * decoding: ``model.segment(batch)`` (the semi-Markov Viterbi; D = 1: the chain's) against
-  ``hmm.decode(X, lengths)`` (Viterbi).
+  ``hmm.decode(X, lengths)`` (Viterbi);
+* posteriors: ``model.posterior(batch).marginals`` under ``torch.no_grad()`` (B x T x N; D = 1 without a
+  gradient: the chain's marginals) against ``hmm.predict_proba(X, lengths)``.
 
 Before timing, the log-likelihoods are checked to agree (1e-4 relative: ours in float32, hmmlearn's in
-float64) and our Viterbi paths to score hmmlearn's best (1e-5 relative, float64 scores). One thread; each
+float64), our Viterbi paths to score hmmlearn's best (1e-5 relative, float64 scores) and our posteriors to
+agree with hmmlearn's (1e-4 absolute). One thread; each
 shape's methods run in one spawned process, taking turns (``benchlib.measure_interleaved``), with glibc's
 default allocator settings.
 
 Usage (from the repository root):
-    python scripts/bench_gaussian_hmm.py            # the full run (about 3 minutes)
+    python scripts/bench_gaussian_hmm.py            # the full run (about 6 minutes)
     python scripts/bench_gaussian_hmm.py --quick    # a small smoke test
     python scripts/bench_gaussian_hmm.py --write    # also write its section of docs/benchmarks.md
 """
@@ -42,12 +45,13 @@ from report import write_section
 THREADS = benchlib.THREADS = 1  # module level: also in each spawned configuration, before it measures
 DOCS = benchlib.REPO / "docs" / "benchmarks.md"
 METHODS = ("zoo GaussianHSMM(max_duration=1)", "hmmlearn 0.3.3 GaussianHMM")
-PLAIN = "zoo, chunks off (the plain forward)"  # scoring: what long sequences ran before the chunks
+PLAIN = "zoo, chunks off (the plain forward)"  # what long sequences ran before the chunks
+WITH_PLAIN = ("scoring", "posteriors")
 
 
 @dataclass(frozen=True)
 class Job:
-    operation: str  # "scoring" or "decoding"
+    operation: str  # "scoring", "decoding" or "posteriors"
     B: int
     T: int
     N: int
@@ -113,6 +117,16 @@ def check_agreement(ours, theirs, batch, X, lengths) -> None:
     found = path_log_probs(theirs, X, lengths, states)
     if best - found > 1e-5 * abs(best):
         raise SystemExit(f"check failed: our Viterbi paths score {found}, hmmlearn's {best}")
+    gap = np.abs(posteriors(ours, batch, lengths) - theirs.predict_proba(X, lengths)).max()
+    if gap > 1e-4:
+        raise SystemExit(f"check failed: our posteriors differ from hmmlearn's by up to {gap}")
+
+
+def posteriors(ours, batch, lengths: np.ndarray) -> np.ndarray:
+    """Our p(z_t = i | x) of every frame, the sequences concatenated as hmmlearn's: sum(lengths) x N."""
+    with torch.no_grad():
+        marginals = ours.posterior(batch).marginals
+    return torch.cat([marginals[b, :n] for b, n in enumerate(lengths.tolist())]).double().numpy()
 
 
 def build_step(job: Job) -> dict[str, Callable[[], None]]:
@@ -123,11 +137,16 @@ def build_step(job: Job) -> dict[str, Callable[[], None]]:
     if job.operation == "scoring":
         score = lambda: ours.log_likelihood(batch).sum()  # noqa: E731
         return {METHODS[0]: score, METHODS[1]: lambda: theirs.score(X, lengths), PLAIN: without_chunks(score)}
+    if job.operation == "posteriors":
+        ours_call = lambda: posteriors(ours, batch, lengths)  # noqa: E731
+        theirs_call = lambda: theirs.predict_proba(X, lengths)  # noqa: E731
+        return {METHODS[0]: ours_call, METHODS[1]: theirs_call, PLAIN: without_chunks(ours_call)}
     return dict(zip(METHODS, (lambda: ours.segment(batch), lambda: theirs.decode(X, lengths))))
 
 
 def without_chunks(call: Callable[[], object]) -> Callable[[], None]:
-    """``call`` with ``zoo.inference.chain.chunked.pays`` saying no: log Z by the plain scaled forward."""
+    """``call`` with ``zoo.inference.chain.chunked.pays`` saying no: log Z by the plain scaled forward, the
+    marginals by its gradient."""
     from zoo.inference.chain import chunked
 
     def step() -> None:
@@ -153,13 +172,13 @@ def main() -> None:
     plan = QUICK if args.quick else FULL
     benchlib.prepare_environment()
     started, load_before = time.time(), os.getloadavg()[0]
-    rows = {"scoring": [], "decoding": []}
+    rows = {"scoring": [], "decoding": [], "posteriors": []}
     with tempfile.TemporaryDirectory(prefix="bench_gaussian_hmm_") as copy:
         version = benchlib.snapshot_zoo(Path(copy))
         sys.path.insert(0, copy)  # ahead of the editable install's finder, in every spawned configuration
         for operation, operation_rows in rows.items():
             for B, T, N, F in plan.shapes:
-                methods = (*METHODS, PLAIN) if operation == "scoring" else METHODS
+                methods = (*METHODS, PLAIN) if operation in WITH_PLAIN else METHODS
                 results = run(Job(operation, B, T, N, F, methods), plan)
                 base, label = results[METHODS[0]], f"B = {B}, T = {T}, N = {N}, F = {F}"
                 operation_rows += [[label, m, *cells(r, base, 1e-3, MB)] for m, r in results.items()]
@@ -174,8 +193,9 @@ def main() -> None:
         "hmmlearn gets them concatenated with `lengths`). Median wall time of one call and its peak RSS "
         "growth; ratios against the zoo's. Each shape's methods run in one process on the same inputs, "
         "taking turns, with glibc's default allocator settings; before timing, the summed log-likelihoods "
-        "were checked to agree within 1e-4 relative and our Viterbi paths to reach hmmlearn's best score "
-        "(1e-5 relative, scored in float64: on near-ties float32 and float64 may choose different paths).",
+        "were checked to agree within 1e-4 relative, our Viterbi paths to reach hmmlearn's best score "
+        "(1e-5 relative, scored in float64: on near-ties float32 and float64 may choose different paths) "
+        "and our posteriors to agree with hmmlearn's within 1e-4.",
         "### Scoring: `model.log_likelihood(batch)` against `hmm.score(X, lengths)`",
         f"`{PLAIN}`: the zoo's call with `zoo.inference.chain.chunked.pays` saying no, so that log Z runs "
         "the scaled forward a position at a time (two kernels a position) where it now runs in chunks "
@@ -183,6 +203,12 @@ def main() -> None:
         table(columns, rows["scoring"]),
         "### Decoding: `model.segment(batch)` against `hmm.decode(X, lengths)`",
         table(columns, rows["decoding"]),
+        "### Posteriors: `model.posterior(batch).marginals` (no grad) against "
+        "`hmm.predict_proba(X, lengths)`",
+        f"Ours concatenated as hmmlearn's (sum of lengths x N, in NumPy). `{PLAIN}`: the marginals as the "
+        "gradient of the plain forward's log Z, where they now run in chunks with messages between them "
+        "(`zoo.inference.chain.chunked_marginals`).",
+        table(columns, rows["posteriors"]),
     )
     print(report)
     if args.write:

@@ -1,11 +1,13 @@
-"""Semi-Markov chains with D = 1 (an HMM) run log Z and Viterbi on the linear chain they equal: the same
-answers, gradients (also second order) and errors as the D-window forward."""
+"""Semi-Markov chains with D = 1 (an HMM) run log Z and Viterbi, and the dense one its marginals without a
+gradient, on the linear chain they equal: the same answers, gradients (also second order) and errors as
+the D-window forward."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import zoo.inference.chain.chunked_marginals as chunked_marginals
 from zoo.inference import DenseSemiMarkov, LowRankSemiMarkov, RankSpaceSemiMarkov, SemiMarkovChain
 
 NEG_INF = float("-inf")
@@ -97,10 +99,40 @@ def test_a_sequence_no_path_covers_is_the_semi_markov_error():
     unary, transition, duration, init = one_frame_hsmm()
     unary[1, 0] = NEG_INF  # the second sequence's first frame cannot be emitted by any state
     dist = SemiMarkovChain(DenseSemiMarkov(unary, transition, duration, init), torch.tensor([7, 3, 4]))
-    for operation in ("log_partition", "argmax"):
+    for operation in ("log_partition", "argmax", "marginals", "segment_marginals"):
         with pytest.raises(ValueError, match=r"no segmentation covers batch elements \[1\]"):
             getattr(dist, operation)
     unary[1, 0] = 0.0
     unary[1, 5] = NEG_INF  # past the second sequence's length: ignored
     dist = SemiMarkovChain(DenseSemiMarkov(unary, transition, duration, init), torch.tensor([7, 3, 4]))
     assert torch.isfinite(dist.log_partition).all() and (dist.argmax[1, 3:] == -1).all()
+
+
+@pytest.mark.parametrize("per_sequence_duration", [False, True])
+def test_marginals_without_a_gradient_equal_the_d_window_forward(per_sequence_duration, monkeypatch):
+    """No input needs a gradient: the segment marginals (B x T x 1 x N) and the frames' marginals are the
+    chain's, equal to the segment probe's gradient through the D-window forward."""
+    lengths = torch.tensor([7, 1, 4])
+    inputs = one_frame_hsmm(per_sequence_duration=per_sequence_duration)
+    dist = SemiMarkovChain(DenseSemiMarkov(*inputs), lengths)
+    fast = [dist.segment_marginals, dist.marginals]
+    assert fast[0].shape == (3, 7, 1, 4) and not fast[0].requires_grad
+    general(monkeypatch)
+    slow = SemiMarkovChain(DenseSemiMarkov(*inputs), lengths)
+    for a, b in zip(fast, [slow.segment_marginals, slow.marginals]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+def test_long_float32_marginals_run_in_chunks(monkeypatch):
+    """A Gaussian HMM's ground (3,000 frames, 3 states, emissions hundreds of nats apart): the frames'
+    marginals come from the chain's chunks, float32 against the D-window forward in float64 to 1e-5."""
+    seen = []
+    original = chunked_marginals.marginals
+    monkeypatch.setattr(chunked_marginals, "marginals", lambda *args: seen.append(1) or original(*args))
+    lengths = torch.tensor([3000, 2222])
+    inputs = one_frame_hsmm(B=2, T=3000, N=3, spread=100.0, dtype=torch.float32)
+    got = SemiMarkovChain(DenseSemiMarkov(*inputs), lengths).marginals
+    assert seen
+    general(monkeypatch)
+    expected = SemiMarkovChain(DenseSemiMarkov(*(x.double() for x in inputs)), lengths).marginals
+    torch.testing.assert_close(got.double(), expected, rtol=0, atol=1e-5)

@@ -30,6 +30,8 @@ matrices last, so that each operation runs along all of them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -91,56 +93,91 @@ def tree_product(matrices: Tensor) -> tuple[Tensor, Tensor]:
     return matrices[:, :, 0], scale
 
 
+@dataclass
+class Chunks:
+    """A batch cut into chunks: each sequence's first chunk of 1..L positions and q full chunks of L.
+
+    u: B x T x N, the folded unary less each position's largest entry (``top``, in ``log_scale``);
+    first_length, q: (B,); first: B x N, the exact log forward at the first chunk's end, less
+    ``first_scale``; sequence, index: (n,) each, the full chunks (a sequence, its chunk 0..q-1);
+    positions: n x L, their positions; matrices: N x N x Q x B log-matrices, chunk c of sequence b at
+    [:, :, c, b] (from each state before it to each state at its end), each less its largest entry
+    (in ``log_scale``), the identity past q (None where no sequence has a full chunk); log_scale: (B,)
+    float64, what was taken out of each sequence's log Z."""
+
+    u: Tensor
+    first_length: Tensor
+    q: Tensor
+    first: Tensor
+    sequence: Tensor
+    index: Tensor
+    positions: Tensor
+    matrices: Tensor | None
+    log_scale: Tensor
+
+
+def chunks(chain: DenseChain, lengths: Tensor) -> Chunks | None:
+    """The chunks of a chain with a shared transition (module docstring), without a gradient; a
+    sequence whose first chunk has no path raises ``ZeroProbability``. None where a full chunk has no
+    path from some state before it."""
+    unary = chain.folded_unary()  # B x T x N
+    B, T, N = unary.shape
+    device = unary.device
+    top = detached_max(unary).squeeze(-1)  # B x T: each position's largest unary, taken out
+    inside = torch.arange(T, device=device) < lengths.unsqueeze(-1)
+    log_scale = torch.where(inside, top, 0).double().sum(-1)
+    u = unary - top.unsqueeze(-1)
+    # each sequence: a first chunk of 1..CHUNK positions, then q full chunks (all of one length: the
+    # batched forward's fast path)
+    q = (lengths - 1) // CHUNK  # B
+    first_length = lengths - CHUNK * q
+    first, scales = block_scaled.log_forward_ends(
+        scaled.ScaledChain(u[:, : int(first_length.max())], chain.transition, left_is_log=True),
+        first_length,
+    )
+    log_scale += scales.double()
+    Q = int(q.max())
+    sequence, index = (torch.arange(Q, device=device) < q.unsqueeze(-1)).nonzero(as_tuple=True)
+    positions = (first_length[sequence] + CHUNK * index).unsqueeze(-1) + torch.arange(CHUNK, device=device)
+    matrices = None
+    if Q > 0:
+        rows_u = u[sequence.unsqueeze(-1), positions]  # n x CHUNK x N
+        n = rows_u.shape[0]
+        rows = scaled.ScaledChain(  # from each state before the chunk: n N rows
+            rows_u.unsqueeze(1).expand(n, N, CHUNK, N).reshape(n * N, CHUNK, N),
+            chain.transition,
+            left_is_log=True,
+            init=chain.transition.expand(n, N, N).reshape(n * N, N),
+        )
+        try:
+            ends, scales = block_scaled.log_forward_ends(rows, lengths.new_full((n * N,), CHUNK))
+        except scaled.ZeroProbability:  # a chunk with no path from some state
+            return None
+        ends, scales = ends.view(n, N, N), scales.view(n, N)
+        peak = scales.amax(-1)  # n: each chunk's shift
+        log_scale.index_add_(0, sequence, peak.double())
+        identity = torch.full((N, N), float("-inf"), dtype=u.dtype, device=device).fill_diagonal_(0.0)
+        stacked = identity.expand(B, Q, N, N).clone()
+        stacked[sequence, index] = ends + (scales - peak.unsqueeze(-1)).unsqueeze(-1)
+        matrices = stacked.permute(2, 3, 1, 0)
+    return Chunks(u, first_length, q, first, sequence, index, positions, matrices, log_scale)
+
+
 def log_partition(chain: DenseChain, lengths: Tensor) -> Tensor | None:
     """log Z (B,) of a chain with a shared transition, without a gradient; a sequence with no finite
     path raises ``ZeroProbability``. None where a chunk has no path from some state before it (the
     plain forward is the way)."""
     with torch.no_grad():
-        unary = chain.folded_unary()  # B x T x N
-        B, T, N = unary.shape
-        device = unary.device
-        top = detached_max(unary).squeeze(-1)  # B x T: each position's largest unary, taken out
-        inside = torch.arange(T, device=device) < lengths.unsqueeze(-1)
-        log_z = torch.where(inside, top, 0).double().sum(-1)
-        u = unary - top.unsqueeze(-1)
-        # each sequence: a first chunk of 1..CHUNK positions, then q full chunks (all of one length:
-        # the batched forward's fast path)
-        q = (lengths - 1) // CHUNK  # B
-        first_length = lengths - CHUNK * q
-        first, scales = block_scaled.log_forward_ends(
-            scaled.ScaledChain(u[:, : int(first_length.max())], chain.transition, left_is_log=True),
-            first_length,
-        )
-        log_z += scales.double()
-        Q = int(q.max())
-        if Q > 0:
-            chunk = torch.arange(Q, device=device)
-            sequence, k = (chunk < q.unsqueeze(-1)).nonzero(as_tuple=True)  # the full chunks, (n,) each
-            offsets = torch.arange(CHUNK, device=device)
-            positions = (first_length[sequence] + CHUNK * k).unsqueeze(-1) + offsets
-            rows_u = u[sequence.unsqueeze(-1), positions]  # n x CHUNK x N
-            n = rows_u.shape[0]
-            rows = scaled.ScaledChain(  # from each state before the chunk: n N rows
-                rows_u.unsqueeze(1).expand(n, N, CHUNK, N).reshape(n * N, CHUNK, N),
-                chain.transition,
-                left_is_log=True,
-                init=chain.transition.expand(n, N, N).reshape(n * N, N),
-            )
-            try:
-                ends, scales = block_scaled.log_forward_ends(rows, lengths.new_full((n * N,), CHUNK))
-            except scaled.ZeroProbability:  # a chunk with no path from some state
-                return None
-            ends, scales = ends.view(n, N, N), scales.view(n, N)
-            peak = scales.amax(-1)  # n: each chunk's shift
-            log_z.index_add_(0, sequence, peak.double())
-            identity = torch.full((N, N), float("-inf"), dtype=u.dtype, device=device).fill_diagonal_(0.0)
-            matrices = identity.expand(B, Q, N, N).clone()
-            matrices[sequence, k] = ends + (scales - peak.unsqueeze(-1)).unsqueeze(-1)
-            total, scale = tree_product(matrices.permute(2, 3, 1, 0))  # N x N x B
+        cut = chunks(chain, lengths)
+        if cut is None:
+            return None
+        log_z = cut.log_scale
+        if cut.matrices is not None:
+            total, scale = tree_product(cut.matrices)  # N x N x B
             log_z += scale
-            last = logsumexp((first.T.unsqueeze(1) + total).flatten(0, 1), 0)  # B
+            last = logsumexp((cut.first.T.unsqueeze(1) + total).flatten(0, 1), 0)  # B
         else:
-            last = logsumexp(first, -1)
-        log_z = (log_z + last.double()).to(unary.dtype)
+            last = logsumexp(cut.first, -1)
+        log_z = (log_z + last.double()).to(cut.u.dtype)
         scaled.check_alive(log_z)
     return log_z

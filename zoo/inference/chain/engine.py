@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.chain import exact
+from zoo.inference.chain import chunked, chunked_marginals, exact
 from zoo.inference.chain.factors import ChainFactors, DenseChain
 from zoo.inference.chain.viterbi import best_paths
 from zoo.inference.engines import Engine, register_engine
@@ -178,7 +178,8 @@ class ExactEngine(ChainEngine):
         "log_partition": (NATIVE, "one guarded matmul a step (log space, exact repair where float "
                           "underflow could bite), hand-written backward; without one, long chains of "
                           "few states in chunks multiplied as a tree"),
-        "marginals": (NATIVE, "autograd of log Z"),
+        "marginals": (NATIVE, "autograd of log Z; without a gradient, long chains of few states in chunks "
+                      "with messages between them"),
         "pairwise_marginals": (NATIVE, "autograd of log Z, B x (T-1) x N x N"),
         "entropy": (NATIVE, "the forward in the entropy semiring (Alg. 3 recursion), differentiable"),
         "log_prob": (NATIVE, "score - log Z"),
@@ -197,3 +198,16 @@ class ExactEngine(ChainEngine):
 
     def log_alphas(self, factors, lengths):
         return exact.log_forward(factors, lengths)[1]
+
+    def marginals(self, factors: DenseChain, lengths: Tensor) -> Tensor:
+        """Without a gradient, long chains of few states in chunks (``chunked_marginals``), else the
+        gradient of log Z."""
+        if (
+            factors.shared
+            and not needs_grad(*vars(factors).values())
+            and chunked.pays(factors.batch, factors.max_length, factors.num_states)
+        ):
+            found = chunked_marginals.marginals(factors, lengths, super().marginals)
+            if found is not None:  # else a chunk has no path from some state: the gradient of log Z
+                return found
+        return super().marginals(factors, lengths)

@@ -18,6 +18,7 @@ from torch import Tensor
 import zoo.inference.semimarkov.forward as forward_module
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import NATIVE
+from zoo.inference.numerics import needs_grad
 from zoo.inference.semimarkov.engine import SemiMarkovEngine, on_one_frame_chain, one_frame_log_partition
 from zoo.inference.semimarkov.factors import (
     DenseSemiMarkov,
@@ -144,7 +145,8 @@ class ExactEngine(SemiMarkovEngine):
     capabilities = {
         "log_partition": (NATIVE, "O(T (D N + N^2)): log-sum-exp over the D-window, guarded "
                           "transition product; rank-space materialized per segment: O(T D N^2)"),
-        "segment_marginals": (NATIVE, "autograd of log Z w.r.t. a segment probe"),
+        "segment_marginals": (NATIVE, "autograd of log Z w.r.t. a segment probe; D = 1 without a "
+                              "gradient: the chain's marginals"),
         "marginals": (NATIVE, "segment marginals spread over their frames (one cumsum)"),
         "entropy": (NATIVE, "the forward in the entropy semiring (Alg. 3 over segments), "
                     "differentiable"),
@@ -161,6 +163,16 @@ class ExactEngine(SemiMarkovEngine):
         if isinstance(factors, EdgeSemiMarkov):
             return edge_log_partition(factors, lengths, probe)
         return dense_log_partition(factors, lengths, probe)
+
+    def segment_marginals(self, factors, lengths):
+        """D = 1 without a gradient: the marginals of the chain it equals (long chains of few states in
+        chunks: ``zoo.inference.chain.chunked_marginals``), B x T x 1 x N; else the gradient of log Z
+        w.r.t. a segment probe."""
+        if isinstance(factors, DenseSemiMarkov) and not needs_grad(*vars(factors).values()):
+            found = on_one_frame_chain(factors, lengths, lambda chain: chain.marginals)
+            if found is not None:
+                return found.unsqueeze(2)
+        return super().segment_marginals(factors, lengths)
 
     def entropy(self, factors, lengths):
         """In float64 and returned in the factors' dtype: the forward's log values are of the size of
