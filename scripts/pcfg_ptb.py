@@ -196,9 +196,9 @@ def report() -> str:
             "on another test set: Kim et al. (2019)'s PTB, the WSJ trees' sections 2-21 / 22 / 23 with "
             "punctuation removed and their own 10k vocabulary (Chiu et al. 2021, Sec. 5), where ours are "
             "on Mikolov's PTB text (sections 0-20 / 21-22 / 23-24, its vocabulary), since the trees "
-            "cannot be installed here (shared/DATA.md). They are anchors of scale, not a like-for-like "
-            "comparison; with the tree files, `PCFGDataModule(tree_files=...)` trains and scores on the "
-            "papers' split.",
+            "are the LDC's (not installable from a package registry). They are anchors of scale, not a "
+            "like-for-like comparison; with the tree files, `PCFGDataModule(tree_files=...)` trains and "
+            "scores on the papers' split.",
             "",
             "| model | size | test PPL | source |",
             "| --- | --- | --- | --- |",

@@ -242,3 +242,17 @@ def test_a_sentence_without_its_eos_is_an_error_when_the_vocabulary_says_which()
     assert torch.isfinite(model.log_likelihood(batch_of([[2, 3], [2, 3, 2]]))).all()
     model.vocab = None  # without one, the convention is the caller's
     assert torch.isfinite(model.log_likelihood(as_given)).all()
+
+
+def test_bundled_grammars_emit_almost_no_eos():
+    """The emission spans every id, ``<eos>`` (id 0) included, which no training sentence holds as a word:
+    every bundled PCFG puts less than 1e-4 of a preterminal's mass on it (docs/pcfg.md)."""
+    import zoo
+
+    names = zoo.list_models("pcfg_*", pretrained=True)
+    assert len(names) >= 5
+    for name in names:
+        model = zoo.from_pretrained(name)
+        assert model.vocab.encode("the", add_eos=True)[-1] == 0
+        with torch.no_grad():
+            assert float(model.emission().exp()[:, 0].max()) < 1e-4, name

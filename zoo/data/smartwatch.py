@@ -2,7 +2,7 @@
 
 ``seglearn==1.2.5`` ships ``seglearn/data/watch_dataset.npy`` (BSD-3; read directly, seglearn itself is
 not imported): 140 recordings of a 6-axis wrist IMU (accelerometer and gyroscope) at 50 Hz, each one
-exercise of 7 (``y``), by 10 subjects wearing the watch on either side. As in ``DATA.md``, the 7
+exercise of 7 (``y``), by 10 subjects wearing the watch on either side. The 7
 recordings of one subject and side are concatenated in file order into one sequence with 7 known
 segments: 20 sequences.
 
