@@ -18,6 +18,14 @@ from numerics.checks import (
     tree_dist,
 )
 from numerics.strategies import chain_case, chain_factors, sm_case, sm_factors, tree_case, tree_grammar
+from zoo.inference import (
+    DenseChain,
+    DenseGrammar,
+    DenseSemiMarkov,
+    LinearChain,
+    SemiMarkovChain,
+    TreeDistribution,
+)
 
 OPS = ("log_partition", "marginals", "entropy")
 CHAINS = [("dense", "native"), ("dense", "randomized-topk"), ("lowrank", "native"), ("rankspace", "native")]
@@ -170,3 +178,43 @@ def test_autocast_changes_no_result_of_the_engine(name, build):
     assert plain.keys() == under_autocast.keys()
     different = [op for op in plain if not _same(plain[op], under_autocast[op])]
     assert not different, (name, different)
+
+
+FLOAT16_BUILDERS = {
+    "chain": lambda u, t: LinearChain(DenseChain(u, t)),
+    "semi-Markov": lambda u, t: SemiMarkovChain(DenseSemiMarkov(u, t, t[:, :3])),
+    "tree": lambda u, t: TreeDistribution(DenseGrammar(t[0, :2], u[0, :2, :4].unsqueeze(-1).expand(2, 4, 4)),
+                                          u[:, :6, 2:]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("structure", FLOAT16_BUILDERS)
+def test_float16_under_float16_autocast_is_computed_in_float32(structure):
+    """Under float16 autocast (Lightning's 16-mixed) a network may make float16 potentials: they are
+    computed in float32, as bfloat16 ones are (log Z, in float32, of the values as given); outside
+    autocast float16 stays refused."""
+    g = torch.Generator().manual_seed(4)
+    unary, transition = torch.randn(2, 40, 4, generator=g).half(), torch.randn(4, 4, generator=g).half()
+    build = FLOAT16_BUILDERS[structure]
+    expected = build(unary.float(), transition.float()).log_partition
+    with torch.autocast("cpu", dtype=torch.float16):
+        got = build(unary, transition).log_partition
+    assert got.dtype == torch.float32 and torch.equal(got, expected)
+    with pytest.raises(TypeError, match="float16"):
+        build(unary, transition)
+
+
+def test_a_model_under_float16_autocast():
+    """A PTB HMM's log-likelihood under float16 autocast: its networks' products in float16 (within
+    0.1 nats of float32 on a sentence), the dynamic program in float32; and it trains (a gradient)."""
+    from zoo.models import CategoricalHMM
+
+    torch.manual_seed(0)
+    model = CategoricalHMM(vocab_size=50, num_states=16, embedding_dim=32, hidden_dim=32)
+    batch = {"tokens": torch.randint(50, (2, 12)), "lengths": torch.tensor([12, 7])}
+    expected = model.log_likelihood(batch)
+    with torch.autocast("cpu", dtype=torch.float16):
+        got = model.log_likelihood(batch)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0.1)
+    got.sum().backward()
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())

@@ -12,6 +12,8 @@ from collections import Counter
 import torch
 from torch import Tensor
 
+from zoo.inference.unsupported import refuse_unreadable
+
 
 def as_tensor(name: str, value) -> Tensor:
     """Return ``value`` if it is a floating-point tensor, else raise a TypeError naming it."""
@@ -26,14 +28,21 @@ def as_dp_tensor(name: str, value) -> Tensor:
     """``as_tensor`` for every dynamic program (chains, semi-Markov chains, trees): float32 and float64
     as given, bfloat16 computed in float32 (its 8-bit mantissa cannot carry a log Z summed over hundreds
     of positions; gradients flow back in bfloat16), float16 refused (a log Z of a few hundred frames
-    exceeds its range, 65504)."""
+    exceeds its range, 65504) except under float16 autocast (Lightning's ``16-mixed``), where a network
+    made it so: then computed in float32 as bfloat16 is."""
     value = as_tensor(name, value)
-    if value.dtype == torch.float16:
+    if value.dtype == torch.float16 and not _float16_autocast(value):
         raise TypeError(
             f"{name} has dtype float16, whose range (largest 65504, smallest normal 6.1e-05) is too small "
             f"for these dynamic programs; pass float32 ({name}.float()) or bfloat16 (computed in float32)"
         )
-    return value.float() if value.dtype == torch.bfloat16 else value
+    return value.float() if value.dtype in (torch.bfloat16, torch.float16) else value
+
+
+def _float16_autocast(value: Tensor) -> bool:
+    """Whether float16 autocast is on for ``value``'s device type."""
+    device_type = value.device.type
+    return torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) == torch.float16
 
 
 def as_optional_dp_tensor(name: str, value) -> Tensor | None:
@@ -141,6 +150,7 @@ def all_finite(value: Tensor) -> bool:
 
 def _extremes(value: Tensor) -> tuple[float, float]:
     """(min, max) of a non-empty tensor, NaN if it holds one, read in one host synchronization."""
+    refuse_unreadable(value)
     return tuple(torch.stack(torch.aminmax(value.detach())).tolist())
 
 
