@@ -19,6 +19,7 @@ from strategies import chain_specs
 
 import zoo.inference.chain.block_scaled as block_scaled
 import zoo.inference.chain.chunked as chunked
+import zoo.inference.chain.chunked_marginals as chunked_marginals
 from zoo.inference import DenseChain, LinearChain
 from zoo.inference.chain.scaled import ZeroProbability
 
@@ -84,7 +85,8 @@ def test_float32_on_realistic_chains(topology, emission, calls):
 
 def test_a_chunk_without_a_path_from_some_state_takes_the_plain_forward():
     """State 2 is never entered and cannot be left, and its unary is -inf somewhere in every chunk:
-    the chunks' rows from state 2 have no path, the chain has one. log Z is the plain forward's."""
+    the chunks' rows from state 2 have no path, the chain has one. log Z is the plain forward's, and
+    the marginals (``chunked_marginals``, which gives up too) are the gradient of its log Z."""
     T, N = 1000, 3
     g = torch.Generator().manual_seed(1)
     unary = torch.randn(2, T, N, generator=g, dtype=torch.float64)
@@ -98,8 +100,19 @@ def test_a_chunk_without_a_path_from_some_state_takes_the_plain_forward():
         got = LinearChain(DenseChain(unary, transition, init), lengths=lengths).log_partition
     assert plain_forward.call_count == 1
     with mock.patch.object(chunked, "MIN_LENGTH", 10**9):
-        plain = LinearChain(DenseChain(unary, transition, init), lengths=lengths).log_partition
-    torch.testing.assert_close(got, plain, rtol=1e-12, atol=1e-9)
+        plain = LinearChain(DenseChain(unary, transition, init), lengths=lengths)
+        plain_log_z, plain_marginals = plain.log_partition, plain.marginals
+    torch.testing.assert_close(got, plain_log_z, rtol=1e-12, atol=1e-9)
+    answers, original = [], chunked_marginals.marginals
+
+    def recorded(*args):
+        answers.append(original(*args))
+        return answers[-1]
+
+    with mock.patch.object(chunked_marginals, "marginals", recorded):
+        marginals = LinearChain(DenseChain(unary, transition, init), lengths=lengths).marginals
+    assert answers == [None]
+    torch.testing.assert_close(marginals, plain_marginals, rtol=0, atol=1e-12)
 
 
 def test_a_sequence_without_a_path_raises_naming_it():

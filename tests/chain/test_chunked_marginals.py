@@ -115,23 +115,6 @@ def test_float32_long_gaussian_hmm_takes_the_chunks(calls):
     torch.testing.assert_close(got.double(), expected, rtol=0, atol=1e-5)
 
 
-def test_a_chunk_without_a_path_from_some_state_takes_the_gradient_of_log_z(calls):
-    """State 2 is never entered and cannot be left, and its unary is -inf somewhere in every chunk: the
-    chunks' rows from state 2 have no path, the chain has one."""
-    T, N = 1000, 3
-    g = torch.Generator().manual_seed(1)
-    unary = torch.randn(2, T, N, generator=g, dtype=torch.float64)
-    unary[:, 5::16, 2] = float("-inf")
-    transition = torch.tensor([[-0.5, -1.0, float("-inf")], [-1.0, -0.5, float("-inf")],
-                               [float("-inf"), float("-inf"), 0.0]], dtype=torch.float64)
-    init = torch.tensor([0.0, -1.0, float("-inf")], dtype=torch.float64)
-    lengths = torch.tensor([T, 777])
-    chain = DenseChain(unary, transition, init)
-    got = LinearChain(chain, lengths=lengths).marginals
-    assert calls["chunked"] == 0
-    torch.testing.assert_close(got, plain_marginals(chain, lengths), rtol=0, atol=1e-12)
-
-
 def test_a_sequence_without_a_path_raises_naming_it():
     """The plain route's error, naming the batch element."""
     T, N = 1000, 3
