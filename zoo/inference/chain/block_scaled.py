@@ -73,7 +73,8 @@ def log_partition(chain: scaled.ScaledChain, lengths: Tensor) -> Tensor:
 def log_forward_ends(chain: scaled.ScaledChain, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """Each sequence's exact log forward vector at its last position (log of the total score of the
     prefixes ending in each state there) as B x K values of the size of the potentials plus a log scale
-    (B,); no autograd graph. A chain with shared matrices."""
+    (B,; float64, summed without rounding error growing with T); no autograd graph. A chain with shared
+    matrices."""
     with torch.inference_mode():
         x0, n0 = scaled.normalized(chain.first)
         ends, scale = (x0, n0) if chain.u.shape[1] == 1 else _Forward(chain, lengths, x0, n0).run()
@@ -105,7 +106,7 @@ def _log_z(chain: scaled.ScaledChain, lengths: Tensor, last: Tensor, scale: Tens
     top = last.amax(-1, keepdim=True).clamp_min(NEG)  # torch.logsumexp costs 5x more at these sizes
     end = (last - top).exp().sum(-1).log() + top.squeeze(-1)
     scaled.check_alive(torch.minimum(scale, end).amin())  # one element: fewer kernels
-    return scale + end
+    return (scale + end).to(end.dtype)
 
 
 class _Backward(torch.autograd.Function):
@@ -163,7 +164,7 @@ class _Backward(torch.autograd.Function):
 
 class _Forward:
     """One forward in blocks: ``run`` returns each sequence's exact log forward vector at its last
-    position (B x K) and its log scale (B,). A block's factors, products and checks are computed
+    position (B x K) and its log scale (B,; float64). A block's factors, products and checks are computed
     per block (its tensors stay in cache), its checks' results read once for all blocks."""
 
     def __init__(self, chain: scaled.ScaledChain, lengths: Tensor, x0: Tensor, n0: Tensor, keep=False):
@@ -307,9 +308,10 @@ class _Forward:
             start, a, count = self._guarded(a, b).exp(), b, 1
         for b, shift in self.shifts.items():
             self.scale_steps[b].add_(shift.squeeze(-1))
+        steps = self.scale_steps.double()  # summed in float64: each step is exact, a sum of T is not
         if self.first_end == self.T:  # every row ends at T - 1
-            return self.ends, self.scale_steps.sum(0)
-        return self.ends, self.scale_steps.cumsum(0)[self.lengths - 1, self.rows]
+            return self.ends, steps.sum(0)
+        return self.ends, steps.cumsum(0)[self.lengths - 1, self.rows]
 
     def _pass(self, a: int, ends: list[int], start: Tensor) -> tuple[bool, int, Tensor]:
         """Blocks a..ends[0]-1, ends[0]..ends[1]-1, ... in probability space from ``start``, then their

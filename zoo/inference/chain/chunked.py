@@ -100,10 +100,11 @@ class Chunks:
     u: B x T x N, the folded unary less each position's largest entry (``top``, in ``log_scale``);
     first_length, q: (B,); first: B x N, the exact log forward at the first chunk's end, less
     ``first_scale``; sequence, index: (n,) each, the full chunks (a sequence, its chunk 0..q-1);
-    positions: n x L, their positions; matrices: N x N x Q x B log-matrices, chunk c of sequence b at
-    [:, :, c, b] (from each state before it to each state at its end), each less its largest entry
-    (in ``log_scale``), the identity past q (None where no sequence has a full chunk); log_scale: (B,)
-    float64, what was taken out of each sequence's log Z."""
+    positions: n x L, their positions; matrices: N x N x Q x B float64 log-matrices, chunk c of
+    sequence b at [:, :, c, b] (from each state before it to each state at its end), each less its
+    largest entry (in ``log_scale``), the identity past q (None where no sequence has a full chunk):
+    float64, since a row may lie thousands of nats below another, where float32 keeps 1e-3 nats;
+    log_scale: (B,) float64, what was taken out of each sequence's log Z."""
 
     u: Tensor
     first_length: Tensor
@@ -156,9 +157,9 @@ def chunks(chain: DenseChain, lengths: Tensor) -> Chunks | None:
         ends, scales = ends.view(n, N, N), scales.view(n, N)
         peak = scales.amax(-1)  # n: each chunk's shift
         log_scale.index_add_(0, sequence, peak.double())
-        identity = torch.full((N, N), float("-inf"), dtype=u.dtype, device=device).fill_diagonal_(0.0)
-        stacked = identity.expand(B, Q, N, N).clone()
-        stacked[sequence, index] = ends + (scales - peak.unsqueeze(-1)).unsqueeze(-1)
+        identity = torch.full((N, N), float("-inf"), dtype=torch.float64, device=device).fill_diagonal_(0.0)
+        stacked = identity.expand(B, Q, N, N).clone()  # float64: a row may lie thousands of nats below
+        stacked[sequence, index] = ends.double() + (scales - peak.unsqueeze(-1)).unsqueeze(-1)
         matrices = stacked.permute(2, 3, 1, 0)
     return Chunks(u, first_length, q, first, sequence, index, positions, matrices, log_scale)
 

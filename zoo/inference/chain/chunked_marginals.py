@@ -49,21 +49,22 @@ def marginals(
         L, P = chunked.CHUNK, chain.transition
         # forward[c]: the log forward vector at the end of chunk c (0: the first chunk), Q+1 x B x N;
         # backward[c]: the log score of what follows chunk c from each state at its end
-        forward, backward = cut.first.unsqueeze(0), torch.zeros_like(cut.first).unsqueeze(0)
+        first = cut.first.double()  # the messages in float64, as the matrices (``chunked.Chunks``)
+        forward, backward = first.unsqueeze(0), torch.zeros_like(first).unsqueeze(0)
         if cut.matrices is not None:
             prefix = _prefix_products(cut.matrices)  # M_1 ... M_c at c - 1
             suffix = _prefix_products(cut.matrices.transpose(0, 1).flip(2)).flip(2).transpose(0, 1)
-            into = cut.first.T[:, None, None] + prefix  # N x N x Q x B: summed over the first index
+            into = first.T[:, None, None] + prefix  # N x N x Q x B: summed over the first index
             forward = torch.cat([forward, logsumexp(into, 0).permute(1, 2, 0)])
             backward = torch.cat([logsumexp(suffix, 1).permute(1, 2, 0), backward])
         rows = torch.arange(B, device=lengths.device)
         firsts = cut.u.new_zeros(B, L, N)  # the first chunks (past first_length: not read)
         firsts[:, : min(L, T)] = cut.u[:, :L]
-        firsts[rows, cut.first_length - 1] += backward[0]
+        firsts[rows, cut.first_length - 1] += _top_zero_vectors(backward[0], firsts.dtype)
         full = cut.u[cut.sequence.unsqueeze(-1), cut.positions]  # n x L x N
         s, c = cut.sequence, cut.index
-        full[:, 0] += logsumexp(forward[c, s].unsqueeze(-1) + P, -2)
-        full[:, -1] += backward[c + 1, s]
+        full[:, 0] += _top_zero_vectors(logsumexp(forward[c, s].unsqueeze(-1) + P.double(), -2), full.dtype)
+        full[:, -1] += _top_zero_vectors(backward[c + 1, s], full.dtype)
         short = plain(
             DenseChain(torch.cat([firsts, full]), P),
             torch.cat([cut.first_length, cut.first_length.new_full((len(s),), L)]),
@@ -86,6 +87,12 @@ def _prefix_products(matrices: Tensor) -> Tensor:
         out = torch.cat([out[:, :, :step], joined], 2)
         step *= 2
     return out
+
+
+def _top_zero_vectors(messages: Tensor, dtype: torch.dtype) -> Tensor:
+    """... x N log-messages less each one's largest entry, in the unaries' ``dtype`` (what a short chain
+    adds to them; its marginals do not depend on the constant)."""
+    return (messages - messages.amax(-1, keepdim=True).clamp_min(NEG)).to(dtype)
 
 
 def _top_zero(matrices: Tensor) -> Tensor:
