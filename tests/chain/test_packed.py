@@ -22,7 +22,9 @@ T = 70  # 69 products: packed (>= MIN_PRODUCTS)
 
 @pytest.fixture
 def uses(monkeypatch):
-    """Records, for each product made, whether it was packed (so that a test knows which path ran)."""
+    """Records, for each product made, whether it was packed (so that a test knows which path ran); the
+    rule packs as on an AMD CPU, whatever this one is."""
+    monkeypatch.setattr(packed, "slow_sgemm_cpu", lambda: True)
     seen = []
     original = packed.RepeatedProduct.__init__
 
@@ -45,7 +47,8 @@ def _no_packing(monkeypatch):
 
 
 @pytest.mark.parametrize("rows", [1, 4, 13])
-def test_packed_product_equals_mm(rows):
+def test_packed_product_equals_mm(rows, monkeypatch):
+    monkeypatch.setattr(packed, "FORCE", True)  # packed on any CPU
     g = torch.Generator().manual_seed(0)
     # entries from 1 down to e^-80 and exact zeros (forbidden transitions), as a scaled matrix has
     matrix = (-80 * torch.rand(N, N // 2, generator=g)).exp() * (torch.rand(N, N // 2, generator=g) > 0.1)
@@ -59,8 +62,12 @@ def test_packed_product_equals_mm(rows):
     torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-30)
 
 
-def test_rule():
+def test_rule(monkeypatch):
+    """On an AMD CPU (MKL's sgemm slow for few rows) by the sizes; elsewhere never."""
     big, small = torch.rand(N, N), torch.rand(256, 512)
+    monkeypatch.setattr(packed, "slow_sgemm_cpu", lambda: False)
+    assert not packed.worth_packing(big, rows=4, products=99)
+    monkeypatch.setattr(packed, "slow_sgemm_cpu", lambda: True)
     assert packed.worth_packing(big, rows=4, products=99)
     assert not packed.worth_packing(small, rows=4, products=99)
     assert not packed.worth_packing(big, rows=3, products=99)
@@ -71,6 +78,18 @@ def test_rule():
     with torch.backends.mkldnn.flags(enabled=False):
         assert not packed.available()
         assert not packed.worth_packing(big, rows=4, products=99)
+
+
+def test_the_cpu_vendor_is_read():
+    """A yes or no, the same on each call (cached), True only on an AMD CPU."""
+    packed.slow_sgemm_cpu.cache_clear()
+    found = packed.slow_sgemm_cpu()
+    try:
+        with open("/proc/cpuinfo") as info:
+            amd = "AuthenticAMD" in info.read()
+    except OSError:
+        amd = False
+    assert found is amd and packed.slow_sgemm_cpu() is found
 
 
 def test_force(monkeypatch):

@@ -9,9 +9,11 @@ freezing packs linear weights with) and then reads only the packed copy: those p
 2.5x faster, for one packing that takes as long as 10 to 15 of torch.mm's products. Whole forwards
 (``scripts/bench_chain.py``, table 8, T = 100, one thread, two runs): 1.1x to 2.1x faster at N = 1024
 and 2048 from B = 4 on, 2-11 % at N = 512 from B = 16 on, even at N = 512, B = 4, and 1.1x to 1.8x
-slower at B = 1. The packed copy is one more matrix in memory, so matrices above 4096 x 4096 are
-not packed. The same float32 arithmetic (no reduced-precision mode: the engine runs under
-``precision.full_precision``).
+slower at B = 1. That is MKL on an AMD CPU (off Intel CPUs MKL takes a generic path): on an Intel
+Xeon (AVX-512, 2026-11-29) torch.mm was the faster one, the packed forwards 1.1-1.3x slower at N = 1024
+and 1.7x at N = 512, B = 8, so only AMD CPUs pack (``slow_sgemm_cpu``). The packed copy is one more
+matrix in memory, so matrices above 4096 x 4096 are not packed. The same float32 arithmetic (no
+reduced-precision mode: the engine runs under ``precision.full_precision``).
 
 ``RepeatedProduct`` packs where that pays (``worth_packing``) and calls ``torch.mm`` elsewhere: on
 other devices and dtypes, where torch was built without oneDNN or the user turned it off
@@ -46,7 +48,19 @@ def worth_packing(matrix: Tensor, rows: int, products: int) -> bool:
     if not (matrix.device.type == "cpu" and matrix.dtype == torch.float32 and matrix.dim() == 2):
         return False
     pays = MIN_ELEMENTS <= matrix.numel() <= MAX_ELEMENTS and rows >= MIN_ROWS and products >= MIN_PRODUCTS
+    pays = pays and slow_sgemm_cpu()
     return (pays if FORCE is None else FORCE) and available()  # the ops looked up only where it would pack
+
+
+@functools.cache
+def slow_sgemm_cpu() -> bool:
+    """Whether this is a CPU where torch.mm's few-row products run far below bandwidth and packing pays:
+    an AMD one (read from /proc/cpuinfo; False where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            return any(line.startswith("vendor_id") and "AuthenticAMD" in line for line in info)
+    except OSError:
+        return False
 
 
 class RepeatedProduct:
