@@ -15,9 +15,10 @@ paths from state i before it to state j at its end:
   once: log2 q rounds.
 
 Accuracy. The chunks' forwards give ``block_scaled``'s exact log forward vectors at their ends. Each
-matrix of the tree is kept in log space, shifted so that its largest entry is 0, the shifts summed per
-sequence in float64 (each position's largest unary is taken out first, and summed there too), so every
-entry stays of the size of the potentials' differences. A product runs in probability space on
+matrix of the tree is kept in log space in float64 (a row may lie thousands of nats below another),
+shifted so that its largest entry is 0, the shifts summed per sequence in float64 (each position's
+largest unary is taken out first, and summed there too), so every entry stays of the size of the
+potentials' differences. A product runs in probability space on
 exp(a - each row's max) and exp(b - each column's max), entries at most 1, so float underflow flushes
 at most K tiny from an entry; the entries below K tiny / eps (``zoo.inference.logmatmul.threshold``)
 are recomputed by a log-sum-exp over their K terms, -inf included. A chunk with no path at all from
@@ -98,8 +99,8 @@ class Chunks:
     """A batch cut into chunks: each sequence's first chunk of 1..L positions and q full chunks of L.
 
     u: B x T x N, the folded unary less each position's largest entry (``top``, in ``log_scale``);
-    first_length, q: (B,); first: B x N, the exact log forward at the first chunk's end, less
-    ``first_scale``; sequence, index: (n,) each, the full chunks (a sequence, its chunk 0..q-1);
+    first_length, q: (B,); first: B x N, the exact log forward at the first chunk's end, less its scale
+    (in ``log_scale``); sequence, index: (n,) each, the full chunks (a sequence, its chunk 0..q-1);
     positions: n x L, their positions; matrices: N x N x Q x B float64 log-matrices, chunk c of
     sequence b at [:, :, c, b] (from each state before it to each state at its end), each less its
     largest entry (in ``log_scale``), the identity past q (None where no sequence has a full chunk):

@@ -16,7 +16,8 @@ and each full chunk's log-matrix M_c from each state before it to each state at 
   as one batch through the plain marginals (L rounds).
 
 Accuracy. The messages are exact in log space up to a constant a chunk (every product matrix is
-shifted to max 0; a short chain's marginals do not depend on the constants), and the products are
+shifted to max 0; a short chain's marginals do not depend on the constants), made in float64 from the
+float64 matrices and given to the short chains in their dtype less their max, and the products are
 ``chunked.log_product``'s, guarded where float underflow could bite. Every chunk having a path from
 every state before it (else ``chunked.chunks`` says None) and every first chunk a path, each short
 chain has one.
