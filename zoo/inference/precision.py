@@ -8,12 +8,15 @@ Either way a chain's log Z drifts by ~1e-4 nats a position (0.02 nats at T = 200
 Every engine call therefore turns autocast off and asks for "highest" float32 matmul precision for its
 duration (restored after): the potentials are float32 (bfloat16 inputs are computed in float32, see
 ``checks.as_dp_tensor``) and so is every product. The networks that make the potentials keep the
-caller's settings.
+caller's settings, except that the matmul precision is one setting of the process in torch: while any
+thread runs an engine call, every thread's float32 products run at "highest" (slower where the caller
+asked for TF32, not less accurate).
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from contextlib import ExitStack, contextmanager
 
 import torch
@@ -21,31 +24,61 @@ import torch
 AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
-_running = 0  # engine calls running now (every one enters ``full_precision``)
+class _Calls(threading.local):
+    depth = 0  # engine calls running now in this thread
+
+
+_calls = _Calls()
+# The matmul precision is one setting of the process (autocast is a thread's): the first engine call
+# to start, in any thread, sets it, and the last to end restores it, so that no thread's call runs its
+# products at the caller's lower precision because another thread's call ended first.
+_setting_lock = threading.Lock()
+_running = 0  # engine calls running now, every thread
+_restore: ExitStack | None = None
 
 
 @contextmanager
 def full_precision():
-    """Autocast off on every device type where it is on, and float32 matmul precision "highest"; the
-    call counts as a running engine call meanwhile (``engine_call_running``)."""
-    global _running
+    """Autocast off on every device type where it is on (in this thread), and float32 matmul precision
+    "highest" (in the process, while any engine call runs); the call counts as a running engine call
+    of this thread meanwhile (``engine_call_running``)."""
     with ExitStack() as stack:
         for device_type in AUTOCAST_DEVICES:
             if torch.is_autocast_enabled(device_type):
                 stack.enter_context(torch.autocast(device_type, enabled=False))
-        _ieee_float32_matmul(stack)
-        _running += 1
+        _start()
+        _calls.depth += 1
         try:
             yield
         finally:
-            _running -= 1
+            _calls.depth -= 1
+            _end()
+
+
+def _start() -> None:
+    global _running, _restore
+    with _setting_lock:
+        if _running == 0:
+            restore = ExitStack()
+            _ieee_float32_matmul(restore)
+            _restore = restore
+        _running += 1
+
+
+def _end() -> None:
+    global _running, _restore
+    with _setting_lock:
+        _running -= 1
+        if _running == 0 and _restore is not None:
+            restore, _restore = _restore, None
+            restore.close()
 
 
 def engine_call_running() -> bool:
-    """Whether an engine computation (a forward, a backward, a decoding) is running: it writes nothing
-    outside its own tensors and holds no lock, so a signal handler may stop it at any step
-    (``zoo.tasks.interrupt``)."""
-    return _running > 0
+    """Whether an engine computation (a forward, a backward, a decoding) is running in this thread: it
+    writes nothing outside its own tensors, so a signal handler (run in the main thread) may stop it at
+    any step (``zoo.tasks.interrupt``)."""
+    return _calls.depth > 0
 
 
 def _ieee_float32_matmul(stack: ExitStack) -> None:
@@ -85,6 +118,8 @@ class FullPrecision:
         self.engine = engine
 
     def __getattr__(self, name):
+        if name == "engine" or name.startswith("__"):  # a copy or unpickling before __dict__ is set
+            raise AttributeError(name)
         attr = getattr(self.engine, name)
         return in_full_precision(attr) if callable(attr) else attr
 
