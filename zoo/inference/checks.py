@@ -12,6 +12,7 @@ from collections import Counter
 import torch
 from torch import Tensor
 
+from zoo.inference.precision import full_width
 from zoo.inference.unsupported import refuse_unreadable
 
 
@@ -36,7 +37,7 @@ def as_dp_tensor(name: str, value) -> Tensor:
             f"{name} has dtype float16, whose range (largest 65504, smallest normal 6.1e-05) is too small "
             f"for these dynamic programs; pass float32 ({name}.float()) or bfloat16 (computed in float32)"
         )
-    return value.float() if value.dtype in (torch.bfloat16, torch.float16) else value
+    return full_width(value)
 
 
 def _float16_autocast(value: Tensor) -> bool:

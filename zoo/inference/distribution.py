@@ -12,7 +12,6 @@ from torch import Tensor
 from zoo.inference.backend import Backend
 from zoo.inference.engines import make_engine
 from zoo.inference.numerics import needs_grad
-from zoo.inference.unsupported import refuse_untracked_transforms
 
 
 class StructuredDistribution:
@@ -39,7 +38,6 @@ class StructuredDistribution:
     def _choose_engine(self, factors, backend: str | Backend | None, options) -> None:
         """Set ``backend`` (the factors' own when None) and ``engine``, after checking the factors' type."""
         self._check_factors(factors)
-        refuse_untracked_transforms(self.structure, list(vars(factors).values()))
         self.backend = factors.native_backend if backend is None else Backend.parse(backend)
         self.engine = make_engine(self.structure, self.backend, options)
 

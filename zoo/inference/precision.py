@@ -20,6 +20,7 @@ import threading
 from contextlib import ExitStack, contextmanager
 
 import torch
+from torch import Tensor
 
 AUTOCAST_DEVICES = ("cpu", "cuda")
 
@@ -69,7 +70,7 @@ def _end() -> None:
     global _running, _restore
     with _setting_lock:
         _running -= 1
-        if _running == 0 and _restore is not None:
+        if _running == 0:  # the first call to start set _restore
             restore, _restore = _restore, None
             restore.close()
 
@@ -98,6 +99,11 @@ def _ieee_float32_matmul(stack: ExitStack) -> None:
     if before != "highest":
         torch.set_float32_matmul_precision("highest")
         stack.callback(torch.set_float32_matmul_precision, before)
+
+
+def full_width(t: Tensor) -> Tensor:
+    """``t`` in float32 where it is bfloat16 or float16 (autocast's outputs), else as it is."""
+    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
 
 
 def in_full_precision(fn):

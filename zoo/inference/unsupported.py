@@ -33,11 +33,9 @@ def refuse_unreadable(value: Tensor) -> None:
         )
 
 
-def refuse_untracked_transforms(structure: str, tensors: list) -> None:
+def refuse_untracked_transforms(tensors: list) -> None:
     """NotImplementedError where the potentials (``tensors``, other values ignored) of a linear chain carry
     a ``torch.func`` transform or a forward-mode tangent (other structures follow them)."""
-    if structure != "chain":
-        return
     tensors = [t for t in tensors if isinstance(t, Tensor)]
     if any(_functorch.is_functorch_wrapped_tensor(t) for t in tensors):
         raise NotImplementedError(

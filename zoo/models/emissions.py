@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from zoo.inference.precision import full_width
+
 NORMALIZER_CHUNK = 2**26  # logits per chunk of the categorical normalizer (256 MiB in float32)
 
 
@@ -110,11 +112,6 @@ class BernoulliEmission(nn.Module):
 
 
 MEDIAN_SAMPLES = 31
-
-
-def full_width(t: Tensor) -> Tensor:
-    """``t`` in float32 where autocast made it bfloat16 or float16, else as it is."""
-    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
 
 
 def median_frame(x: Tensor, lengths: Tensor) -> Tensor:

@@ -14,6 +14,7 @@ from zoo.inference.checks import check_label_sequences, check_lengths, check_sam
 from zoo.inference.distribution import StructuredDistribution
 from zoo.inference.inference_mode import autograd_ready
 from zoo.inference.rdp import RDPOptions
+from zoo.inference.unsupported import refuse_untracked_transforms
 
 
 class LinearChain(StructuredDistribution):
@@ -45,6 +46,7 @@ class LinearChain(StructuredDistribution):
         options: RDPOptions | None = None,
     ):
         self._choose_engine(factors, backend, options)
+        refuse_untracked_transforms(list(vars(factors).values()))
         self.lengths = check_lengths(
             lengths, factors.batch, factors.max_length, factors.unary.device
         )
