@@ -66,6 +66,21 @@ def test_decoder_joint_normalizes_over_states_and_words(shortlist):
     assert torch.logsumexp(log_p, 0).item() == pytest.approx(0.0, abs=1e-10)
 
 
+@pytest.mark.parametrize("shortlist", [None, 2])
+def test_decoder_joint_ignores_any_padding(shortlist):
+    """Token and state ids past each length are ignored, whatever they hold: ids beyond the vocabulary
+    and the state count, and -1, score as zeros do (they raised an IndexError)."""
+    decoder = with_shortlist(tiny(), shortlist).decoder.eval()
+    b = batch()
+    z = torch.randint(N, b["tokens"].shape, generator=torch.Generator().manual_seed(1))
+    past = torch.arange(b["tokens"].shape[1]) >= b["lengths"].unsqueeze(-1)
+    clean = decoder.log_joint(b["tokens"].masked_fill(past, 0), b["lengths"], z.masked_fill(past, 0))
+    for pad_token, pad_state in [(V + 7, N + 3), (-1, -1), (10**9, 10**9)]:
+        padded = decoder.log_joint(b["tokens"].masked_fill(past, pad_token), b["lengths"],
+                                   z.masked_fill(past, pad_state))  # fmt: skip
+        torch.testing.assert_close(padded, clean, rtol=0, atol=0)
+
+
 def test_relaxed_one_hot_scores_as_the_hard_states():
     decoder = tiny().decoder
     b = batch()

@@ -123,7 +123,7 @@ class LSTMDecoder(nn.Module):
 
     def _state_vectors(self, states: Tensor) -> Tensor:
         if states.dtype == torch.long:
-            return self.state_emb[states.clamp_min(0)]
+            return self.state_emb[states]
         return states.to(self.state_emb.dtype) @ self.state_emb  # relaxed rows: the engine's float32
 
     def log_joint(self, tokens: Tensor, lengths: Tensor, states: Tensor) -> Tensor:
@@ -141,7 +141,10 @@ class LSTMDecoder(nn.Module):
             states: B x T long (hard; values past each length ignored) or B x T x N float (relaxed).
         """
         B, T = tokens.shape
-        classes = self._classes(tokens)
+        valid = torch.arange(T, device=tokens.device) < lengths.unsqueeze(-1)
+        classes = self._classes(torch.where(valid, tokens, 0))  # padding may hold any id
+        if states.dtype == torch.long:
+            states = torch.where(valid, states, 0)
         z = self._state_vectors(states)  # B x T x d
         y = self.word_emb(classes)
         if self.training and self.word_dropout > 0:
@@ -153,13 +156,12 @@ class LSTMDecoder(nn.Module):
         h = self.dropout(h)
         state_log_probs = torch.log_softmax(self.state_head(h), -1)  # B x T x N
         if states.dtype == torch.long:
-            state_term = state_log_probs.gather(-1, states.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+            state_term = state_log_probs.gather(-1, states.unsqueeze(-1)).squeeze(-1)
         else:
             state_term = (states * state_log_probs).sum(-1)
         logits = self.word_head(torch.cat([h, z], -1)) @ self.word_emb.weight.T + self.word_bias  # B x T x C
         word_term = -F.cross_entropy(logits.flatten(0, 1), classes.flatten(), reduction="none").view(B, T)
         word_term = word_term + self._pooled_log_mass(classes, word_term.dtype)
-        valid = torch.arange(T, device=tokens.device) < lengths.unsqueeze(-1)
         return torch.where(valid, state_term, 0.0).sum(-1), torch.where(valid, word_term, 0.0).sum(-1)
 
     @torch.no_grad()
