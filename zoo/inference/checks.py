@@ -111,11 +111,12 @@ def check_shape(name: str, value: Tensor, expected: tuple, names: str) -> None:
 def check_finite(name: str, value: Tensor, allow_neg_inf: bool = True) -> None:
     """Reject NaN and +inf (and -inf unless ``allow_neg_inf``: a log-potential of -inf is a zero).
 
-    One reduction (min/max propagate NaN) and one host synchronization, not an elementwise mask.
+    One reduction (max, and min unless ``allow_neg_inf``; both propagate NaN) and one host
+    synchronization, not an elementwise mask.
     """
     if value.numel() == 0:
         return
-    lo, hi = _extremes(value)
+    lo, hi = (-math.inf, _largest(value)) if allow_neg_inf else _extremes(value)
     if math.isnan(hi):
         raise ValueError(f"{name} contains NaN{first_index(value.isnan())}")
     if hi == math.inf or (not allow_neg_inf and lo == -math.inf):
@@ -147,6 +148,12 @@ def check_nonnegative(name: str, value: Tensor) -> None:
 def all_finite(value: Tensor) -> bool:
     """Whether every entry is finite: one reduction (``_extremes``), not an elementwise mask."""
     return value.numel() == 0 or all(math.isfinite(x) for x in _extremes(value))
+
+
+def _largest(value: Tensor) -> float:
+    """The max of a non-empty tensor, NaN if it holds one."""
+    refuse_unreadable(value)
+    return value.detach().amax().item()
 
 
 def _extremes(value: Tensor) -> tuple[float, float]:
