@@ -248,6 +248,14 @@ def test_bracketed_strings():
         bracketed(spans[:3], ["a", "b", "c"])
 
 
+def test_brackets_inside_words_are_written_so_that_the_tree_reads_back():
+    """Words holding brackets are written -LRB- / -RRB- (they made unreadable trees: "(T :))")."""
+    spans = torch.tensor([[0, 3], [0, 1], [1, 3], [1, 2], [2, 3]])
+    written = bracketed(spans, ["(", ":)", "(big)"])
+    assert written == "(X (T -LRB-) (X (T :-RRB-) (T -LRB-big-RRB-)))"
+    assert parse_bracketed(written)[0].words() == ["-LRB-", ":-RRB-", "-LRB-big-RRB-"]
+
+
 def test_errors(trees, capsys):
     tmp, data, vocab = trees
     files = data["init_args"]["tree_files"]

@@ -37,7 +37,8 @@ from zoo.tasks.prediction_writer import EpochWriter, listed
 def bracketed(spans: Tensor | list, words: list[str]) -> str:
     """An unlabelled binary tree as a bracketed string: ``spans`` (2n-1) x 2 (or more) rows
     (start, end) in pre-order (-1 rows ignored) over ``words`` (n). Nodes are ``(X ...)``, leaves
-    ``(T word)``; the string reads back with ``zoo.data.parse_bracketed``."""
+    ``(T word)``, a bracket inside a word written -LRB- / -RRB- (the Penn Treebank's convention: ``:)``
+    becomes ``:-RRB-``); the string reads back with ``zoo.data.parse_bracketed``."""
     rows = [(int(r[0]), int(r[1])) for r in (spans.tolist() if isinstance(spans, Tensor) else spans)]
     rows = [r for r in rows if r != (-1, -1)]
     n = len(words)
@@ -50,7 +51,7 @@ def bracketed(spans: Tensor | list, words: list[str]) -> str:
     def build() -> str:
         i, k = next(position)
         if k - i == 1:
-            return f"(T {words[i]})"
+            return f"(T {words[i].replace('(', '-LRB-').replace(')', '-RRB-')})"
         left = build()
         right = build()
         return f"(X {left} {right})"
