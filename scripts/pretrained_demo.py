@@ -54,7 +54,7 @@ def sentence_batch(vocab, words: list[str]) -> dict[str, torch.Tensor]:
 def hmm_language_model(tag: str, sentence: str) -> None:
     model = zoo.from_pretrained(tag)
     vocab = model.vocab
-    words = sentence.lower().split()
+    words = vocab.lowered(sentence.split())  # PTB's text: lower case but for N
     shuffled = random.Random(0).sample(words, len(words))
     print(f"HMM language model {tag} ({model.config['num_states']} states, {model.config['backend']})")
     for label, text in (("sentence", words), ("shuffled", shuffled)):
@@ -96,7 +96,7 @@ def bracket(words: list[str], spans: list[tuple[int, int]]) -> str:
 def pcfg(tag: str, sentence: str) -> None:
     model = zoo.from_pretrained(tag)
     vocab = model.vocab
-    words = sentence.lower().split()
+    words = vocab.lowered(sentence.split())  # PTB's text: lower case but for N
     batch = sentence_batch(vocab, words)
     trees, lengths = model.parse(batch)
     spans = [(int(s), int(e)) for s, e in trees[0].tolist() if s >= 0]

@@ -92,3 +92,10 @@ def test_encode_can_lower_case_as_ptb_expects():
     assert vocab.encode("The Company", add_eos=True) == [1, 1, 0]
     assert vocab.encode("The Company", add_eos=True, lower=True) == [2, 3, 0]
     assert vocab.encode(["THE"], lower=True) == [2]
+
+
+def test_lower_case_keeps_the_tokens_the_vocabulary_has_as_written():
+    """PTB's number placeholder "N" stays "N" (lower-cased, it became <unk>)."""
+    vocab = Vocabulary(["<eos>", "<unk>", "the", "N", "%"])
+    assert vocab.encode("The profit rose N %", lower=True) == [2, 1, 1, 3, 4]
+    assert vocab.lowered(["The", "N", "n", "X"]) == ["the", "N", "n", "x"]

@@ -150,9 +150,15 @@ class Vocabulary:
             raise IndexError(f"token id must be in 0..{self.size - 1}, got {i}")
         return self._tokens[int(i)]
 
+    def lowered(self, tokens: Sequence[str]) -> list[str]:
+        """Each token as written where the vocabulary has it, else lower-cased: PTB's text is lower case
+        ("The" is not in its vocabulary) but for its number placeholder "N", its second most frequent
+        token, which lower-casing every token made ``<unk>``."""
+        return [t if t in self._index else t.lower() for t in tokens]
+
     def encode(self, tokens: str | Sequence[str], add_eos: bool = False, lower: bool = False) -> list[int]:
         """Ids of ``tokens`` (a list, or one whitespace-separated string), plus ``eos_id`` if ``add_eos``;
-        ``lower`` lower-cases them first (PTB's text is lower case: "The" is not in its vocabulary).
+        ``lower``: each token the vocabulary lacks as written is looked up lower-cased (``lowered``).
 
         Unknown tokens map to ``unk_id``; without an unk token they raise ``KeyError`` naming the token
         and its position.
@@ -160,7 +166,7 @@ class Vocabulary:
         if isinstance(tokens, str):
             tokens = tokens.split()
         if lower:
-            tokens = [t.lower() for t in tokens]
+            tokens = self.lowered(tokens)
         index = self._index
         if self.unk is None:
             missing = [(pos, t) for pos, t in enumerate(tokens) if t not in index]
