@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from zoo.data import PTBDataModule, read_step_annotations, read_video_list
+from zoo.data import PTBDataModule, read_bracketed, read_step_annotations, read_video_list
 from zoo.data.captions import CaptionsDataModule, read_caption_lines, read_coco_karpathy
 from zoo.data.utf8 import read_utf8, text_lines
 
@@ -135,3 +135,34 @@ def test_crosstask_lists_and_annotations_end_lines_as_text_files_do(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert text_lines("a\r\nb") == ["a", "b"]
+
+
+def test_a_byte_order_mark_inside_a_file_is_dropped_as_through_hf_dataset(tmp_path):
+    """Two Notepad files concatenated hold a mark at the start of the second one's first line: it stuck
+    to that line's first word through data_dir (a word '\\ufeffc'), where hf_dataset drops it."""
+    text = "a b\n\ufeffc d\n"
+    assert text_lines(text) == ["a b", "c d"]
+    write_splits(tmp_path, "ptb.{split}.txt", {"train": text, "valid": text, "test": text})
+    data = PTBDataModule(data_dir=str(tmp_path))
+    data.setup()
+    files = {split: str(tmp_path / f"ptb.{split}.txt") for split in ("train", "valid", "test")}
+    through_hf = PTBDataModule(
+        hf_dataset={"path": "text", "data_files": {**files, "validation": files["valid"]}}
+    )
+    through_hf.setup()
+    assert "\ufeffc" not in data.vocab.tokens
+    for split in ("train", "valid", "test"):
+        assert [x.tolist() for x in data.datasets[split]] == [x.tolist() for x in through_hf.datasets[split]]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_errors_name_the_line_whatever_ends_the_lines(tmp_path, newline):
+    """A file of old Mac line endings (a lone CR each) was reported as one line: "line 1, column 85"."""
+    path = tmp_path / "ptb.train.txt"
+    path.write_bytes(newline.encode().join([b"a b", b"c d", b"e \xff f"]))  # not UTF-8 at line 3
+    with pytest.raises(ValueError, match=r"line 3 \(byte"):
+        read_utf8(path)
+    trees = tmp_path / "trees.mrg"
+    trees.write_text(newline.join(["(S (A a) (B b))", "(S (A a) (B b))", "(S (A a) ())"]), newline="")
+    with pytest.raises(ValueError, match="line 3, column 10"):
+        read_bracketed(trees)

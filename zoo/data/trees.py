@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from zoo.data.utf8 import read_utf8
+from zoo.data.utf8 import line_and_column, read_utf8
 
 __all__ = [
     "REMOVED_TAGS",
@@ -138,8 +138,7 @@ class ParsedSentence:
 
 
 def _where(text: str, offset: int, source: str) -> str:
-    line = text.count("\n", 0, offset) + 1
-    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    line, column = line_and_column(text, offset)
     return f"{source}, line {line}, column {column}"
 
 

@@ -9,6 +9,15 @@ from pathlib import Path
 
 UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 NEWLINE = re.compile(r"\r\n|\r|\n")
+NEWLINE_BYTES = re.compile(rb"\r\n|\r|\n")
+
+
+def line_and_column(text: str | bytes, offset: int) -> tuple[int, int]:
+    """The line and column (both from 1) of ``text[offset]``, lines ended as ``text_lines`` ends them
+    (a file of old Mac line endings, a lone "\r" each, is not one long line)."""
+    newline = NEWLINE if isinstance(text, str) else NEWLINE_BYTES
+    ends = [m.end() for m in newline.finditer(text, 0, offset)]
+    return len(ends) + 1, offset - (ends[-1] if ends else 0) + 1
 
 
 def read_utf8(path: Path) -> str:
@@ -19,7 +28,7 @@ def read_utf8(path: Path) -> str:
     data = path.read_bytes()
     if data.startswith(UTF16_MARKS) or b"\x00" in data:
         at = data.find(b"\x00") if not data.startswith(UTF16_MARKS) else 0
-        line = data[:at].count(b"\n") + 1
+        line, _ = line_and_column(data, at)
         raise ValueError(
             f"{path} is not UTF-8 text: line {line} (byte {at}) "
             + ("starts UTF-16's byte-order mark" if at == 0 else "holds a NUL byte")
@@ -30,7 +39,7 @@ def read_utf8(path: Path) -> str:
         return data[start:].decode("utf-8")
     except UnicodeDecodeError as error:
         at = start + error.start
-        line, bad = data[:at].count(b"\n") + 1, data[at : at + 1]
+        (line, _), bad = line_and_column(data, at), data[at : at + 1]
         raise ValueError(
             f"{path} is not UTF-8 text: line {line} (byte {at}, {bad!r}) {error.reason}; "
             "re-encode it, e.g. iconv -f latin1 -t utf-8 (from Latin-1)"
@@ -41,8 +50,10 @@ def text_lines(text: str) -> list[str]:
     """The lines of ``text``, ended by "\\n", "\\r\\n" or a lone "\\r" (old Mac files), as Python's
     universal newlines and ``datasets``' text reader end them; not by the other boundaries that
     ``str.splitlines`` knows (U+0085, U+2028, form feeds), which a line of text may hold. The newline
-    that ends the last line starts no empty line."""
-    lines = NEWLINE.split(text)
+    that ends the last line starts no empty line. A byte-order mark that starts a line is dropped, as
+    the one that starts a file is (``read_utf8``): two files with one, concatenated, hold one inside, and
+    ``datasets`` drops it from each row."""
+    lines = [line.removeprefix("\ufeff") for line in NEWLINE.split(text)]
     if lines[-1] == "":
         lines.pop()
     return lines
