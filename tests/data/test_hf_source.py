@@ -178,6 +178,19 @@ def test_bad_sources_are_clear_errors(tmp_path):
         PTBDataModule(hf_dataset={"path": "text", "data_files": files}).setup()
 
 
+def test_csv_rows_of_the_words_pandas_reads_as_missing_are_sentences(tmp_path):
+    """The sentences "NA", "None", "null", "nan", "n/a" were left out as blank rows (pandas' missing
+    values); an empty cell still is one."""
+    files = {}
+    for split in ("train", "validation", "test"):
+        path = tmp_path / f"{split}.csv"
+        path.write_text('sentence\nthe cat\nNA\nNone\nnull\nnan\n"n/a"\n""\nthe dog\n')
+        files[split] = str(path)
+    with pytest.warns(UserWarning, match="1 of 8"):
+        sentences = PTBDataModule(hf_dataset={"path": "csv", "data_files": files}).sentences("train")
+    assert sentences == [["the", "cat"], ["NA"], ["None"], ["null"], ["nan"], ["n/a"], ["the", "dog"]]
+
+
 @pytest.mark.parametrize("kind", ["csv", "json"])
 def test_splits_whose_column_types_disagree_are_named(tmp_path, kind):
     """A column of numbers in one split's file and of text in another's: one line naming datasets' cause

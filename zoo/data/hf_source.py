@@ -17,7 +17,8 @@ A source is a dict, as a recipe writes it::
 Columns by kind (the default name in brackets): text, one sentence a row (``sentence``; ``text`` for
 the "text" builder), a string split at whitespace or a list of its words (strings); a null or blank row
 is a blank line, read as in text files (left out with a warning; a PCFG's predictions keep its place as
-an empty line); music, one piece a row as its frames of MIDI pitches, ``[[60, 64, 67], [], ...]``
+an empty line; in a CSV file only an empty cell is one: "NA" or "null" is a sentence, not pandas'
+missing value); music, one piece a row as its frames of MIDI pitches, ``[[60, 64, 67], [], ...]``
 (``notes``, the Boulanger-Lewandowski layout); feature sequences, one sequence a row as its frames of
 numbers (``features``), with optional per-frame integer labels (-1 unknown) in ``labels``; CrossTask
 videos, one a row with ``task``, ``video``, ``features`` and step annotations (``steps``; named by
@@ -111,6 +112,8 @@ def load_split(source: dict[str, Any], split: str, column: str = "sentence") -> 
             data_files=source.get("data_files"),
             revision=source.get("revision"),
             split=wanted,
+            # pandas reads the words NA, null, None, nan, n/a ... as missing values: rows of text lost
+            **({"keep_default_na": False} if source["path"] == "csv" else {}),
         )
     except datasets.exceptions.DatasetGenerationError as error:
         check_local_files_are_utf8(source)  # the usual cause with local text: say which file and line
