@@ -166,3 +166,23 @@ def test_errors_name_the_line_whatever_ends_the_lines(tmp_path, newline):
     trees.write_text(newline.join(["(S (A a) (B b))", "(S (A a) (B b))", "(S (A a) ())"]), newline="")
     with pytest.raises(ValueError, match="line 3, column 10"):
         read_bracketed(trees)
+
+
+def test_a_file_is_read_in_nfc_through_data_dir_and_hf_dataset(tmp_path):
+    """The same sentence typed with composed and decomposed accents is one sentence of the same ids,
+    through either reader; the vocabulary holds one "café"."""
+    composed, decomposed = "le caf\u00e9 noir", "le cafe\u0301 noir"
+    text = f"{composed}\n{decomposed}\n"
+    write_splits(tmp_path, "ptb.{split}.txt", {"train": text, "valid": text, "test": text})
+    data = PTBDataModule(data_dir=str(tmp_path))
+    data.setup()
+    files = {split: str(tmp_path / f"ptb.{split}.txt") for split in ("train", "valid", "test")}
+    through_hf = PTBDataModule(
+        hf_dataset={"path": "text", "data_files": {**files, "validation": files["valid"]}}
+    )
+    through_hf.setup()
+    assert data.vocab.size == 5  # <eos>, <unk>, le, café, noir
+    for reader in (data, through_hf):
+        first, second = reader.datasets["train"]
+        assert first.tolist() == second.tolist()
+    assert data.sentences("train")[1] == composed.split()

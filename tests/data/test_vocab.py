@@ -99,3 +99,20 @@ def test_lower_case_keeps_the_tokens_the_vocabulary_has_as_written():
     vocab = Vocabulary(["<eos>", "<unk>", "the", "N", "%"])
     assert vocab.encode("The profit rose N %", lower=True) == [2, 1, 1, 3, 4]
     assert vocab.lowered(["The", "N", "n", "X"]) == ["the", "N", "n", "x"]
+
+
+def test_a_word_in_either_unicode_form_is_the_same_word():
+    """"café" with "é" (NFC) and with "e" and a combining accent (NFD) print alike: they were two ids in
+    a built vocabulary, and a model that had seen one form read the other as <unk>."""
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    built = Vocabulary.build([f"{composed} au lait", f"{decomposed} noir"])
+    assert built.tokens == ["<eos>", "<unk>", composed, "au", "lait", "noir"]
+    for saved in (composed, decomposed):  # a vocabulary saved in either form
+        vocab = Vocabulary(["<eos>", "<unk>", saved])
+        assert vocab.encode([composed, decomposed, "cafe"]) == [2, 2, 1]
+        assert vocab.token_to_id(composed) == vocab.token_to_id(decomposed) == 2
+        assert composed in vocab and decomposed in vocab
+        assert vocab.coverage([[composed, decomposed]]).unseen == {}
+    assert Vocabulary(["<eos>", composed], unk=None).encode([decomposed]) == [1]
+    full_width = "\uff43afe"  # a look-alike, not the same text: another word
+    assert Vocabulary(["<eos>", "<unk>", "cafe"]).encode([full_width]) == [1]

@@ -33,7 +33,7 @@ from typing import Any
 
 from zoo.data.digest import files_digest
 from zoo.data.left_out import BLANK, warn_left_out
-from zoo.data.utf8 import read_utf8
+from zoo.data.utf8 import nfc, read_utf8
 from zoo.errors import SetupError
 
 SPLIT_NAMES = {"train": "train", "valid": "validation", "test": "test"}
@@ -185,7 +185,7 @@ def row_words(cell, where: str) -> list[str]:
             f"{where}: expected a line of text (a string) or its words (a list of strings), got "
             f"{type(cell).__name__} {str(cell)[:80]}"
         )
-    return cell.removeprefix("\ufeff").split()  # a file's byte-order mark: datasets' text builder keeps it
+    return nfc(cell.removeprefix("\ufeff")).split()  # a file's byte-order mark: datasets' text builder keeps it
 
 
 def _words(source: dict[str, Any], split: str):

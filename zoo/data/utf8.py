@@ -1,15 +1,24 @@
 """Reading the text files users bring: a file that is not UTF-8 is an error naming the file and line,
-and its lines end where Python's universal newlines end them."""
+its lines end where Python's universal newlines end them, and its text is in Unicode's NFC form."""
 
 from __future__ import annotations
 
 import codecs
 import re
+import unicodedata
 from pathlib import Path
 
 UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 NEWLINE = re.compile(r"\r\n|\r|\n")
 NEWLINE_BYTES = re.compile(rb"\r\n|\r|\n")
+
+
+def nfc(text: str) -> str:
+    """``text`` in Unicode's composed normal form (NFC): "café" typed as "e" and a combining accent (as
+    macOS file names and some keyboards make it) is the same word as "café" with "é" (U+00E9), whose
+    forms print alike. Look-alikes that are not the same text stay apart: full-width letters, a
+    zero-width space or a soft hyphen inside a word."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
 def line_and_column(text: str | bytes, offset: int) -> tuple[int, int]:
@@ -21,7 +30,7 @@ def line_and_column(text: str | bytes, offset: int) -> tuple[int, int]:
 
 
 def read_utf8(path: Path) -> str:
-    """The text of ``path`` without a leading byte-order mark (Notepad's and Excel's "UTF-8" write one,
+    """The text of ``path`` in NFC form (``nfc``) without a leading byte-order mark (Notepad's and Excel's "UTF-8" write one,
     which would stick to the first word); a file that is not UTF-8 text is a ValueError naming the file
     and the line: one that does not decode, and one with a NUL byte (UTF-16, Windows' "Unicode", decodes
     as UTF-8 when its text is ASCII, a NUL after each letter)."""
@@ -36,7 +45,7 @@ def read_utf8(path: Path) -> str:
         )
     start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        return data[start:].decode("utf-8")
+        return nfc(data[start:].decode("utf-8"))
     except UnicodeDecodeError as error:
         at = start + error.start
         (line, _), bad = line_and_column(data, at), data[at : at + 1]

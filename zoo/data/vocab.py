@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zoo.data.utf8 import nfc
+
 __all__ = ["EOS", "UNK", "Coverage", "Vocabulary"]
 
 EOS = "<eos>"
@@ -50,6 +52,8 @@ class Vocabulary:
                 f"the unk token {unk!r} is not among the {len(tokens)} tokens; add it to the list, or pass "
                 "unk=None to make unknown words an error"
             )
+        for i, token in enumerate(tokens):  # a token saved in another form is found by its NFC form too
+            index.setdefault(nfc(token), i)
         self._tokens = tokens
         self._index = index
         self.eos = eos
@@ -66,15 +70,15 @@ class Vocabulary:
     ) -> Vocabulary:
         """Build from training text: each line a whitespace-separated string or a list of tokens.
 
-        Ids: ``eos`` first, then ``unk`` (if not ``None``), then the other tokens by decreasing count,
-        ties by first appearance. Tokens seen fewer than ``min_count`` times, or beyond ``max_size``
+        Ids: ``eos`` first, then ``unk`` (if not ``None``), then the other tokens (in NFC form,
+        ``zoo.data.utf8.nfc``) by decreasing count, ties by first appearance. Tokens seen fewer than ``min_count`` times, or beyond ``max_size``
         tokens in all (specials included), are left out and need an ``unk``.
         """
         if min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {min_count}")
         counts: Counter[str] = Counter()
         for line in lines:
-            counts.update(line.split() if isinstance(line, str) else line)
+            counts.update(map(nfc, line.split() if isinstance(line, str) else line))
         specials = [eos] if unk is None or unk == eos else [eos, unk]
         words = [w for w, c in counts.most_common() if c >= min_count and w not in specials]
         if max_size is not None:
@@ -97,7 +101,13 @@ class Vocabulary:
         return len(self._tokens)
 
     def __contains__(self, token: object) -> bool:
-        return token in self._index
+        return isinstance(token, str) and self._find(token) is not None
+
+    def _find(self, token: str) -> int | None:
+        """The id of ``token`` as written or in its NFC form (``zoo.data.utf8.nfc``: the same text), or
+        None."""
+        i = self._index.get(token)
+        return i if i is not None or token.isascii() else self._index.get(nfc(token))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Vocabulary):
@@ -125,7 +135,7 @@ class Vocabulary:
 
     def token_to_id(self, token: str) -> int:
         """The id of ``token``; an unknown token gives ``unk_id``, or ``KeyError`` without an unk."""
-        i = self._index.get(token)
+        i = self._find(token)
         if i is not None:
             return i
         if self.unk is None:
@@ -141,7 +151,7 @@ class Vocabulary:
         tokens, unseen = 0, Counter()
         for words in sentences:
             tokens += len(words)
-            unseen.update(w for w in words if w not in self._index)
+            unseen.update(w for w in words if self._find(w) is None)
         return Coverage(tokens, unseen)
 
     def id_to_token(self, i: int) -> str:
@@ -154,7 +164,7 @@ class Vocabulary:
         """Each token as written where the vocabulary has it, else lower-cased: PTB's text is lower case
         ("The" is not in its vocabulary) but for its number placeholder "N", its second most frequent
         token, which lower-casing every token made ``<unk>``."""
-        return [t if t in self._index else t.lower() for t in tokens]
+        return [t if self._find(t) is not None else t.lower() for t in tokens]
 
     def encode(self, tokens: str | Sequence[str], add_eos: bool = False, lower: bool = False) -> list[int]:
         """Ids of ``tokens`` (a list, or one whitespace-separated string), plus ``eos_id`` if ``add_eos``;
@@ -167,9 +177,9 @@ class Vocabulary:
             tokens = tokens.split()
         if lower:
             tokens = self.lowered(tokens)
-        index = self._index
+        found = [self._find(t) for t in tokens]
         if self.unk is None:
-            missing = [(pos, t) for pos, t in enumerate(tokens) if t not in index]
+            missing = [(pos, t) for pos, (t, i) in enumerate(zip(tokens, found)) if i is None]
             if missing:
                 pos, token = missing[0]
                 raise KeyError(
@@ -177,12 +187,12 @@ class Vocabulary:
                     f"{len(missing)} unknown in this sequence) and it has no unk token (build it with "
                     "unk='<unk>' to map unknown words)"
                 )
-            ids = [index[t] for t in tokens]
+            ids = found
         else:
-            unk_id = index[self.unk]
-            ids = [index.get(t, unk_id) for t in tokens]
+            unk_id = self.unk_id
+            ids = [unk_id if i is None else i for i in found]
         if add_eos:
-            ids.append(index[self.eos])
+            ids.append(self.eos_id)
         return ids
 
     def decode(self, ids: Iterable[int]) -> list[str]:
