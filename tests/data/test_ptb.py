@@ -237,10 +237,14 @@ def test_the_end_token_as_a_word_is_warned_about(tmp_path):
     texts = {"train": "a cat sat\n", "valid": "a cat\n", "test": "a cat\na <eos> sat\n"}
     for split, text in texts.items():
         (tmp_path / f"ptb.{split}.txt").write_text(text)
-    message = r"test split: 1 sentence\(s\) hold the word '<eos>', the vocabulary's end token, .*sentence 2\)"
+    message = (r"test split: 1 sentence\(s\) hold the word '<eos>', the vocabulary's end token: it gets the "
+               r"end token's id there, inside the sentence, which goes on .*sentence 2, blank lines")
+    data = PTBDataModule(data_dir=str(tmp_path))
     with pytest.warns(UserWarning, match=message) as caught:
-        PTBDataModule(data_dir=str(tmp_path)).setup()
+        data.setup()
     assert len(caught) == 1
+    eos = data.vocab.eos_id
+    assert data.datasets["test"][1].tolist() == [*data.vocab.encode("a"), eos, *data.vocab.encode("sat"), eos]
 
 
 class DistributedTrainer:

@@ -185,7 +185,7 @@ def row_words(cell, where: str) -> list[str]:
             f"{where}: expected a line of text (a string) or its words (a list of strings), got "
             f"{type(cell).__name__} {str(cell)[:80]}"
         )
-    return nfc(cell.removeprefix("\ufeff")).split()  # a file's byte-order mark: datasets' text builder keeps it
+    return nfc(cell.removeprefix("\ufeff")).split()  # a byte-order mark: datasets' text reader keeps it
 
 
 def _words(source: dict[str, Any], split: str):

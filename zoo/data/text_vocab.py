@@ -50,15 +50,16 @@ class TextVocabulary:
 
     def report_coverage(self, splits: dict[str, list[list[str]]]) -> None:
         """Set ``coverage`` and print one line a split when the vocabulary is given or misses words; warn
-        about sentences that hold the end token as a word (it would end them there)."""
+        about sentences that hold the end token as a word (it gets the end token's id there)."""
         eos = self.vocab.eos
         for split, sentences in splits.items():
             holding = [i for i, words in enumerate(sentences, 1) if eos in words]
             if holding:
                 warnings.warn(
                     f"{split} split: {len(holding)} sentence(s) hold the word {eos!r}, the vocabulary's end "
-                    f"token, read as the sentence's end there (first: sentence {holding[0]}); rename or drop "
-                    "it",
+                    "token: it gets the end token's id there, inside the sentence, which goes on (a model "
+                    f"scores an end of sentence in its middle; first: sentence {holding[0]}, blank lines not "
+                    "counted); rename or drop it",
                     stacklevel=2,
                 )
         self.coverage = {split: self.vocab.coverage(sentences) for split, sentences in splits.items()}

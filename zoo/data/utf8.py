@@ -30,10 +30,10 @@ def line_and_column(text: str | bytes, offset: int) -> tuple[int, int]:
 
 
 def read_utf8(path: Path) -> str:
-    """The text of ``path`` in NFC form (``nfc``) without a leading byte-order mark (Notepad's and Excel's "UTF-8" write one,
-    which would stick to the first word); a file that is not UTF-8 text is a ValueError naming the file
-    and the line: one that does not decode, and one with a NUL byte (UTF-16, Windows' "Unicode", decodes
-    as UTF-8 when its text is ASCII, a NUL after each letter)."""
+    """The text of ``path`` in NFC form (``nfc``) without a leading byte-order mark (Notepad's and
+    Excel's "UTF-8" write one, which would stick to the first word); a file that is not UTF-8 text is a
+    ValueError naming the file and the line: one that does not decode, and one with a NUL byte (UTF-16,
+    Windows' "Unicode", decodes as UTF-8 when its text is ASCII, a NUL after each letter)."""
     data = path.read_bytes()
     if data.startswith(UTF16_MARKS) or b"\x00" in data:
         at = data.find(b"\x00") if not data.startswith(UTF16_MARKS) else 0

@@ -71,8 +71,9 @@ class Vocabulary:
         """Build from training text: each line a whitespace-separated string or a list of tokens.
 
         Ids: ``eos`` first, then ``unk`` (if not ``None``), then the other tokens (in NFC form,
-        ``zoo.data.utf8.nfc``) by decreasing count, ties by first appearance. Tokens seen fewer than ``min_count`` times, or beyond ``max_size``
-        tokens in all (specials included), are left out and need an ``unk``.
+        ``zoo.data.utf8.nfc``) by decreasing count, ties by first appearance. Tokens seen fewer than
+        ``min_count`` times, or beyond ``max_size`` tokens in all (specials included), are left out and
+        need an ``unk``.
         """
         if min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {min_count}")
