@@ -4,6 +4,7 @@ vocab.json files, task checkpoints and from_pretrained sources."""
 
 from __future__ import annotations
 
+import codecs
 import json
 from pathlib import Path
 
@@ -107,6 +108,21 @@ def test_load_vocab_reads_every_kind_of_source(tmp_path):
         load_vocab(tmp_path / "bad.json")
     with pytest.raises(CheckpointError, match="records no vocabulary"):
         load_vocab("hsmm_gaussian_n8_dur32_in12_f12_d32.smartwatch_exact")
+
+
+def test_a_users_vocab_json_with_a_byte_order_mark_or_in_transformers_layout(tmp_path):
+    """An editor's byte-order mark was refused ("Unexpected UTF-8 BOM"); a transformers-style {token: id}
+    map gave an error listing all of its tokens (44,033 characters for 5,002)."""
+    bundled = zoo.from_pretrained(TAG).vocab
+    marked = tmp_path / "marked.json"
+    marked.write_bytes(codecs.BOM_UTF8 + json.dumps(bundled.to_dict()).encode())
+    assert load_vocab(marked) == bundled
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text(json.dumps({token: i for i, token in enumerate(bundled.tokens)}))
+    message = r"a map of 10,000 tokens to ids \('<eos>', '<unk>', 'the', ...\), as transformers' vocab.json"
+    with pytest.raises(CheckpointError, match=message) as error:
+        load_vocab(mapping)
+    assert len(str(error.value)) < 400
 
 
 

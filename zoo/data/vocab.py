@@ -210,8 +210,17 @@ class Vocabulary:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Vocabulary:
         """Inverse of ``to_dict``."""
+        if isinstance(data, Mapping) and "tokens" not in data and data and all(
+            isinstance(i, int) for i in data.values()
+        ):
+            first = ", ".join(repr(t) for t in list(data)[:3])
+            raise ValueError(
+                "expected a dict with keys 'tokens', 'eos', 'unk' (from to_dict), got a map of "
+                f"{len(data):,} tokens to ids ({first}, ...), as transformers' vocab.json: make it "
+                '{"tokens": [the tokens in id order], "eos": its end token, "unk": its unknown token}'
+            )
         if not isinstance(data, Mapping) or "tokens" not in data:
-            got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
+            got = sorted(data)[:10] if isinstance(data, Mapping) else type(data).__name__
             raise ValueError(f"expected a dict with keys 'tokens', 'eos', 'unk' (from to_dict), got {got}")
         extra = set(data) - {"tokens", "eos", "unk"}
         if extra:

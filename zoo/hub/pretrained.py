@@ -677,7 +677,7 @@ def _vocab_file(path: Path) -> Vocabulary:
     from zoo.data.vocab import Vocabulary
 
     try:
-        return Vocabulary.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        return Vocabulary.from_dict(json.loads(path.read_text(encoding="utf-8-sig")))  # an editor's BOM too
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError) as error:
         raise CheckpointError(f"{path} is not a readable vocabulary: {error}") from None
 
