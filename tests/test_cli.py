@@ -47,6 +47,34 @@ def test_data_that_are_not_there_are_one_line_naming_their_option(tmp_path, caps
         assert line.startswith("zoo: error: ") and line.endswith(f"(give it with {option})"), line
 
 
+def test_data_files_that_do_not_read_are_one_line_naming_file_and_line(tmp_path, capsys):
+    """A text file that is not UTF-8 and a malformed tree file were 42- and 86-line tracebacks, the
+    message (file, line, the fix) at their end (audit)."""
+    text, trees = tmp_path / "text", tmp_path / "trees"
+    text.mkdir()
+    trees.mkdir()
+    for split in ("train", "valid", "test"):
+        (text / f"ptb.{split}.txt").write_bytes("the cat\nle caf\xe9\n".encode("latin-1"))
+        (trees / f"{split}.mrg").write_text("(S (NP (DT the) (NN cat)) (VP (VBD sat)))\n(S (NP the cat)\n")
+    for recipe, options, message in (
+        ("hmm/ptb-exact-small.yaml", ["--data.init_args.data_dir", str(text)],
+         f"{text / 'ptb.train.txt'} is not UTF-8 text: line 2"),
+        ("pcfg/ptb-exact-small.yaml", ["--data.init_args.tree_files", "{"
+         + ", ".join(f'"{s}": "{trees / (s + ".mrg")}"' for s in ("train", "valid", "test")) + "}"],
+         f"{trees / 'train.mrg'}, line 2"),
+    ):  # fmt: skip
+        assert main(["fit", "--config", str(RECIPES / recipe), *options, "--trainer.fast_dev_run", "1"]) == 2
+        (line,) = error_lines(capsys.readouterr().err)
+        assert line.startswith("zoo: error: ") and message in line, line
+
+
+def test_python_dash_m_zoo_is_the_zoo_command():
+    done = subprocess.run(
+        [sys.executable, "-m", "zoo", "capabilities"], capture_output=True, text=True, check=True
+    )
+    assert "| `argmax` |" in done.stdout
+
+
 def test_a_checkpoint_that_is_not_there_is_one_line(tmp_path, capsys):
     """It was Lightning's 43-line traceback, after the data were read (audit)."""
     missing = tmp_path / "x.ckpt"

@@ -542,9 +542,10 @@ def zoo_cli_class():
             raise ValueError(f"{where}.init_args {given} are not valid values for {class_path}'s arguments")
 
         def _run_subcommand(self, subcommand: str) -> None:
-            """Data files that are not there, a writer's output file that is, and weights from a checkpoint
-            whose vocabulary size is not the data's: one line (for the latter, how to give the data their
-            vocabulary: the checkpoint's arguments win over a recipe's)."""
+            """Data files that are not there or that do not read (a ValueError that ``zoo.data`` raises:
+            its message names the file and line), a writer's output file that is, and weights from a
+            checkpoint whose vocabulary size is not the data's: one line (for the latter, how to give the
+            data their vocabulary: the checkpoint's arguments win over a recipe's)."""
             if subcommand == "predict":
                 self._check_writer()
             try:
@@ -556,6 +557,9 @@ def zoo_cli_class():
                     raise CommandError(str(error)) from None
                 raise CommandError(_naming_its_option(error, self.config[subcommand])) from None
             except ValueError as error:
+                said = _zoo_error(error, ValueError, within="data")  # a user's file: name, line, the fix
+                if said is not None:  # (before the hint, which would read that data again)
+                    raise CommandError(str(said)) from None
                 hint = self._vocabulary_hint(subcommand)
                 if hint is not None:
                     raise CommandError(hint) from error
@@ -842,11 +846,11 @@ def _checkpoint_error(error: BaseException) -> BaseException | None:
     return None
 
 
-def _zoo_error(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+def _zoo_error(error: BaseException, kind: type[BaseException], within: str = "") -> BaseException | None:
     """The first error of type ``kind`` that zoo code raised (``backend='fast'``, ``num_states=0``, a
-    data file that is not there) in the chain of ``error``: jsonargparse wraps it in 2-3 chained
-    tracebacks and a dump of the config."""
-    package = str(Path(__file__).parent)
+    data file that is not there; ``within``: code of that subpackage, e.g. "data") in the chain of
+    ``error``: jsonargparse wraps it in 2-3 chained tracebacks and a dump of the config."""
+    package = str(Path(__file__).parent / within)
     for _ in range(20):  # bounded against cycles
         frames = traceback.extract_tb(error.__traceback__)
         if isinstance(error, kind) and frames and frames[-1].filename.startswith(package):
