@@ -128,17 +128,41 @@ def log_end(chain: ScaledChain) -> Tensor | None:
     return None if chain.final is None else safe_log(chain.final)
 
 
-def total(alphas: Tensor, shifts: Tensor, lengths: Tensor, log_final: Tensor | None) -> Tensor:
-    """log Z (B,) = the shifts inside each length + lse_j(alpha_L(j) + log final_j)."""
-    B, T, _ = alphas.shape
-    valid = torch.arange(T, device=alphas.device) < lengths.unsqueeze(-1)
-    last = alphas[torch.arange(B, device=alphas.device), lengths - 1]
+def total(last: Tensor, shift: Tensor, log_final: Tensor | None) -> Tensor:
+    """log Z (B,) = shift + lse_j(last_j + log final_j), from each sequence's forward vector at its last
+    position (B x K) and the sum of its shifts up to there (B,, float64: each shift is exact, a sum of
+    T of them in float32 is not); raises ``ZeroProbability`` where a sequence has no path."""
     if log_final is not None:
         last = last + log_final
     end = last.logsumexp(-1)
-    inside = torch.where(valid, shifts, 0)
-    check_alive(inside.amin(-1).minimum(end.detach()), torch.ones_like(valid[:, 0]))
-    return inside.sum(-1) + end
+    check_alive(shift.minimum(end.detach()), torch.ones_like(shift, dtype=torch.bool))
+    return (shift + end).to(end.dtype)
+
+
+def stacked_ends(alphas: Tensor, shifts: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """``total``'s (last, shift) from the stacked forward vectors (B x T x K) and shifts (B x T); no
+    graph (a stack's backward differentiated again is O(T^2), see ``step_ends``)."""
+    B, T, _ = alphas.shape
+    valid = torch.arange(T, device=alphas.device) < lengths.unsqueeze(-1)
+    last = alphas[torch.arange(B, device=alphas.device), lengths - 1]
+    return last, torch.where(valid, shifts, 0).sum(-1, dtype=torch.float64)
+
+
+def step_ends(xs: list[Tensor], ns: list[Tensor], lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """``total``'s (last, shift) from the steps' forward vectors (B x K each) and shifts (B,) by ops of
+    one step's size: a stack's backward selects one step at a time, and differentiated again (marginals
+    that keep their graph), each select writes a zero gradient of the whole stack, O(T^2) in all."""
+    ends = lengths - 1
+    at_end = {*ends.tolist(), len(xs) - 1}  # the last step always: every operand stays in the graph
+    run = shift = ns[0].double()
+    last = xs[0]
+    for t in range(1, len(xs)):
+        run = run + ns[t].double()
+        if t in at_end:
+            here = ends == t
+            last = torch.where(here.unsqueeze(-1), xs[t], last)
+            shift = torch.where(here, run, shift)
+    return last, shift
 
 
 def guarded_step(
@@ -177,8 +201,7 @@ def forward(chain: ScaledChain, lengths: Tensor, second_order: bool = False) -> 
         x, n = normalized(guarded_step(x, mats, w, u[t], lengths > t, second_order), restores_mass(t, len(u)))
         xs.append(x)
         ns.append(n)
-    alphas = torch.stack(xs, 1)
-    return total(alphas, torch.stack(ns, 1), lengths, log_end(chain)), alphas
+    return total(*step_ends(xs, ns, lengths), log_end(chain)), torch.stack(xs, 1)
 
 
 @dataclass
@@ -336,7 +359,7 @@ class _ScaledForward(torch.autograd.Function):
             saved.append(step)
         alphas = torch.stack(xs, 1)
         end_weights = log_end(chain)
-        log_z = total(alphas, torch.stack(ns, 1), lengths, end_weights)
+        log_z = total(*stacked_ends(alphas, torch.stack(ns, 1), lengths), end_weights)
         ctx.chain, ctx.mats, ctx.saved, ctx.log_end = chain, mats, saved, end_weights
         ctx.save_for_backward(alphas, lengths, u, left, right, log_weights, final)
         return log_z
@@ -410,9 +433,15 @@ def differentiated_again(ctx, grad: Tensor, chain: ScaledChain, lengths: Tensor)
     backward with gradients on only for ``create_graph=True``): the gradients of the chain's operands
     (u, left, right, log_weights, final; None for the absent ones and where ``ctx`` needs none) by
     autograd of ``forward`` on the same operands, the saved inputs, so that they carry their graph.
-    The hand-written backwards keep no graph: their gradient would silently be a constant."""
-    operands = (chain.u, chain.left, chain.right, chain.log_weights, chain.final)
+    The hand-written backwards keep no graph: their gradient would silently be a constant. ``forward``
+    runs on an alias of each operand (a view: a node of its own), so that each gradient counts the paths
+    inside this forward only: where one operand is made from another (the normalized low-rank
+    ``left`` from ``right``), a gradient with respect to the operand itself also ran through the
+    other's history, counted again by the caller's backward (a silently wrong first derivative)."""
+    operands = tuple(None if x is None else x.view_as(x) for x in
+                     (chain.u, chain.left, chain.right, chain.log_weights, chain.final))  # fmt: skip
     wanted = [i for i, x in enumerate(operands) if x is not None and ctx.needs_input_grad[i]]
+    chain = ScaledChain(*operands, left_is_log=chain.left_is_log)
     log_z = forward(chain, lengths, second_order=True)[0]
     found = torch.autograd.grad(
         log_z, [operands[i] for i in wanted], grad, create_graph=True, allow_unused=True
