@@ -130,3 +130,19 @@ def test_the_memory_refusal_names_the_data_modules_own_batch_options():
         task._trainer = SimpleNamespace(datamodule=data.__new__(data))
         with pytest.raises(ValueError, match=rf"the data module's {options}\)"):
             task._check_budget(batch, "test", 0)
+
+
+def test_the_refusal_names_where_the_sequence_is():
+    """It named the batch alone; now the sequence's place in its split, and in a prediction the input
+    line (blank lines and short sentences are left out, so the two differ)."""
+    from types import SimpleNamespace
+
+    task = ParsingTask(pcfg(), max_eval_length=8)
+    batch = {**text_batch(9), "index": torch.tensor([4, 0])}
+    where = r"events \(sequence 5 of the split, blank lines not counted\), over"
+    with pytest.raises(ValueError, match=where):
+        task.validation_step(batch, 0)
+    lines = SimpleNamespace(predict_lines=lambda: ([], [1, 2, 3, 6, 9], 9))
+    task._trainer = SimpleNamespace(datamodule=lines)
+    with pytest.raises(ValueError, match=r"predict batch 0 holds a sequence of 9 events \(line 9 of"):
+        task.predict_step(batch, 0)

@@ -300,6 +300,18 @@ class LikelihoodTask(pl.LightningModule):
         self._check_budget(batch, "test", batch_idx)
         self._evaluate(batch, "test", batch_idx)
 
+    def _where(self, batch: dict[str, Tensor], stage: str) -> str:
+        """Where the batch's longest sequence is in its split, for an error: " (line 7 of the input)" in
+        a prediction whose data module numbers its input lines (``predict_lines``), else " (sequence 7 of
+        the split, from 1, blank lines not counted)"; "" for a batch without ``index``."""
+        if "index" not in batch:
+            return ""
+        index = int(batch["index"][batch["lengths"].argmax()])
+        lines = getattr(self.trainer.datamodule, "predict_lines", None) if stage == "predict" else None
+        if lines is not None:
+            return f" (line {lines()[1][index]} of the input)"
+        return f" (sequence {index + 1} of the split, blank lines not counted)"
+
     def _check_budget(self, batch: dict[str, Tensor], stage: str, batch_idx: int) -> None:
         """ValueError, before any computation, for a sequence longer than ``max_eval_length`` or a batch
         whose evaluation the model's cost model puts over ``max_eval_memory``."""
@@ -307,9 +319,10 @@ class LikelihoodTask(pl.LightningModule):
         longest = int(batch["lengths"].max())
         if limit is not None and longest > limit:
             raise ValueError(
-                f"{stage} batch {batch_idx} holds a sequence of {longest:,} events, over max_eval_length = "
-                f"{limit:,} ({type(self.model).__name__}: see its cost model); drop such sequences from "
-                f"the {stage} data, or raise the limit (--model.init_args.max_eval_length)"
+                f"{stage} batch {batch_idx} holds a sequence of {longest:,} events{self._where(batch, stage)}"
+                f", over max_eval_length = {limit:,} ({type(self.model).__name__}: see its cost model); "
+                f"drop such sequences from the {stage} data, or raise the limit "
+                "(--model.init_args.max_eval_length)"
             )
         needed = self.model.eval_memory(len(batch["lengths"]), longest)
         budget = device_memory(self.device) if self.max_eval_memory == "auto" else self.max_eval_memory
