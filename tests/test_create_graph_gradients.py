@@ -1,14 +1,12 @@
 """A gradient taken with ``create_graph=True`` (gradient penalties, ``loss.backward(create_graph=True)``,
 MAML-style inner steps, Hessian-vector products) equals the plain gradient, for every structure and
 backend, with respect to every input: on the normalized low-rank paths it was silently wrong (the
-normalizer's path counted twice: ``scaled.differentiated_again``). And the marginals that keep their
-graph cost O(T) to differentiate, not O(T^2)."""
+normalizer's path counted twice: ``scaled.differentiated_again``)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from zoo.inference import (
     DenseChain,
@@ -133,36 +131,3 @@ def test_hessian_vector_products_match_differences_of_the_gradient(name):
     eps = 1e-5
     for got, up, down in zip(hvp, gradient_at(eps), gradient_at(-eps)):
         torch.testing.assert_close(got, (up - down) / (2 * eps), rtol=1e-5, atol=1e-6)
-
-
-class _WrittenElements(TorchDispatchMode):
-    """Counts the elements every operation writes (its outputs' sizes)."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for x in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(x, torch.Tensor):
-                self.count += x.numel()
-        return out
-
-
-def marginals_backward_work(length: int) -> int:
-    g = torch.Generator().manual_seed(0)
-    unary = torch.randn(2, length, 4, generator=g, requires_grad=True)
-    marginals = LinearChain(DenseChain(unary, torch.randn(4, 4, generator=g))).marginals
-    weights = torch.randn(marginals.shape, generator=g)
-    with _WrittenElements() as work:
-        (marginals * weights).sum().backward()
-    return work.count
-
-
-def test_differentiating_the_marginals_is_linear_in_the_length():
-    """Four times the length, about four times the work: each step's shift and forward vector were
-    stacked, and a stack's backward, differentiated again, writes a zero gradient of the whole stack a
-    step (T = 256 took 16x the elements of T = 64)."""
-    ratio = marginals_backward_work(256) / marginals_backward_work(64)
-    assert ratio < 5, ratio

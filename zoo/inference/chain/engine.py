@@ -42,7 +42,8 @@ def gumbel_backward(
     Args:
         log_alphas: B x T x K log forward variables.
         column: ``column(step, nxt)`` -> S x B x K log-potentials log Psi_step(:, nxt) of the
-            transition into position ``step`` (1-based) given S x B next states.
+            transition into position ``step`` (1-based) given S x B next states
+            (``ChainFactors.transition_columns()``).
         lengths: (B,).
         num_samples: S.
         temperature: None for hard samples only; else also return the relaxed one-hots
@@ -53,10 +54,12 @@ def gumbel_backward(
     B, T, K = log_alphas.shape
     S = num_samples
     hard = torch.full((S, B, T), -1, dtype=torch.long, device=log_alphas.device)
-    soft = log_alphas.new_zeros(S, B, T, K) if temperature is not None else None
+    # a view a position and a stack of the relaxed steps at the end: a slice or a write into a buffer a
+    # step makes the backward write a gradient of the whole B x T x K a step (O(T^2))
+    alphas, soft = log_alphas.unbind(1), [None] * T
     nxt = torch.zeros(S, B, dtype=torch.long, device=log_alphas.device)
     for t in range(T - 1, -1, -1):
-        logits = log_alphas[:, t].expand(S, B, K)
+        logits = alphas[t].expand(S, B, K)
         inner = lengths - 1 > t  # B
         if t < T - 1 and bool(inner.any()):
             logits = torch.where(inner.view(1, B, 1), logits + column(t + 2, nxt), logits)
@@ -65,10 +68,10 @@ def gumbel_backward(
         active = (lengths - 1 >= t).view(1, B)
         hard[:, :, t] = torch.where(active, pick, -1)
         nxt = torch.where(active, pick, nxt)
-        if soft is not None:
+        if temperature is not None:
             relaxed = torch.softmax(noisy / temperature, -1)
-            soft[:, :, t] = torch.where(active.unsqueeze(-1), relaxed, 0.0)
-    return hard, soft
+            soft[t] = torch.where(active.unsqueeze(-1), relaxed, 0.0)
+    return hard, None if temperature is None else torch.stack(soft, 2)
 
 
 def sequence_score(factors: ChainFactors, states: Tensor, lengths: Tensor) -> Tensor:
@@ -153,7 +156,7 @@ class ChainEngine(Engine):
         with torch.no_grad():
             alphas = self.log_alphas(factors, lengths)
             hard, _ = gumbel_backward(
-                alphas, factors.transition_columns, lengths, n, None, generator
+                alphas, factors.transition_columns(), lengths, n, None, generator
             )
         return hard
 
@@ -163,7 +166,7 @@ class ChainEngine(Engine):
         """Gumbel-softmax relaxed FFBS sample: B x T x N, differentiable."""
         alphas = self.log_alphas(factors, lengths)
         _, soft = gumbel_backward(
-            alphas, factors.transition_columns, lengths, 1, temperature, generator
+            alphas, factors.transition_columns(), lengths, 1, temperature, generator
         )
         return soft[0]
 

@@ -18,6 +18,7 @@ columns and K x K blocks without building N x N where its parameterization allow
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 
 import torch
@@ -116,14 +117,13 @@ class ChainFactors:
         """
         raise NotImplementedError
 
-    def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
-        """log Psi_step(:, nxt) for the transition into position ``step`` (1-based: 2..T).
-
-        Args:
-            nxt: S x B long indices of the state at position ``step``.
-        Returns:
-            S x B x N log-potentials of every previous state.
-        """
+    def transition_columns(self) -> Callable[[int, Tensor], Tensor]:
+        """``columns(step, nxt)``: log Psi_step(:, nxt) for the transition into position ``step``
+        (1-based: 2..T), nxt S x B long indices of the state there -> S x B x N log-potentials of every
+        previous state. What every step reads is made once here (a backward sampling pass calls it a
+        step at a time), split by position where it has one: a step then has a gradient of its own
+        size (indexing the whole B x (T-1) x ... tensor a step wrote a zero gradient of all of it, O(T^2)
+        in all)."""
         raise NotImplementedError
 
     def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
@@ -205,12 +205,16 @@ class DenseChain(ChainFactors):
         t = torch.arange(Tm1, device=prev.device).view(1, Tm1).expand(B, Tm1)
         return self.transition[b, t, prev, nxt]
 
-    def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
+    def transition_columns(self) -> Callable[[int, Tensor], Tensor]:
         if self.shared:
-            return self.transition[:, nxt].permute(1, 2, 0)
-        S, B = nxt.shape
-        b = torch.arange(B, device=nxt.device).view(1, B).expand(S, B)
-        return self.transition[b, step - 2, :, nxt]
+            return lambda step, nxt: self.transition[:, nxt].permute(1, 2, 0)
+        steps = self.transition.unbind(1)  # B x N x N each
+
+        def columns(step: int, nxt: Tensor) -> Tensor:
+            S, B = nxt.shape
+            return steps[step - 2][torch.arange(B, device=nxt.device).expand(S, B), :, nxt]
+
+        return columns
 
     def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
         r, c = rows.unsqueeze(-1), cols.unsqueeze(-2)
@@ -269,8 +273,8 @@ class EmbeddingChain(ChainFactors):
     def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
         return (self.states[prev] * self.states[nxt]).sum(-1)
 
-    def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
-        return self.states[nxt] @ self.states.T
+    def transition_columns(self) -> Callable[[int, Tensor], Tensor]:
+        return lambda step, nxt: self.states[nxt] @ self.states.T
 
     def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
         return self.states[rows] @ self.states[cols].transpose(-1, -2)
@@ -408,12 +412,15 @@ class LowRankChain(ChainFactors):
             terms = terms + w
         return self.log_scale[prev] + logsumexp(terms)
 
-    def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
-        w = self.log_rank_weights
-        rows = safe_log(self.right[nxt])  # S x B x R
-        if w is not None:
-            rows = rows + w[:, step - 2]
-        return log_matmul(rows, Matrix.from_prob(self.scaled_left().T))
+    def transition_columns(self) -> Callable[[int, Tensor], Tensor]:
+        log_right, left = safe_log(self.right), Matrix.from_prob(self.scaled_left().T)  # N x R, R x N
+        weights = None if self.log_rank_weights is None else self.log_rank_weights.unbind(1)  # B x R each
+
+        def columns(step: int, nxt: Tensor) -> Tensor:
+            rows = log_right[nxt]  # S x B x R
+            return log_matmul(rows if weights is None else rows + weights[step - 2], left)
+
+        return columns
 
     def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
         return self._log_inner(self.scaled_left()[rows], self.right[cols], self.log_rank_weights)
@@ -516,8 +523,8 @@ class RankSpaceChain(ChainFactors):
     def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
         return self.low_rank_view().transition_entries(prev, nxt)
 
-    def transition_columns(self, step: int, nxt: Tensor) -> Tensor:
-        return self.low_rank_view().transition_columns(step, nxt)
+    def transition_columns(self) -> Callable[[int, Tensor], Tensor]:
+        return self.low_rank_view().transition_columns()  # one view (each checks its inputs)
 
     def transition_blocks(self, rows: Tensor, cols: Tensor) -> Tensor:
         return self.low_rank_view().transition_blocks(rows, cols)

@@ -139,7 +139,7 @@ class RandomizedEngine(SequenceLifecycle, ChainEngine):
             alphas = exact.log_forward(small, lengths)[1]
         generator = generator if generator is not None else self.options.generator
         _, soft = gumbel_backward(
-            alphas, small.transition_columns, lengths, 1, temperature, generator
+            alphas, small.transition_columns(), lengths, 1, temperature, generator
         )
         out = soft.new_zeros(*soft.shape[:-1], factors.num_states)
         return out.scatter_add(-1, kept.index.unsqueeze(0), soft)[0]

@@ -77,8 +77,10 @@ def streamed_steps(chain: LowRankChain) -> tuple[Step, Step]:
         ]
         return torch.cat(out, -1) if len(out) > 1 else out[0]
 
+    columns = chain.transition_columns()
+
     def into(t: int, state: Tensor) -> Tensor:
-        return chain.transition_columns(t + 1, state.unsqueeze(0))[0]
+        return columns(t + 1, state.unsqueeze(0))[0]
 
     return best, into
 

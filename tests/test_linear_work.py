@@ -1,0 +1,96 @@
+"""Operations whose work grows linearly with the sequence length, as documented, measured by the
+elements every aten operation writes (a ``TorchDispatchMode``: deterministic, unlike a timing): four
+times the length must cost under five times the elements. Each case was quadratic: a step that indexed
+or sliced a whole B x T x ... tensor wrote, in its backward, a zero gradient of all of it (or a select of
+a stacked tensor did, differentiated again), or a step rebuilt a view that checks every input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from zoo.inference import DenseChain, LinearChain, LowRankChain, RankSpaceChain
+
+B, N, R = 2, 4, 3
+
+
+class WrittenElements(TorchDispatchMode):
+    """Counts the elements every operation writes (its outputs' sizes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for x in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(x, torch.Tensor):
+                self.count += x.numel()
+        return out
+
+
+def work(run, length: int) -> int:
+    """Elements written by ``run(length)``'s returned callable (built outside the count)."""
+    call = run(length)
+    with WrittenElements() as counted:
+        call()
+    return counted.count
+
+
+def assert_linear(run, short=64, long=256):
+    ratio = work(run, long) / work(run, short)
+    assert ratio < 5 * long / (4 * short), ratio
+
+
+def leaves(*shapes, positive=()):
+    g = torch.Generator().manual_seed(0)
+    made = [torch.rand(s, generator=g) + 0.1 if i in positive else torch.randn(s, generator=g)
+            for i, s in enumerate(shapes)]  # fmt: skip
+    return [x.requires_grad_() for x in made]
+
+
+CHAINS = {
+    "shared": lambda T: DenseChain(*leaves((B, T, N), (N, N))),
+    "per-position": lambda T: DenseChain(*leaves((B, T, N), (B, T - 1, N, N))),
+    "low-rank, rank weights": lambda T: LowRankChain(
+        *leaves((B, T, N), (N, R), (N, R), positive=(1, 2)), normalize=False,
+        log_rank_weights=leaves((B, T - 1, R))[0],
+    ),  # fmt: skip
+    "rank-space": lambda T: RankSpaceChain(*leaves((N,), (N, R), (N, R), (B, T, R), positive=(0, 1, 2))),
+}
+
+
+def test_differentiating_the_marginals():
+    """Each step's shift and forward vector were stacked (``scaled.step_ends``): 16x at 4x the length."""
+
+    def run(T):
+        marginals = LinearChain(CHAINS["shared"](T)).marginals
+        weights = torch.randn(marginals.shape, generator=torch.Generator().manual_seed(1))
+        return lambda: (marginals * weights).sum().backward()
+
+    assert_linear(run)
+
+
+@pytest.mark.parametrize("name", list(CHAINS))
+def test_the_backward_of_a_relaxed_sample(name):
+    """``gumbel_backward`` read log_alphas[:, t], wrote soft[:, :, t] and indexed the whole transition
+    (or the rank weights) a step: the structured VAE's ELBO took 7x its log Z + backward at T = 1024."""
+
+    def run(T):
+        generator = torch.Generator().manual_seed(0)
+        soft = LinearChain(CHAINS[name](T)).rsample(temperature=0.5, generator=generator)
+        weights = torch.randn(soft.shape, generator=torch.Generator().manual_seed(1))
+        return lambda: (soft * weights).sum().backward()
+
+    assert_linear(run)
+
+
+def test_sampling_a_rank_space_chain():
+    """Each backward-sampling step rebuilt the low-rank view, which checks the whole unary and emission."""
+
+    def run(T):
+        chain = LinearChain(CHAINS["rank-space"](T))
+        return lambda: chain.sample(2, generator=torch.Generator().manual_seed(0))
+
+    assert_linear(run)
