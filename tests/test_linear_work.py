@@ -10,7 +10,16 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from zoo.inference import DenseChain, LinearChain, LowRankChain, RankSpaceChain
+from zoo.inference import (
+    DenseChain,
+    DenseSemiMarkov,
+    EdgeSemiMarkov,
+    LinearChain,
+    LowRankChain,
+    RankSpaceChain,
+    RankSpaceSemiMarkov,
+    SemiMarkovChain,
+)
 
 B, N, R = 2, 4, 3
 
@@ -92,5 +101,61 @@ def test_sampling_a_rank_space_chain():
     def run(T):
         chain = LinearChain(CHAINS["rank-space"](T))
         return lambda: chain.sample(2, generator=torch.Generator().manual_seed(0))
+
+    assert_linear(run)
+
+
+D = 3
+SEMI_MARKOV = {
+    "dense": lambda T: DenseSemiMarkov(*leaves((B, T, N), (N, N), (N, D))),
+    "per-segment (edge)": lambda T: EdgeSemiMarkov(*leaves((B, D, N), (B, T - 1, D, N, N))),
+}
+
+
+@pytest.mark.parametrize("name", list(SEMI_MARKOV))
+def test_the_backward_of_a_semi_markov_log_z(name):
+    """The per-segment forward indexed the whole B x (T-1) x D x N x N edge a frame: its backward wrote
+    a zero gradient of all of it each time (every rank-space HSMM state-level operation runs there)."""
+
+    def run(T):
+        log_z = SemiMarkovChain(SEMI_MARKOV[name](T)).log_partition
+        return lambda: log_z.sum().backward()
+
+    assert_linear(run)
+
+
+@pytest.mark.parametrize("name", list(SEMI_MARKOV))
+def test_differentiating_the_segment_marginals(name):
+    """The forward's ends were stacked and indexed at each length (``numerics.at_positions``)."""
+
+    def run(T):
+        marginals = SemiMarkovChain(SEMI_MARKOV[name](T)).segment_marginals
+        weights = torch.randn(marginals.shape, generator=torch.Generator().manual_seed(1))
+        return lambda: (marginals * weights).sum().backward()
+
+    assert_linear(run)
+
+
+def test_segment_marginals_of_a_rank_space_semi_markov_chain():
+    def run(T):
+        chain = SemiMarkovChain(RankSpaceSemiMarkov(
+            *leaves((N,), (N, R), (N, R), (R, D), (B, T, R), positive=(0, 1, 2))
+        ))  # fmt: skip
+        return lambda: chain.segment_marginals
+
+    assert_linear(run)
+
+
+@pytest.mark.parametrize("name", list(SEMI_MARKOV))
+def test_the_backward_of_a_relaxed_semi_markov_sample(name):
+    """The walk back read each segment's logits from the whole ends, cumulative emissions and edge (a
+    zero gradient of each a segment) and scattered into a copy of the whole relaxed tensor a segment:
+    now the walk runs without a graph, and its segments' logits are read by one gather."""
+
+    def run(T):
+        generator = torch.Generator().manual_seed(0)
+        soft = SemiMarkovChain(SEMI_MARKOV[name](T)).rsample(temperature=0.5, generator=generator)
+        weights = torch.randn(soft.shape, generator=torch.Generator().manual_seed(1))
+        return lambda: (soft * weights).sum().backward()
 
     assert_linear(run)

@@ -5,6 +5,8 @@ import these, nothing structure-specific lives here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -98,3 +100,18 @@ def gumbel_noise(shape: tuple, like: Tensor, generator: torch.Generator | None) 
     u = torch.rand(shape, generator=generator, dtype=like.dtype, device=like.device)
     tiny = torch.finfo(like.dtype).tiny
     return -(-(u.clamp_min(tiny)).log()).clamp_min(tiny).log()
+
+
+def at_positions(steps: Sequence[Tensor], positions: Tensor) -> Tensor:
+    """Each sequence's step at its own position: ``steps[positions[b]]`` in row b, for steps of shape
+    ... x B x K or B (a forward's values a frame) and positions (B,). A where at each distinct position,
+    ops of one step's size: indexing the stack of the steps writes, in its backward differentiated
+    again (marginals that keep their graph), a zero gradient of the whole stack a step, O(T^2) in all.
+    The last step is always taken (where no row ends there, with no effect), so every operand stays in
+    the graph."""
+    out = None
+    for t in sorted({*positions.tolist(), len(steps) - 1}):
+        here = positions == t
+        out = steps[t] if out is None else torch.where(here.unsqueeze(-1) if steps[t].dim() > 1 else here,
+                                                        steps[t], out)  # fmt: skip
+    return out

@@ -25,13 +25,22 @@ when it is the only one left later, and every local quantity stays of the size o
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from zoo.inference.logmatmul import Matrix, columns, log_matmul, repair_index, times
-from zoo.inference.numerics import NEG, added_at_first, detached_max, logsumexp, needs_grad, safe_log
+from zoo.inference.numerics import (
+    NEG,
+    added_at_first,
+    at_positions,
+    detached_max,
+    logsumexp,
+    needs_grad,
+    safe_log,
+)
 from zoo.inference.packed import RepeatedProduct
 from zoo.inference.precision import in_full_precision
 
@@ -140,8 +149,8 @@ def total(last: Tensor, shift: Tensor, log_final: Tensor | None) -> Tensor:
 
 
 def stacked_ends(alphas: Tensor, shifts: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """``total``'s (last, shift) from the stacked forward vectors (B x T x K) and shifts (B x T); no
-    graph (a stack's backward differentiated again is O(T^2), see ``step_ends``)."""
+    """``total``'s (last, shift) from the stacked forward vectors (B x T x K) and shifts (B x T), where
+    no graph is kept (else ``step_ends``)."""
     B, T, _ = alphas.shape
     valid = torch.arange(T, device=alphas.device) < lengths.unsqueeze(-1)
     last = alphas[torch.arange(B, device=alphas.device), lengths - 1]
@@ -149,20 +158,10 @@ def stacked_ends(alphas: Tensor, shifts: Tensor, lengths: Tensor) -> tuple[Tenso
 
 
 def step_ends(xs: list[Tensor], ns: list[Tensor], lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """``total``'s (last, shift) from the steps' forward vectors (B x K each) and shifts (B,) by ops of
-    one step's size: a stack's backward selects one step at a time, and differentiated again (marginals
-    that keep their graph), each select writes a zero gradient of the whole stack, O(T^2) in all."""
-    ends = lengths - 1
-    at_end = {*ends.tolist(), len(xs) - 1}  # the last step always: every operand stays in the graph
-    run = shift = ns[0].double()
-    last = xs[0]
-    for t in range(1, len(xs)):
-        run = run + ns[t].double()
-        if t in at_end:
-            here = ends == t
-            last = torch.where(here.unsqueeze(-1), xs[t], last)
-            shift = torch.where(here, run, shift)
-    return last, shift
+    """``total``'s (last, shift) from the steps' forward vectors (B x K each) and shifts (B,), by ops of
+    one step's size (``numerics.at_positions``)."""
+    runs = list(itertools.accumulate(n.double() for n in ns))
+    return at_positions(xs, lengths - 1), at_positions(runs, lengths - 1)
 
 
 def guarded_step(

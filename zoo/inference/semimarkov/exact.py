@@ -18,7 +18,7 @@ from torch import Tensor
 import zoo.inference.semimarkov.forward as forward_module
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import NATIVE
-from zoo.inference.numerics import needs_grad
+from zoo.inference.numerics import at_positions, needs_grad
 from zoo.inference.semimarkov.engine import SemiMarkovEngine, on_one_frame_chain, one_frame_log_partition
 from zoo.inference.semimarkov.factors import (
     DenseSemiMarkov,
@@ -73,6 +73,7 @@ def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: Semiring = Log, f
     edge = f.edge if edge is None else edge
     B, D, N = first.shape
     T = f.max_length
+    into = edges_by_end(edge, D, T)
     ends = [semiring.lift(first.new_full((B, N), float("-inf")))]
     offset = first.new_zeros(B, 1, dtype=torch.float64) if semiring is not Entropy else None
     offsets, pins = [offset], first.new_zeros(B, 1)
@@ -83,8 +84,7 @@ def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: Semiring = Log, f
             parts.append(semiring.lift(start))
         n = min(D, t - 1)
         if n >= 1:
-            s = torch.arange(t - n, t, device=first.device)
-            x = semiring.mul(torch.stack(ends[t - n : t], -2).unsqueeze(-1), edge[:, s - 1, t - s - 1])
+            x = semiring.mul(torch.stack(ends[t - n : t], -2).unsqueeze(-1), into[t][:, D - n :])
             parts.append(semiring.sum(x.flatten(-3, -2), -2))  # over (duration, previous state)
         ends.append(semiring.sum(torch.stack(parts, -2), -2))
         offsets.append(offset)
@@ -93,13 +93,24 @@ def edge_forward(f: EdgeSemiMarkov, lengths: Tensor, semiring: Semiring = Log, f
             offset, pins = offset + shift.value, pins + shift.pin
             for i in range(max(1, len(offsets) - D), len(offsets)):
                 offsets[i] = offset  # those ends are in the new frame (frame 0, a first segment's, stays 0)
-    ends = torch.stack(ends, -2)
-    rows = torch.arange(B, device=first.device)
-    answer = semiring.result(semiring.sum(ends[..., rows, lengths, :], -1))
+    answer = semiring.result(semiring.sum(at_positions(ends, lengths), -1))  # O(T) differentiated again
     if offset is None:
-        return answer, ends, None
-    offsets = torch.cat(offsets, -1)
-    return unshifted(answer, offsets[rows, lengths], pins), ends, offsets
+        return answer, torch.stack(ends, -2), None
+    at_length = at_positions(offsets, lengths).squeeze(-1)
+    return unshifted(answer, at_length, pins), torch.stack(ends, -2), torch.cat(offsets, -1)
+
+
+def edges_by_end(edge: Tensor, D: int, T: int) -> list[Tensor]:
+    """The edge scores by the frame their segment ends at: [t] B x D x N x N, row k the segment of
+    duration D - k ending at frame t (from frame t - D + k; rows before frame 1 hold junk), made by one
+    gather for all frames: a frame's own indexing of the whole B x (T-1) x D x N x N edge wrote, in
+    the backward, a zero gradient of all of it (O(T^2 D N^2))."""
+    if edge.shape[1] == 0:
+        return []
+    t = torch.arange(T + 1, device=edge.device).unsqueeze(-1)
+    duration = torch.arange(D, 0, -1, device=edge.device)  # D .. 1
+    start = (t - duration - 1).clamp_min(0)  # the previous segment's end, as edge's index 1
+    return edge[:, start, duration - 1].unbind(1)
 
 
 def edge_choice(f: EdgeSemiMarkov, ends: Tensor, offsets: Tensor):

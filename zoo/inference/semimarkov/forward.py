@@ -31,7 +31,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from zoo.inference.numerics import NEG, gumbel_noise
+from zoo.inference.numerics import NEG, at_positions, gumbel_noise
 from zoo.inference.semimarkov.factors import Cumulative
 from zoo.inference.semiring import Entropy, Log, Max, Semiring
 
@@ -147,16 +147,16 @@ def forward(
                 shift = shift_window(alphas, D, lengths > t)
                 offset, pins = offset + shift.value, pins + shift.pin
     ends = torch.stack(betas, -2)
-    rows = torch.arange(B, device=cum.device)
-    last = ends[..., rows, lengths, :]
+    last = at_positions(betas, lengths)  # not ends[..., rows, lengths, :]: O(T^2) differentiated again
     if problem.final is not None:
         last = semiring.mul(last, problem.final)
     durations = torch.stack(best, -2) if best is not None else None
     answer = semiring.result(semiring.sum(last, -1))
     if offset is None:
         return Forward(answer, ends, durations)
-    offsets = torch.cat(offsets, -1) + frames.sums
-    return Forward(unshifted(answer, offsets[rows, lengths], pins), ends, durations, offsets)
+    rows = torch.arange(B, device=cum.device)
+    at_length = at_positions(offsets, lengths).squeeze(-1) + frames.sums[rows, lengths]
+    return Forward(unshifted(answer, at_length, pins), ends, durations, torch.cat(offsets, -1) + frames.sums)
 
 
 class BestFrames(NamedTuple):
@@ -274,7 +274,6 @@ def backtrack(
     T, D, S = T1 - 1, max_duration, num_samples
     dev = ends.device
     hard = torch.full((S, B, T), -1, dtype=torch.long, device=dev)
-    soft = ends.new_zeros(S, B, T * D, K) if temperature is not None else None
     t = lengths.view(1, B).expand(S, B).clone()
     logits = ends[torch.arange(B, device=dev), lengths].expand(S, B, K)
     if final is not None:
@@ -282,27 +281,44 @@ def backtrack(
     if noise:
         logits = logits + gumbel_noise((S, B, K), ends, generator)
     j = logits.argmax(-1)
-    state = torch.softmax(logits / temperature, -1) if soft is not None else None
     active = torch.ones(S, B, dtype=torch.bool, device=dev)
     sidx = torch.arange(S, device=dev).view(S, 1)
     bidx = torch.arange(B, device=dev).view(1, B)
-    dd = torch.arange(1, D + 1, device=dev)
-    while bool(active.any()):
-        lg = choice(t, j)
-        if noise:
-            lg = lg + gumbel_noise(lg.shape, ends, generator)
-        flat = lg.flatten(-2).argmax(-1)
-        d, i = flat // K + 1, flat % K
-        s = t - d
-        hard[sidx, bidx, s.clamp_min(0)] = torch.where(active, j, hard[sidx, bidx, s.clamp_min(0)])
-        if soft is not None:
-            pi = torch.softmax(lg.flatten(-2) / temperature, -1).view(S, B, D, K)
-            starts = t.unsqueeze(-1) - dd  # S x B x D
-            weight = pi.sum(-1) * active.unsqueeze(-1)  # relaxed duration, 0 once finished
-            index = (starts.clamp_min(0) * D + dd - 1).unsqueeze(-1).expand(S, B, D, K)
-            soft = soft.scatter_add(2, index, weight.unsqueeze(-1) * state.unsqueeze(-2))
-            state = torch.where(active.unsqueeze(-1), pi.sum(-2), state)
-        active = active & (s > 0)
-        t = torch.where(active, s, t)
-        j = torch.where(active, i, j)
-    return hard, (soft.view(S, B, T, D, K) if soft is not None else None)
+    walked = []  # each segment's (end t, node j, still active, its noise)
+    with torch.no_grad():  # the walk: its picks need no graph
+        while bool(active.any()):
+            lg = choice(t, j)
+            drawn = gumbel_noise(lg.shape, ends, generator) if noise else None
+            flat = (lg if drawn is None else lg + drawn).flatten(-2).argmax(-1)
+            d, i = flat // K + 1, flat % K
+            s = t - d
+            hard[sidx, bidx, s.clamp_min(0)] = torch.where(active, j, hard[sidx, bidx, s.clamp_min(0)])
+            walked.append((t, j, active, drawn))
+            active = active & (s > 0)
+            t = torch.where(active, s, t)
+            j = torch.where(active, i, j)
+    if temperature is None:
+        return hard, None
+    return hard, relaxed_segments(ends, logits, choice, walked, T, D, temperature)
+
+
+def relaxed_segments(ends: Tensor, logits: Tensor, choice, walked: list, T: int, D: int, temperature: float):
+    """``backtrack``'s relaxed segment indicators S x B x T x D x K along the walk it took: every
+    segment's logits by one call of ``choice`` (one gather of each operand, whose backward is one
+    scatter: a call a segment wrote a zero gradient of each whole operand a segment, O(T^2)), its
+    relaxed (duration, previous node) pi, the relaxed node ``state`` carried back, and one scatter."""
+    S, B, K = logits.shape
+    dd = torch.arange(1, D + 1, device=ends.device)
+    t, j, active, drawn = (list(x) for x in zip(*walked))
+    lg = choice(torch.cat(t), torch.cat(j))  # (segments S) x B x D x K
+    if drawn[0] is not None:
+        lg = lg + torch.cat(drawn)
+    pis = torch.softmax(lg.flatten(-2) / temperature, -1).view(len(walked), S, B, D, K).unbind(0)
+    state, places, weights = torch.softmax(logits / temperature, -1), [], []
+    for pi, t_k, active_k in zip(pis, t, active):
+        weight = pi.sum(-1) * active_k.unsqueeze(-1)  # relaxed duration, 0 once finished
+        places.append(((t_k.unsqueeze(-1) - dd).clamp_min(0) * D + dd - 1).unsqueeze(-1).expand(S, B, D, K))
+        weights.append(weight.unsqueeze(-1) * state.unsqueeze(-2))
+        state = torch.where(active_k.unsqueeze(-1), pi.sum(-2), state)
+    soft = ends.new_zeros(S, B, T * D, K).scatter_add(2, torch.cat(places, 2), torch.cat(weights, 2))
+    return soft.view(S, B, T, D, K)
