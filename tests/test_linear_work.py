@@ -59,6 +59,13 @@ def leaves(*shapes, positive=()):
     return [x.requires_grad_() for x in made]
 
 
+def backward_of_relaxed_sample(distribution):
+    """A call that backpropagates a weighted sum of ``distribution``'s relaxed sample (drawn here)."""
+    soft = distribution.rsample(temperature=0.5, generator=torch.Generator().manual_seed(0))
+    weights = torch.randn(soft.shape, generator=torch.Generator().manual_seed(1))
+    return lambda: (soft * weights).sum().backward()
+
+
 CHAINS = {
     "shared": lambda T: DenseChain(*leaves((B, T, N), (N, N))),
     "per-position": lambda T: DenseChain(*leaves((B, T, N), (B, T - 1, N, N))),
@@ -86,13 +93,7 @@ def test_the_backward_of_a_relaxed_sample(name):
     """``gumbel_backward`` read log_alphas[:, t], wrote soft[:, :, t] and indexed the whole transition
     (or the rank weights) a step: the structured VAE's ELBO took 7x its log Z + backward at T = 1024."""
 
-    def run(T):
-        generator = torch.Generator().manual_seed(0)
-        soft = LinearChain(CHAINS[name](T)).rsample(temperature=0.5, generator=generator)
-        weights = torch.randn(soft.shape, generator=torch.Generator().manual_seed(1))
-        return lambda: (soft * weights).sum().backward()
-
-    assert_linear(run)
+    assert_linear(lambda T: backward_of_relaxed_sample(LinearChain(CHAINS[name](T))))
 
 
 def test_sampling_a_rank_space_chain():
@@ -152,10 +153,4 @@ def test_the_backward_of_a_relaxed_semi_markov_sample(name):
     zero gradient of each a segment) and scattered into a copy of the whole relaxed tensor a segment:
     now the walk runs without a graph, and its segments' logits are read by one gather."""
 
-    def run(T):
-        generator = torch.Generator().manual_seed(0)
-        soft = SemiMarkovChain(SEMI_MARKOV[name](T)).rsample(temperature=0.5, generator=generator)
-        weights = torch.randn(soft.shape, generator=torch.Generator().manual_seed(1))
-        return lambda: (soft * weights).sum().backward()
-
-    assert_linear(run)
+    assert_linear(lambda T: backward_of_relaxed_sample(SemiMarkovChain(SEMI_MARKOV[name](T))))

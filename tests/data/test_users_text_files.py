@@ -137,19 +137,24 @@ def test_crosstask_lists_and_annotations_end_lines_as_text_files_do(tmp_path):
         assert text_lines("a\r\nb") == ["a", "b"]
 
 
+def read_both_ways(folder, text: str) -> tuple[PTBDataModule, PTBDataModule]:
+    """``text`` as every split's file, read through data_dir and through hf_dataset (set up)."""
+    write_splits(folder, "ptb.{split}.txt", {"train": text, "valid": text, "test": text})
+    files = {split: str(folder / f"ptb.{split}.txt") for split in ("train", "valid", "test")}
+    readers = PTBDataModule(data_dir=str(folder)), PTBDataModule(
+        hf_dataset={"path": "text", "data_files": {**files, "validation": files["valid"]}}
+    )
+    for reader in readers:
+        reader.setup()
+    return readers
+
+
 def test_a_byte_order_mark_inside_a_file_is_dropped_as_through_hf_dataset(tmp_path):
     """Two Notepad files concatenated hold a mark at the start of the second one's first line: it stuck
     to that line's first word through data_dir (a word '\\ufeffc'), where hf_dataset drops it."""
     text = "a b\n\ufeffc d\n"
     assert text_lines(text) == ["a b", "c d"]
-    write_splits(tmp_path, "ptb.{split}.txt", {"train": text, "valid": text, "test": text})
-    data = PTBDataModule(data_dir=str(tmp_path))
-    data.setup()
-    files = {split: str(tmp_path / f"ptb.{split}.txt") for split in ("train", "valid", "test")}
-    through_hf = PTBDataModule(
-        hf_dataset={"path": "text", "data_files": {**files, "validation": files["valid"]}}
-    )
-    through_hf.setup()
+    data, through_hf = read_both_ways(tmp_path, text)
     assert "\ufeffc" not in data.vocab.tokens
     for split in ("train", "valid", "test"):
         assert [x.tolist() for x in data.datasets[split]] == [x.tolist() for x in through_hf.datasets[split]]
@@ -173,14 +178,7 @@ def test_a_file_is_read_in_nfc_through_data_dir_and_hf_dataset(tmp_path):
     through either reader; the vocabulary holds one "café"."""
     composed, decomposed = "le caf\u00e9 noir", "le cafe\u0301 noir"
     text = f"{composed}\n{decomposed}\n"
-    write_splits(tmp_path, "ptb.{split}.txt", {"train": text, "valid": text, "test": text})
-    data = PTBDataModule(data_dir=str(tmp_path))
-    data.setup()
-    files = {split: str(tmp_path / f"ptb.{split}.txt") for split in ("train", "valid", "test")}
-    through_hf = PTBDataModule(
-        hf_dataset={"path": "text", "data_files": {**files, "validation": files["valid"]}}
-    )
-    through_hf.setup()
+    data, through_hf = read_both_ways(tmp_path, text)
     assert data.vocab.size == 5  # <eos>, <unk>, le, café, noir
     for reader in (data, through_hf):
         first, second = reader.datasets["train"]
