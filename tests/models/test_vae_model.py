@@ -426,6 +426,8 @@ def test_nucleus_keeps_the_top_mass_and_tempers():
     torch.testing.assert_close(nucleus(logits, top_p=1e-9), greedy)
     cold = nucleus(logits, temperature=0.5)  # p^2, renormalized
     torch.testing.assert_close(cold, torch.softmax(2 * logits, -1))
+    frozen = nucleus(logits, temperature=1e-40)  # the argmax (logits / 1e-40 overflowed to NaN)
+    torch.testing.assert_close(frozen, torch.tensor([[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
 
 
 def test_tempered_nucleus_samples_follow_their_distribution():

@@ -217,8 +217,9 @@ class LSTMDecoder(nn.Module):
 def nucleus(logits: Tensor, temperature: float = 1.0, top_p: float = 1.0) -> Tensor:
     """softmax(logits / temperature) cut to its nucleus (Holtzman et al. 2020): the most probable classes
     whose mass first reaches ``top_p``, the rest zeroed (not renormalized: ``torch.multinomial`` does
-    that). logits: ... x C; returns ... x C. The most probable class is always kept."""
-    probs = torch.softmax(logits / temperature, -1)
+    that). logits: ... x C; returns ... x C. The most probable class is always kept. The logits are
+    shifted to a max of 0 before the division: a temperature of 1e-40 overflowed them to inf (NaN)."""
+    probs = torch.softmax((logits - logits.amax(-1, keepdim=True)) / temperature, -1)
     if top_p >= 1.0:
         return probs
     ranked, order = probs.sort(-1, descending=True)

@@ -310,7 +310,11 @@ class StructuredVAE(ZooModel):
         ``{"tokens": n x T, "lengths": (n,)}`` (a batch: ``log_likelihood`` scores it) and its latent
         ``"states"`` (n x T, -1 past each length). ``temperature`` (> 0) and ``top_p`` (in (0, 1]) shape
         each word's distribution as a language model's generation does (nucleus sampling, Holtzman et
-        al. 2020): samples of a small model read as text, but below 1 they are not samples of p(y)."""
+        al. 2020): samples of a small model read as text, but below 1 they are not samples of p(y).
+        With a shortlist (``decoder_vocab``), the ids outside it are one class of the decoder's output
+        and are shaped as one word: the class is tempered and ranked as a whole, then one of its ids
+        drawn uniformly (tempering each of them instead would give the class (V - K)^(1 - 1 /
+        temperature) times this weight)."""
         check_int("n", n)
         limit = self.encoder.config.n_positions
         max_length = min(64, limit) if max_length is None else max_length
