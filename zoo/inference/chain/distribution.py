@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.chain import engine, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
+from zoo.inference.chain import divergence, engine, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
 from zoo.inference.chain.factors import ChainFactors
 from zoo.inference.checks import check_label_sequences, check_lengths, check_sample_count
 from zoo.inference.distribution import StructuredDistribution
@@ -31,7 +31,8 @@ class LinearChain(StructuredDistribution):
 
     Operations: ``log_partition`` (B,), ``marginals`` (B x T x N), ``pairwise_marginals``
     (B x (T-1) x N x N), ``entropy`` (B,), ``log_prob(states)``, ``argmax`` (B x T, -1 past each
-    length), ``max_score`` (B,), ``sample(n)`` (n x B x T), ``rsample(temperature)`` (B x T x N).
+    length), ``max_score`` (B,), ``sample(n)`` (n x B x T), ``rsample(temperature)`` (B x T x N),
+    ``cross_entropy(other)`` and ``kl(other)`` (B,).
     """
 
     structure = "chain"
@@ -89,6 +90,18 @@ class LinearChain(StructuredDistribution):
         """log p(states): states B x T or S x B x T (entries past a length are ignored)."""
         states = check_label_sequences("states", states, self.factors.batch, self.factors.max_length)
         return self.engine.log_prob(self.factors, self.lengths, states, self._known_log_partition())
+
+    @autograd_ready
+    def cross_entropy(self, other: LinearChain) -> Tensor:
+        """H(p, q) = -E_p[log q(z)], p this chain and q ``other`` (the same B, T, N and lengths; any
+        containers and backends): (B,), +inf where p gives mass to a sequence q forbids.
+        Differentiable in both; exact, on the dense forms (``chain.divergence``)."""
+        return divergence.cross_entropy(self, other)
+
+    @autograd_ready
+    def kl(self, other: LinearChain) -> Tensor:
+        """KL(p || q) = H(p, q) - H(p), p this chain and q ``other``: (B,) (as ``cross_entropy``)."""
+        return divergence.kl(self, other)
 
     @autograd_ready
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
