@@ -186,10 +186,10 @@ def check_lengths(
     return lengths
 
 
-def check_sample_count(n) -> None:
-    """The number of samples asked for: a positive int (not a bool)."""
+def check_sample_count(n, name: str = "n") -> None:
+    """The number of samples (or best paths, ``name``) asked for: a positive int (not a bool)."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+        raise ValueError(f"{name} must be a positive int, got {n!r}")
 
 
 def check_label_sequences(name: str, value, batch: int, length: int) -> Tensor:

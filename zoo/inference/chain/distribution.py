@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.chain import divergence, engine, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
+from zoo.inference.chain import divergence, engine, kbest, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
 from zoo.inference.chain.factors import ChainFactors
 from zoo.inference.checks import check_label_sequences, check_lengths, check_sample_count
 from zoo.inference.distribution import StructuredDistribution
@@ -32,7 +32,7 @@ class LinearChain(StructuredDistribution):
     Operations: ``log_partition`` (B,), ``marginals`` (B x T x N), ``pairwise_marginals``
     (B x (T-1) x N x N), ``entropy`` (B,), ``log_prob(states)``, ``argmax`` (B x T, -1 past each
     length), ``max_score`` (B,), ``sample(n)`` (n x B x T), ``rsample(temperature)`` (B x T x N),
-    ``cross_entropy(other)`` and ``kl(other)`` (B,).
+    ``topk(k)`` ((k x B scores, k x B x T states)), ``cross_entropy(other)`` and ``kl(other)`` (B,).
     """
 
     structure = "chain"
@@ -90,6 +90,15 @@ class LinearChain(StructuredDistribution):
         """log p(states): states B x T or S x B x T (entries past a length are ignored)."""
         states = check_label_sequences("states", states, self.factors.batch, self.factors.max_length)
         return self.engine.log_prob(self.factors, self.lengths, states, self._known_log_partition())
+
+    @autograd_ready
+    def topk(self, k: int) -> kbest.KBest:
+        """The k most probable state sequences, best first (k-best Viterbi on the dense form, O(T N^2
+        k)): ``(scores, states)``, scores k x B (summed from the potentials: differentiable, as
+        ``max_score``) and states k x B x T long, -1 past each length; where a chain has fewer than k
+        sequences of non-zero probability, the ranks beyond them score -inf with states -1."""
+        check_sample_count(k, "k")
+        return kbest.k_best(self.factors, self.lengths, k)
 
     @autograd_ready
     def cross_entropy(self, other: LinearChain) -> Tensor:
