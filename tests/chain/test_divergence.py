@@ -141,3 +141,14 @@ def test_one_position_and_inference_mode():
 def brute_entropy_of_one(unary):
     log_p = unary[:, 0].log_softmax(-1)
     return -(log_p.exp() * log_p).sum(-1)
+
+
+def test_potentials_made_under_inference_mode_that_require_grad():
+    """The other chain's inference tensors were saved for a backward: "Inference tensors cannot be saved
+    for backward" (a low-rank q), an out= error (a per-position q)."""
+    with torch.inference_mode():
+        p = LinearChain(CHAINS["shared"](80), LENGTHS)
+        for name in ("per-position", "low-rank"):
+            q = LinearChain(CHAINS[name](81), LENGTHS)
+            expected = brute_cross_entropy(dense_parts(p.factors), dense_parts(q.factors))
+            torch.testing.assert_close(p.cross_entropy(q), expected, rtol=1e-9, atol=1e-10)

@@ -184,3 +184,10 @@ def test_a_file_is_read_in_nfc_through_data_dir_and_hf_dataset(tmp_path):
         first, second = reader.datasets["train"]
         assert first.tolist() == second.tolist()
     assert data.sentences("train")[1] == composed.split()
+
+
+def test_a_byte_order_mark_starting_a_line_of_a_tree_file_is_dropped(tmp_path):
+    """It was 'text outside brackets' (or part of the word after it), where a text file drops it."""
+    path = tmp_path / "trees.mrg"
+    path.write_bytes("(S (A the) (B cat))\n\ufeff(S (A a) (B dog))\r\ufeff(S (A one) (B more))".encode())
+    assert [tree.words() for tree in read_bracketed(path)] == [["the", "cat"], ["a", "dog"], ["one", "more"]]

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from zoo.data.utf8 import line_and_column, read_utf8
+from zoo.data.utf8 import line_and_column, read_utf8, without_line_marks
 
 __all__ = [
     "REMOVED_TAGS",
@@ -216,7 +216,7 @@ def read_mrg(path: str | os.PathLike) -> list[Tree]:
         return [tree for f in _mrg_files(path) for tree in read_mrg(f)]
     if not path.is_file():
         raise FileNotFoundError(f"no such file or directory: {path}")
-    return parse_bracketed(read_utf8(path), source=str(path))
+    return parse_bracketed(without_line_marks(read_utf8(path)), source=str(path))
 
 
 def read_bracketed(text_or_path: str | os.PathLike) -> list[Tree]:

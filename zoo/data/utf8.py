@@ -11,6 +11,7 @@ from pathlib import Path
 UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 NEWLINE = re.compile(r"\r\n|\r|\n")
 NEWLINE_BYTES = re.compile(rb"\r\n|\r|\n")
+LINE_MARK = re.compile("(\\A|\r\n|\r|\n)\ufeff")  # a byte-order mark that starts a line
 
 
 def nfc(text: str) -> str:
@@ -55,6 +56,12 @@ def read_utf8(path: Path) -> str:
         ) from None
 
 
+def without_line_marks(text: str) -> str:
+    """``text`` without the byte-order marks that start its lines (see ``text_lines``); tree files are
+    parsed whole."""
+    return LINE_MARK.sub(r"\1", text)
+
+
 def text_lines(text: str) -> list[str]:
     """The lines of ``text``, ended by "\\n", "\\r\\n" or a lone "\\r" (old Mac files), as Python's
     universal newlines and ``datasets``' text reader end them; not by the other boundaries that
@@ -62,7 +69,7 @@ def text_lines(text: str) -> list[str]:
     that ends the last line starts no empty line. A byte-order mark that starts a line is dropped, as
     the one that starts a file is (``read_utf8``): two files with one, concatenated, hold one inside, and
     ``datasets`` drops it from each row."""
-    lines = [line.removeprefix("\ufeff") for line in NEWLINE.split(text)]
+    lines = NEWLINE.split(without_line_marks(text))
     if lines[-1] == "":
         lines.pop()
     return lines

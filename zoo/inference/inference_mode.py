@@ -23,10 +23,11 @@ def autograd_ready(operation):
 
     @functools.wraps(operation)
     def run(self, *args, **kwargs):
-        if not torch.is_inference_mode_enabled() and not _holds_inference_tensor(self, set()):
+        if not torch.is_inference_mode_enabled() and not _holds_inference_tensor([self, *args], set()):
             return operation(self, *args, **kwargs)
-        with torch.inference_mode(False):
-            return operation(_cloned(self, {}), *args, **kwargs)
+        with torch.inference_mode(False):  # the other distribution of a divergence too
+            memo = {}
+            return operation(_cloned(self, memo), *[_cloned(arg, memo) for arg in args], **kwargs)
 
     return run
 
