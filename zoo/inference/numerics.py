@@ -115,3 +115,22 @@ def at_positions(steps: Sequence[Tensor], positions: Tensor) -> Tensor:
         out = steps[t] if out is None else torch.where(here.unsqueeze(-1) if steps[t].dim() > 1 else here,
                                                         steps[t], out)  # fmt: skip
     return out
+
+
+def log_inner(a: Tensor, b: Tensor, log_weights: Tensor | None = None) -> Tensor:
+    """log sum_r a_r b_r exp(w_r) over the last dim of non-negative a, b (... x R, broadcast) and
+    optional log-weights w: the terms in probability space, each divided by the largest (detached; it
+    is 1 then, so the sum never underflows), a and b by their own largest entries first (features far
+    from 1 do not overflow). A feature entry of 0 keeps its finite gradient, where log-sum-exp of
+    log a + log b + w gave it none (log 0 = -inf). -inf where every term is 0 (gradient 0 there)."""
+    scale_a = a.detach().amax(-1, keepdim=True)
+    scale_b = b.detach().amax(-1, keepdim=True)
+    scale_a, scale_b = torch.where(scale_a > 0, scale_a, 1.0), torch.where(scale_b > 0, scale_b, 1.0)
+    a, b = a / scale_a, b / scale_b  # <= 1
+    weights = 0.0 if log_weights is None else log_weights
+    logs = (safe_log(a) + safe_log(b) + weights).detach()
+    top = logs.amax(-1, keepdim=True).clamp_min(NEG)
+    # a term with a or b = 0 is 0 whatever its weight; the exponent is capped so that it stays 0 * finite
+    # (its gradient, e^(w - top) b, is then at most e^80 times the others: beyond float32 in truth)
+    terms = a * b * torch.exp((weights - top).clamp_max(80.0))
+    return safe_log(terms.sum(-1)) + (top + scale_a.log() + scale_b.log()).squeeze(-1)

@@ -35,7 +35,7 @@ from zoo.inference.checks import (
 )
 from zoo.inference.column_scaled import column_scaled, out_of_range
 from zoo.inference.logmatmul import Matrix, log_matmul
-from zoo.inference.numerics import added_at_first, logsumexp, safe_log
+from zoo.inference.numerics import added_at_first, log_inner, safe_log
 from zoo.inference.precision import in_full_precision
 from zoo.inference.row_normalized import log_normalizer, normalized_left, scaled_mass
 
@@ -406,11 +406,7 @@ class LowRankChain(ChainFactors):
         return log_matmul(safe_log(rows) + log_weights.unsqueeze(-2), right)
 
     def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
-        w = self.log_rank_weights
-        terms = safe_log(self.left[prev]) + safe_log(self.right[nxt])
-        if w is not None:
-            terms = terms + w
-        return self.log_scale[prev] + logsumexp(terms)
+        return self.log_scale[prev] + log_inner(self.left[prev], self.right[nxt], self.log_rank_weights)
 
     def transition_columns(self) -> Callable[[int, Tensor], Tensor]:
         log_right, left = safe_log(self.right), Matrix.from_prob(self.scaled_left().T)  # N x R, R x N
