@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from op_outputs import OutputSizes
 
 from zoo.inference import (
     DenseChain,
@@ -24,27 +24,12 @@ from zoo.inference import (
 B, N, R = 2, 4, 3
 
 
-class WrittenElements(TorchDispatchMode):
-    """Counts the elements every operation writes (its outputs' sizes)."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for x in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(x, torch.Tensor):
-                self.count += x.numel()
-        return out
-
-
 def work(run, length: int) -> int:
     """Elements written by ``run(length)``'s returned callable (built outside the count)."""
     call = run(length)
-    with WrittenElements() as counted:
+    with OutputSizes() as sizes:
         call()
-    return counted.count
+    return sizes.written
 
 
 def assert_linear(run, short=64, long=256):

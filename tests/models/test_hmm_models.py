@@ -10,7 +10,7 @@ import re
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from op_outputs import OutputSizes
 
 from zoo.inference import LowRankChain, RankSpaceChain
 from zoo.models import BernoulliHMM, CategoricalHMM
@@ -233,21 +233,6 @@ def test_gradients_reach_every_parameter(kind, backend):
 
 
 # --- no N x N for low-rank / rank-space -------------------------------------------------------------
-class LargestTensor(TorchDispatchMode):
-    """Records the largest tensor any op outputs (forward and backward)."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 @pytest.mark.parametrize("backend", ["low-rank", "rank-space"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_no_state_by_state_tensor(kind, backend):
@@ -257,10 +242,10 @@ def test_no_state_by_state_tensor(kind, backend):
     batch = {k: (v.float() if v.is_floating_point() else v) for k, v in batch.items()}
     chain = model.posterior(batch)
     assert isinstance(chain.factors, LowRankChain if backend == "low-rank" else RankSpaceChain)
-    with LargestTensor() as probe:
+    with OutputSizes() as probe:
         model.log_likelihood(batch).sum().backward()
     assert probe.largest < states * states // 16, probe.largest
-    with LargestTensor() as probe:  # sampling draws through the features / ranks (two_stage)
+    with OutputSizes() as probe:  # sampling draws through the features / ranks (two_stage)
         model.sample(4, 5, torch.Generator().manual_seed(0))
     assert probe.largest < states * states // 16, probe.largest
 

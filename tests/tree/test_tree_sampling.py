@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 import tree_bruteforce as tb
-from torch.utils._python_dispatch import TorchDispatchMode
+from op_outputs import OutputSizes
 from tree_testlib import (
     COMBOS,
     DTYPE,
@@ -172,19 +172,6 @@ def test_sampled_sentences_score_back_through_terminal_scores():
             assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), (s, b, got, want)
 
 
-class LargestOutput(TorchDispatchMode):
-    """The most elements any operation outputs."""
-
-    elements = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for x in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(x, torch.Tensor):
-                self.elements = max(self.elements, x.numel())
-        return out
-
-
 def test_sampling_many_sentences_draws_words_in_bounded_memory(monkeypatch):
     """Words were drawn for every tree row at once (n x B x (2T-1) x V logits: 1.6 MB a six-word sample
     at V = 10,000, and n = 20,000 was killed for memory); now for the leaves, a bounded number at a
@@ -196,9 +183,9 @@ def test_sampling_many_sentences_draws_words_in_bounded_memory(monkeypatch):
     spec, emission = tb.random_pcfg(2, 2, 3, V, generator=torch.Generator().manual_seed(66))
     lengths = torch.tensor([4, 3])
     generator = torch.Generator().manual_seed(9)
-    with LargestOutput() as largest:
+    with OutputSizes() as sizes:
         words, trees = sample_sentences(grammar_of(spec), emission, lengths, n, generator)
-    assert largest.elements < n * 2 * 7 * V / 4  # not n B (2T - 1) V logits
+    assert sizes.largest < n * 2 * 7 * V / 4  # not n B (2T - 1) V logits
     assert words.shape == (n, 2, 4) and (words[:, 1, 3] == -1).all() and (words[:, :, :3] >= 0).all()
     for s in range(0, n, 50):  # each leaf's word is one its preterminal can emit
         terms = terminal_scores(emission, words[s])

@@ -24,13 +24,12 @@ def cross_entropy(p, q) -> Tensor:
     """H(p, q): (B,) for two ``LinearChain``s of the same shape and lengths; +inf where p gives mass
     to a sequence that q forbids (a -inf potential). Differentiable in both."""
     _check_pair(p, q)
-    theirs = q.factors.dense()
-    return _exact_log_partition(q) - expected_score(p, theirs)
+    return _exactly(q).log_partition - expected_score(p, q.factors.dense())
 
 
 def kl(p, q) -> Tensor:
     """KL(p || q) = H(p, q) - H(p): (B,), >= 0 (to rounding), +inf where q forbids what p allows."""
-    return cross_entropy(p, q) - exact_entropy(p)
+    return cross_entropy(p, q) - _exactly(p).entropy
 
 
 def expected_score(p, q: DenseChain) -> Tensor:
@@ -53,12 +52,10 @@ def expected_score(p, q: DenseChain) -> Tensor:
     return torch.where(forbidden, -math.inf, total)
 
 
-def exact_entropy(p) -> Tensor:
-    return _exact(p, p.factors.dense()).entropy if p.backend is Backend.RANDOMIZED else p.entropy
-
-
-def _exact_log_partition(q) -> Tensor:
-    return _exact(q, q.factors.dense()).log_partition if q.backend is Backend.RANDOMIZED else q.log_partition
+def _exactly(chain):
+    """``chain`` itself, or for the randomized backend the exact chain of its distribution (its estimates
+    are not the distribution's log Z and entropy)."""
+    return _exact(chain, chain.factors.dense()) if chain.backend is Backend.RANDOMIZED else chain
 
 
 def _exact(like, factors: DenseChain):
