@@ -19,13 +19,21 @@ Shapes: x ... x K; the matrix K x M (shared), ... x K x M with x's leading dims 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
 import torch
 from torch import Tensor
 
-from zoo.inference.numerics import detached_max, finite_or_zero, logsumexp, safe_log
+from zoo.inference.numerics import (
+    detached_max,
+    finite_or_zero,
+    log_inner,
+    logsumexp,
+    safe_log,
+    weighted_features,
+)
 
 SECOND_ORDER_MARGIN = 2.0**10  # room for the gradient that 1 / h^2 multiplies
 
@@ -127,17 +135,51 @@ def log_matmul(
     ``live`` (x's leading shape, bool): repair only those rows (the others are junk, e.g. padding);
     ``second_order``: twice differentiable without overflow (``threshold``), for a double backward."""
     m = detached_max(x)
-    v = (x - m).exp()
+    return _guarded((x - m).exp(), m, matrix, lambda index: exact_entries(x, matrix.log, index), live,
+                    second_order)  # fmt: skip
+
+
+def log_feature_matmul(
+    features: Tensor, log_weights: Tensor, matrix: Matrix, live: Tensor | None = None
+) -> Tensor:
+    """log((f o exp(w)) @ M) for non-negative features f ... x K, log-weights w (broadcast to f) and a
+    non-negative M (``Matrix.from_prob``): ``log_matmul(log f + w, M)``, but an entry 0 of f or M keeps
+    its finite gradient (log 0 = -inf has none). The rows are formed in probability space where that
+    is exact (``weighted_features``); the repaired entries sum their terms the same way (``log_inner``).
+    Twice differentiable without overflow (``second_order``): it forms the dense transitions and
+    sampling columns of low-rank and rank-space containers, whose marginals may keep their graph."""
+    features, log_weights = torch.broadcast_tensors(features, log_weights)
+    x = safe_log(features) + log_weights
+    m = detached_max(x)
+    rows = weighted_features(features, features == 0, log_weights, x, m)
+
+    def exact(index: tuple[Tensor, ...]) -> Tensor:
+        lead = index[:-1]
+        return log_inner(features[lead], columns(matrix.given_prob, index, x.dim()), log_weights[lead])
+
+    return _guarded(rows, m, matrix, exact, live, second_order=True)
+
+
+def _guarded(
+    v: Tensor,
+    m: Tensor,
+    matrix: Matrix,
+    exact: Callable[[tuple[Tensor, ...]], Tensor],
+    live: Tensor | None = None,
+    second_order: bool = False,
+) -> Tensor:
+    """log(v @ M) + m for rows v = exp(x - m) (... x K, at most 1), the entries below the threshold
+    replaced by ``exact(their index)``."""
     P = matrix.scaled
     h = times(v, P)
-    shift = matrix.shift.unsqueeze(-2) if 2 < P.dim() == x.dim() else matrix.shift
+    shift = matrix.shift.unsqueeze(-2) if 2 < P.dim() == v.dim() else matrix.shift
     index = repair_index(h.detach(), matrix.rows, live, second_order)
     if index is not None:  # the repaired entries' h leaves the graph (see ``outside``)
         h = torch.where(outside(h, index), h, 1.0)
     out = h.clamp_min(torch.finfo(h.dtype).tiny).log() + (m + shift)  # h below tiny is always repaired
     if index is None:
         return out
-    return out.index_put(index, exact_entries(x, matrix.log, index))
+    return out.index_put(index, exact(index))
 
 
 def outside(h: Tensor, index: tuple[Tensor, ...]) -> Tensor:

@@ -5,6 +5,7 @@ import these, nothing structure-specific lives here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -119,18 +120,30 @@ def at_positions(steps: Sequence[Tensor], positions: Tensor) -> Tensor:
 
 def log_inner(a: Tensor, b: Tensor, log_weights: Tensor | None = None) -> Tensor:
     """log sum_r a_r b_r exp(w_r) over the last dim of non-negative a, b (... x R, broadcast) and
-    optional log-weights w: the terms in probability space, each divided by the largest (detached; it
-    is 1 then, so the sum never underflows), a and b by their own largest entries first (features far
-    from 1 do not overflow). A feature entry of 0 keeps its finite gradient, where log-sum-exp of
-    log a + log b + w gave it none (log 0 = -inf). -inf where every term is 0 (gradient 0 there)."""
-    scale_a = a.detach().amax(-1, keepdim=True)
-    scale_b = b.detach().amax(-1, keepdim=True)
-    scale_a, scale_b = torch.where(scale_a > 0, scale_a, 1.0), torch.where(scale_b > 0, scale_b, 1.0)
-    a, b = a / scale_a, b / scale_b  # <= 1
-    weights = 0.0 if log_weights is None else log_weights
-    logs = (safe_log(a) + safe_log(b) + weights).detach()
-    top = logs.amax(-1, keepdim=True).clamp_min(NEG)
-    # a term with a or b = 0 is 0 whatever its weight; the exponent is capped so that it stays 0 * finite
-    # (its gradient, e^(w - top) b, is then at most e^80 times the others: beyond float32 in truth)
-    terms = a * b * torch.exp((weights - top).clamp_max(80.0))
-    return safe_log(terms.sum(-1)) + (top + scale_a.log() + scale_b.log()).squeeze(-1)
+    optional log-weights w (... x R): each term divided by the largest (detached; the sum is at least 1,
+    never underflows), in probability space where that is exact (``weighted_features``): a feature
+    entry of 0 keeps its finite gradient, where log-sum-exp of log a + log b + w gave it none
+    (log 0 = -inf). -inf where every term is 0 (gradient 0 there)."""
+    weights = a.new_zeros(()) if log_weights is None else log_weights
+    logs = safe_log(a) + safe_log(b) + weights
+    top = detached_max(logs)
+    terms = weighted_features(a * b, (a == 0) | (b == 0), weights, logs, top)
+    return safe_log(terms.sum(-1)) + top.squeeze(-1)
+
+
+def weighted_features(
+    features: Tensor, zero: Tensor, log_weights: Tensor, logs: Tensor, top: Tensor
+) -> Tensor:
+    """exp(logs - top) for logs = log features + log_weights (non-negative features; broadcast shapes),
+    formed as features x exp(log_weights - top) where that is exact: where a feature is 0 (``zero``;
+    the value 0 with its gradient exp(log_weights - top), which exp(log 0) lacks) and where it is a
+    normal, finite number whose factor does not overflow; elsewhere as exp(logs - top) (a subnormal product of
+    features keeps its value). The factor is capped below the dtype's largest (exp rounds), so 0 x factor
+    is never NaN (a zero feature's gradient is then too small, where its true value is e^86 or more
+    times its row's largest term's: float32's and bfloat16's range ends at e^88.7)."""
+    info = torch.finfo(logs.dtype)
+    cap = math.log(info.max) - 2.0
+    shift = log_weights - top
+    normal = (features.detach() >= info.tiny) & (features.detach() <= info.max)  # a x b may overflow
+    exact = zero | (normal & (shift.detach() <= cap))
+    return torch.where(exact, features * shift.clamp_max(cap).exp(), (logs - top).exp())

@@ -34,7 +34,7 @@ from zoo.inference.checks import (
     check_shape,
 )
 from zoo.inference.column_scaled import column_scaled, out_of_range
-from zoo.inference.logmatmul import Matrix, log_matmul
+from zoo.inference.logmatmul import Matrix, log_feature_matmul
 from zoo.inference.numerics import added_at_first, log_inner, safe_log
 from zoo.inference.precision import in_full_precision
 from zoo.inference.row_normalized import log_normalizer, normalized_left, scaled_mass
@@ -64,7 +64,7 @@ def _column_mass(left: Tensor, right: Tensor, log_column_scale: Tensor | None) -
     (features scaled by ``column_scaled`` carry their columns' log-scales)."""
     if log_column_scale is None:
         return safe_log(right @ left.sum(0))
-    return log_matmul((safe_log(left.sum(0)) + log_column_scale).unsqueeze(0), Matrix.from_prob(right.T))[0]
+    return log_feature_matmul(left.sum(0).unsqueeze(0), log_column_scale, Matrix.from_prob(right.T))[0]
 
 
 class ChainFactors:
@@ -399,22 +399,23 @@ class LowRankChain(ChainFactors):
 
     def _log_inner(self, rows: Tensor, cols: Tensor, log_weights: Tensor | None) -> Tensor:
         """log sum_r left[i, r] w[r] right[j, r] for left rows ... x K x R and right rows ... x M x R:
-        ... x K x M, in log space where rank weights are given (their spread may be hundreds of nats)."""
+        ... x K x M, a guarded product where rank weights are given (their spread may be hundreds of nats)."""
         if log_weights is None:
             return safe_log(rows @ cols.transpose(-1, -2))
-        right = Matrix.from_prob(cols.transpose(-1, -2))
-        return log_matmul(safe_log(rows) + log_weights.unsqueeze(-2), right)
+        return log_feature_matmul(rows, log_weights.unsqueeze(-2), Matrix.from_prob(cols.transpose(-1, -2)))
 
     def transition_entries(self, prev: Tensor, nxt: Tensor) -> Tensor:
         return self.log_scale[prev] + log_inner(self.left[prev], self.right[nxt], self.log_rank_weights)
 
     def transition_columns(self) -> Callable[[int, Tensor], Tensor]:
-        log_right, left = safe_log(self.right), Matrix.from_prob(self.scaled_left().T)  # N x R, R x N
+        left = Matrix.from_prob(self.scaled_left().T)  # R x N
         weights = None if self.log_rank_weights is None else self.log_rank_weights.unbind(1)  # B x R each
 
         def columns(step: int, nxt: Tensor) -> Tensor:
-            rows = log_right[nxt]  # S x B x R
-            return log_matmul(rows if weights is None else rows + weights[step - 2], left)
+            rows = self.right[nxt]  # S x B x R
+            if weights is None:
+                return safe_log(rows @ left.scaled)
+            return log_feature_matmul(rows, weights[step - 2], left)
 
         return columns
 
@@ -494,8 +495,8 @@ class RankSpaceChain(ChainFactors):
     def init(self) -> Tensor:
         """B x N: log sum_{z0, r} s(z0) U[z0, r] W[x_1, r] V[z1, r] (recomputed on each use, so a
         use under no_grad never leaves a detached copy behind)."""
-        first = safe_log(self.start @ self.U) + self.emission[:, 0]  # B x R, log space: W may be tiny
-        return log_matmul(first, Matrix.from_prob(self.V.T))
+        # B x R by R x N, a guarded product: W may be tiny
+        return log_feature_matmul(self.start @ self.U, self.emission[:, 0], Matrix.from_prob(self.V.T))
 
     @property
     def rank(self) -> int:

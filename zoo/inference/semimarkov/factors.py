@@ -34,8 +34,8 @@ from zoo.inference.checks import (
     check_shape,
 )
 from zoo.inference.column_scaled import balanced_columns, column_scaled, out_of_range
-from zoo.inference.logmatmul import Matrix, log_matmul
-from zoo.inference.numerics import logsumexp, safe_log
+from zoo.inference.logmatmul import Matrix, log_feature_matmul
+from zoo.inference.numerics import log_inner, logsumexp, safe_log
 from zoo.inference.row_normalized import normalized_left, scaled_mass
 
 
@@ -487,7 +487,7 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
         logw = emit + dur.gather(-1, index).squeeze(-1)  # ... x R
         first_rank = self.start[b] @ self.U  # ... x R
         prev_rank = torch.where((prev < 0).unsqueeze(-1), first_rank, self.U[prev.clamp_min(0)])
-        return logsumexp(safe_log(prev_rank) + safe_log(self.V[z]) + logw)
+        return log_inner(prev_rank, self.V[z], logw)
 
     def one_frame_chain(self, probe: Tensor | None = None) -> RankSpaceChain | None:
         if self.max_duration > 1 or probe is not None:  # a probe is over states: the chain's DP is over ranks
@@ -500,8 +500,8 @@ class RankSpaceSemiMarkov(SemiMarkovFactors):
         weights may spread over hundreds of nats."""
         w = self.log_rank_weights()  # B x T x D x R
         right = Matrix.from_prob(self.V.T)
-        first = log_matmul(safe_log(self.start @ self.U).unsqueeze(1) + w[:, 0], right)  # B x D x N
-        edge = log_matmul(safe_log(self.U) + w[:, 1:].unsqueeze(-2), right)  # B x (T-1) x D x N x N
+        first = log_feature_matmul((self.start @ self.U).unsqueeze(1), w[:, 0], right)  # B x D x N
+        edge = log_feature_matmul(self.U, w[:, 1:].unsqueeze(-2), right)  # B x (T-1) x D x N x N
         return EdgeSemiMarkov(first, edge)
 
 
