@@ -40,13 +40,18 @@ class MatrixStep:
     Args:
         log_matrix: log M (the transition log-potentials), or None with ``prob``.
         prob: M itself, non-negative (the rank-space DP's V^T U), or None with ``log_matrix``.
+        second_order: twice differentiable without overflow (``logmatmul.threshold``), for a double
+            backward (marginals that keep their graph).
     """
 
-    def __init__(self, log_matrix: Tensor | None = None, prob: Tensor | None = None):
+    def __init__(
+        self, log_matrix: Tensor | None = None, prob: Tensor | None = None, second_order: bool = False
+    ):
         self.matrix = Matrix.from_log(log_matrix) if prob is None else Matrix.from_prob(prob)
+        self.second_order = second_order
 
     def __call__(self, t: int, x: Tensor, live: Tensor | None = None) -> Tensor:
-        return log_matmul(x, self.matrix, live)
+        return log_matmul(x, self.matrix, live, self.second_order)
 
     def entropy(self, t: int, x: Tensor, H: Tensor, live: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """The step and the conditional entropies it carries (``logmatmul.entropy_step``)."""

@@ -134,7 +134,11 @@ def one_frame_log_partition(factors, lengths: Tensor, probe: Tensor | None = Non
 class SemiMarkovEngine(Engine):
     """Base class of the semi-Markov backends; see the module docstring."""
 
-    def log_partition(self, factors, lengths: Tensor, probe: Tensor | None = None) -> Tensor:
+    def log_partition(
+        self, factors, lengths: Tensor, probe: Tensor | None = None, second_order: bool = False
+    ) -> Tensor:
+        """log Z (B,); ``probe`` (B x T x D x N) added to every segment's score; ``second_order``: twice
+        differentiable without overflow (``logmatmul.threshold``), for a double backward."""
         raise NotImplementedError
 
     def checked(self, log_z: Tensor, factors, lengths: Tensor) -> Tensor:
@@ -153,7 +157,8 @@ class SemiMarkovEngine(Engine):
             probe = torch.zeros(
                 B, T, D, N, dtype=self._dtype(factors), device=factors.device, requires_grad=True
             )
-            log_z = self.differentiated(self.log_partition(factors, lengths, probe), factors, lengths)
+            log_z = self.log_partition(factors, lengths, probe, second_order=differentiable)
+            log_z = self.differentiated(log_z, factors, lengths)
             (grad,) = torch.autograd.grad(log_z.sum(), probe, create_graph=differentiable)
         return grad
 

@@ -38,15 +38,17 @@ from zoo.inference.semimarkov.viterbi import best_segmentations
 from zoo.inference.semiring import Entropy, Log, MatrixStep, Max, Semiring
 
 
-def dense_problem(f: DenseSemiMarkov) -> Problem:
-    """The forward's operands for a dense HSMM."""
-    step = MatrixStep(f.transition)
+def dense_problem(f: DenseSemiMarkov, second_order: bool = False) -> Problem:
+    """The forward's operands for a dense HSMM (``second_order``: for a double backward)."""
+    step = MatrixStep(f.transition, second_order=second_order)
     return Problem(cumulative(f.unary), f.duration, f.init, step)
 
 
-def dense_log_partition(f: DenseSemiMarkov, lengths: Tensor, probe: Tensor | None = None) -> Tensor:
+def dense_log_partition(
+    f: DenseSemiMarkov, lengths: Tensor, probe: Tensor | None = None, second_order: bool = False
+) -> Tensor:
     log_z = one_frame_log_partition(f, lengths, probe)
-    return forward(dense_problem(f), lengths, probe)[0] if log_z is None else log_z
+    return forward(dense_problem(f, second_order), lengths, probe)[0] if log_z is None else log_z
 
 
 def dense_argmax(f: DenseSemiMarkov, lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -170,10 +172,10 @@ class ExactEngine(SemiMarkovEngine):
     def prepare(self, factors, lengths=None):
         return super().prepare(factors, lengths).dense()
 
-    def log_partition(self, factors, lengths, probe=None):
-        if isinstance(factors, EdgeSemiMarkov):
+    def log_partition(self, factors, lengths, probe=None, second_order=False):
+        if isinstance(factors, EdgeSemiMarkov):  # log-sum-exp throughout: twice differentiable as it is
             return edge_log_partition(factors, lengths, probe)
-        return dense_log_partition(factors, lengths, probe)
+        return dense_log_partition(factors, lengths, probe, second_order)
 
     def segment_marginals(self, factors, lengths):
         """D = 1 without a gradient: the marginals of the chain it equals (long chains of few states in

@@ -26,13 +26,15 @@ class LowRankStep:
     guarded products (``zoo.inference.logmatmul``); where the excluded self-transition carried almost
     all of a column's mass (the subtraction would cancel), that column is recomputed over i != j."""
 
-    def __init__(self, f: LowRankSemiMarkov):
+    def __init__(self, f: LowRankSemiMarkov, second_order: bool = False):
         self.scaled_left, self.features = f.scaled_left(), f.right
         self.left, self.right = Matrix.from_prob(self.scaled_left), Matrix.from_prob(f.right.T)
         self.log_diag = None if f.self_transitions else safe_log(f.scaled_diagonal())
+        self.second_order = second_order  # twice differentiable without overflow (a double backward)
 
     def __call__(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
-        full = log_matmul(log_matmul(beta, self.left, live), self.right, live)
+        inner = log_matmul(beta, self.left, live, self.second_order)
+        full = log_matmul(inner, self.right, live, self.second_order)
         if self.log_diag is None:
             return full
         # the self-transition's share of each column (0 for a dead column: no NaN from -inf - -inf)
@@ -48,8 +50,8 @@ class LowRankStep:
         return out.index_put((b, j), logsumexp(beta[b] + cols))
 
 
-def low_rank_problem(f: LowRankSemiMarkov) -> Problem:
-    return Problem(cumulative(f.unary), f.duration, f.init, LowRankStep(f))
+def low_rank_problem(f: LowRankSemiMarkov, second_order: bool = False) -> Problem:
+    return Problem(cumulative(f.unary), f.duration, f.init, LowRankStep(f, second_order))
 
 
 @register_engine("semimarkov", "low-rank")
@@ -69,9 +71,9 @@ class LowRankEngine(SemiMarkovEngine):
         "rsample": (NATIVE, "Gumbel-softmax FFBS, N x R products"),
     }
 
-    def log_partition(self, factors, lengths, probe=None):
+    def log_partition(self, factors, lengths, probe=None, second_order=False):
         log_z = one_frame_log_partition(factors, lengths, probe)  # D = 1: the LHMM it equals
-        return forward(low_rank_problem(factors), lengths, probe)[0] if log_z is None else log_z
+        return forward(low_rank_problem(factors, second_order), lengths, probe)[0] if log_z is None else log_z
 
     def entropy(self, factors, lengths):
         return ExactEngine().entropy(factors.dense(), lengths)

@@ -31,13 +31,15 @@ class RandomizedStep:
     """alpha = log sum_{k kept} w_k exp(beta[i_k]) trans(i_k, :), from K gathered rows (a guarded
     product with one K x N matrix per sequence)."""
 
-    def __init__(self, rows, kept: KeptStates):
+    def __init__(self, rows, kept: KeptStates, second_order: bool = False):
         self.rows, self.kept = rows, kept
+        self.second_order = second_order  # twice differentiable without overflow (a double backward)
 
     def __call__(self, t: int, beta: Tensor, live: Tensor | None = None) -> Tensor:
         idx = self.kept.index[:, t - 1]
         vals = beta.gather(-1, idx) + self.kept.log_weights[:, t - 1]
-        return log_matmul(vals, Matrix.from_log(self.rows(idx)), live)  # B x K by B x K x N
+        rows = Matrix.from_log(self.rows(idx))  # B x K x N: one matrix per sequence
+        return log_matmul(vals, rows, live, self.second_order)
 
     def entropy(self, t: int, beta: Tensor, H: Tensor, live: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """The step with conditional entropies; each kept state's log weight is added to its entropy
@@ -84,9 +86,9 @@ class RandomizedEngine(SequenceLifecycle, SemiMarkovEngine):
             return factors.transition_rows
         return _rows_of(factors.transition)
 
-    def log_partition(self, factors, lengths, probe=None):
+    def log_partition(self, factors, lengths, probe=None, second_order=False):
         kept = self.kept_states(factors)
-        step = RandomizedStep(self._rows(factors), kept)
+        step = RandomizedStep(self._rows(factors), kept, second_order)
         problem = Problem(cumulative(factors.unary), factors.duration, factors.init, step)
         return forward(problem, lengths, probe)[0]
 

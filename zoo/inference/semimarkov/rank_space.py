@@ -114,8 +114,8 @@ class RankSpaceEngine(SemiMarkovEngine):
         "rsample": (FALLBACK, "Gumbel-softmax FFBS on the materialized per-segment form"),
     }
 
-    def log_partition(self, factors, lengths, probe=None):
-        if probe is not None:
+    def log_partition(self, factors, lengths, probe=None, second_order=False):
+        if probe is not None:  # on the per-segment form, log-sum-exp throughout
             dense, taken = frame_shifted_dense(factors, lengths)
             log_z = ExactEngine().log_partition(dense, lengths, probe)
             return (log_z.double() + taken).to(log_z.dtype)
