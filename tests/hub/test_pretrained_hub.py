@@ -213,15 +213,17 @@ def test_push_without_a_token_is_a_clear_cli_error(local_hub, tmp_path):  # noqa
 
 
 SHARDED = """
-from huggingface_hub import list_repo_files
+from huggingface_hub import HfApi, list_repo_files
 from pathlib import Path
 work, repo = Path(PARAMS["work"]), PARAMS["repo"]
 model = tiny(3)
 model.push_to_hub(repo)  # one file first
 folder = model.save_pretrained(work / "sharded", max_shard_size=4000)
+(folder / "model-backup-of-monday.safetensors").write_bytes(b"mine")  # only looks like a shard
 zoo.hub.pretrained.push_to_hub(folder, repo)  # the shards replace it
 sharded_files = sorted(list_repo_files(repo))
 loaded = zoo.from_pretrained(repo)
+HfApi().upload_file(path_or_fileobj=b"log", path_in_repo="model-log-of-run3.safetensors", repo_id=repo)
 model.push_to_hub(repo)  # one file again: the shards and their index are deleted
 files = sorted(list_repo_files(repo))
 emit(expected=logp(model), loaded=logp(loaded), sharded_files=sharded_files, files=files)
@@ -234,4 +236,6 @@ def test_sharded_weights_push_download_and_give_way(local_hub, tmp_path):  # noq
     shards = [f for f in seen["sharded_files"] if f.startswith("model-")]
     assert len(shards) > 1 and "model.safetensors.index.json" in seen["sharded_files"]
     assert "model.safetensors" not in seen["sharded_files"]
-    assert seen["files"] == [".gitattributes", "README.md", "config.json", "model.safetensors"]
+    assert "model-backup-of-monday.safetensors" not in seen["sharded_files"]  # was pushed (audit V)
+    assert seen["files"] == [".gitattributes", "README.md", "config.json", "model-log-of-run3.safetensors",
+                             "model.safetensors"]  # a repo file like a shard's name was deleted  # fmt: skip

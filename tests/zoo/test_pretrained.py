@@ -94,6 +94,42 @@ def test_half_storage_loads_back_in_the_compute_dtype(tmp_path):
     assert torch.equal(scores(task.model, batch), scores(rounded, batch))
 
 
+def test_resaving_keeps_the_storage_dtype(tmp_path):
+    """from_pretrained(folder).save_pretrained(folder) on a float16-stored folder wrote float32 (twice the
+    file), while the kept results and the card still described float16 storage (audit V)."""
+    folder = tmp_path / "copy"
+    shutil.copytree(WEIGHTS / "hmm_categorical_n512_d64.ptb_exact", folder)
+    before = read_config(folder)
+    assert (before["dtype"], before["compute_dtype"]) == ("float16", "float32")
+    zoo.from_pretrained(folder).save_pretrained(folder)
+    after = read_config(folder)
+    assert (after["dtype"], after["compute_dtype"]) == ("float16", "float32")
+    assert {t.dtype for t in load_file(folder / "model.safetensors").values()} == {torch.float16}
+    zoo.from_pretrained(folder).save_pretrained(folder, storage_dtype="float32")  # asked for: changed
+    assert read_config(folder)["dtype"] == "float32" and "compute_dtype" not in read_config(folder)
+
+
+def test_a_value_beyond_the_storage_dtypes_range_is_refused(tmp_path):
+    """storage_dtype=float16 stored 99,504 (a fitted input projection's 1 / std) as inf: the save and the
+    load passed, and the first use blamed the input (audit V)."""
+    model = tiny("exact")
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[3] = 99504.0
+    name = next(n for n, _ in model.named_parameters())
+    with pytest.raises(ValueError, match=rf"{re.escape(name)} holds values beyond float16's range .*99504"):
+        model.save_pretrained(tmp_path / "half", storage_dtype="float16")
+    assert not (tmp_path / "half").exists()  # checked before anything is written
+    loaded = zoo.from_pretrained(model.save_pretrained(tmp_path / "bf16", storage_dtype="bfloat16"))
+    assert torch.isfinite(next(loaded.parameters())).all()
+
+
+def test_a_float16_model_is_refused_at_save(tmp_path):
+    """A float16 model saved and loaded, then failed at its first use with a TypeError (audit V)."""
+    with pytest.raises(ValueError, match=r"runs in float16.*model.float\(\).*storage_dtype='float16'"):
+        tiny().half().save_pretrained(tmp_path / "half")
+    assert not (tmp_path / "half").exists()
+
+
 def test_bad_dtypes_are_errors(tmp_path, saved):
     with pytest.raises(ValueError, match="storage_dtype must name a floating torch dtype .*'int8'"):
         tiny().save_pretrained(tmp_path / "int8", storage_dtype="int8")
@@ -383,6 +419,10 @@ def test_a_save_keeps_a_users_file_that_only_looks_like_a_shard(saved):
     model.save_pretrained(folder, max_shard_size=2000)
     model.save_pretrained(folder)  # from shards back to one file: its own shards go
     assert mine.read_bytes() == b"mine"
+    assert sorted(p.name for p in folder.glob("model*")) == [mine.name, "model.safetensors"]
+    model.save_pretrained(folder, max_shard_size=2000)
+    tiny("exact").save_pretrained(folder, overwrite=True)  # overwrite replaces checkpoint files only
+    assert mine.read_bytes() == b"mine"  # was removed (audit V)
     assert sorted(p.name for p in folder.glob("model*")) == [mine.name, "model.safetensors"]
 
 

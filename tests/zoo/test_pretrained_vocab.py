@@ -93,9 +93,25 @@ def test_a_model_without_vocabulary_saves_and_loads_none(tmp_path, saved):
     assert json.loads((folder / "config.json").read_text())["vocab_sha256"] is None
     assert zoo.from_pretrained(folder).vocab is None
     assert "`model.vocab`" not in (folder / "README.md").read_text()
-    _, with_vocab = saved  # re-saving a model without one into the folder removes the old vocabulary
-    tiny().save_pretrained(with_vocab)
-    assert not (with_vocab / "vocab.json").exists() and zoo.from_pretrained(with_vocab).vocab is None
+
+def test_resaving_keeps_the_folders_vocabulary_and_a_different_one_needs_overwrite(saved):
+    """A re-save of the same weights deleted the folder's vocab.json where the model had none (a re-export
+    of a checkpoint after save_vocab added one) and replaced it with a different one, without overwrite:
+    the folder's results then described another model (audit V)."""
+    model, folder = saved
+    vocab_file = (folder / "vocab.json").read_bytes()
+    tiny().save_pretrained(folder)  # the same weights, no vocabulary: the folder's is kept
+    assert (folder / "vocab.json").read_bytes() == vocab_file
+    assert zoo.from_pretrained(folder).vocab == model.vocab
+    other = tiny()
+    other.vocab = Vocabulary(["<eos>", "<unk>", *reversed(WORDS[:13])], eos="<eos>", unk="<unk>")
+    with pytest.raises(FileExistsError, match=r"other arguments, weights or vocabulary .*overwrite=True"):
+        other.save_pretrained(folder)
+    assert (folder / "vocab.json").read_bytes() == vocab_file
+    other.save_pretrained(folder, overwrite=True)
+    assert zoo.from_pretrained(folder).vocab == other.vocab
+    save_vocab(folder, None)  # the way to remove one
+    assert not (folder / "vocab.json").exists() and zoo.from_pretrained(folder).vocab is None
 
 
 def test_folders_saved_before_vocabularies_load_as_before(saved):

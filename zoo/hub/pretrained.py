@@ -53,7 +53,10 @@ FORMAT_VERSION = 4  # bump when config.json or the weights' layout changes; olde
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"  # a sharded folder's map of tensor -> shard (Hugging Face's)
-SHARD_PATTERN = "model-*-of-*.safetensors"  # the shards' names (``model{suffix}.safetensors``)
+# the shards' names, huggingface_hub's ``model{suffix}.safetensors`` (model-00001-of-00003.safetensors): a
+# file of the user's that only looks like one (model-backup-of-monday.safetensors) is neither pushed nor
+# removed
+SHARD_PATTERN = "model-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].safetensors"
 CARD_NAME = "README.md"
 RESULTS_NAME = "results.json"
 TRAINING_CONFIG_NAME = "training_config.yaml"
@@ -157,7 +160,8 @@ def save_pretrained(
             configuration the model's arguments match, if any.
         storage_dtype: write the floating weights in this dtype (e.g. ``torch.float16``: half the
             file) while the model keeps running in its own dtype, recorded as ``compute_dtype``
-            (format 2): ``from_pretrained`` casts the stored weights back up. Default: the model's.
+            (format 2): ``from_pretrained`` casts the stored weights back up. A value beyond its range
+            is a ValueError. Default: the model's (an earlier save's of the same model, re-saved).
         learning_curve: a PNG of the training run's curves (``zoo.plot.plot_learning_curves``), kept as
             ``learning_curve.png`` and shown on the card.
         max_shard_size: weights larger than this (bytes, or a string such as ``"15MB"``) are written in
@@ -165,9 +169,10 @@ def save_pretrained(
             file-size limit. Default: one ``model.safetensors``.
         overwrite: replace or remove every checkpoint file already in the folder (below).
     The model's vocabulary (``model.vocab``, a text model's) is written as ``vocab.json``. Saved into
-    an earlier save of the same model (class, arguments and weight values), it rewrites that save's
-    ``config.json``, weights, ``vocab.json`` and card, and keeps its ``results.json``,
-    ``training_config.yaml`` and ``learning_curve.png`` where not given again. Without ``overwrite``, a
+    an earlier save of the same model (class, arguments, weight values, and vocabulary where the model
+    has one), it rewrites that save's ``config.json``, weights and card, keeps its storage dtype,
+    ``results.json``, ``training_config.yaml`` and ``learning_curve.png`` where not given again, and
+    its ``vocab.json`` where the model has none (e.g. one added by ``save_vocab``). Without ``overwrite``, a
     FileExistsError lists the files the save would otherwise replace or remove: those of another model's
     save, or any checkpoint file of a folder that is not a zoo checkpoint (e.g. your own README.md);
     other files (notes, code) are never touched.
@@ -188,21 +193,31 @@ def save_pretrained(
     curve = _read_png(learning_curve) if learning_curve is not None else None
     training_config = _read_training_config(training_config) if training_config is not None else None
     compute_dtype = _floating_dtype(model)
-    stored = (
-        compute_dtype if storage_dtype is None else _dtype_name(parse_dtype(storage_dtype, "storage_dtype"))
-    )
+    if compute_dtype == "float16":
+        raise ValueError(
+            "the model runs in float16, which every dynamic program refuses (its range, 65504, is too small "
+            "for a log Z): cast it to float32 (model.float()) and store half-size weights with "
+            "storage_dtype='float16'"
+        )
     directory = Path(directory)
-    weights = {
-        name: (t.to(parse_dtype(stored)) if t.is_floating_point() else t).detach().cpu().contiguous()
-        for name, t in model.state_dict().items()
-    }
+    earlier = None if overwrite else _earlier_save(model, directory)
+    if storage_dtype is not None:
+        stored = _dtype_name(parse_dtype(storage_dtype, "storage_dtype"))
+    elif earlier is not None and earlier.get("compute_dtype") == compute_dtype:
+        stored = earlier["dtype"]  # a re-save keeps the storage its card describes
+    else:
+        stored = compute_dtype
+    weights = _stored_weights(model, parse_dtype(stored))
     extras = {RESULTS_NAME: results, TRAINING_CONFIG_NAME: training_config, LEARNING_CURVE_NAME: curve}
-    kept = set() if overwrite else _kept_extras(model, directory, weights, extras)
+    if model.vocab is None:
+        extras[VOCAB_NAME] = None  # an earlier save's (e.g. one added by save_vocab) is kept
+    kept = set() if earlier is None else {name for name, content in extras.items()
+                                          if content is None and (directory / name).is_file()}  # fmt: skip
     if max_shard_size is not None:
         _check_each_fits(weights, max_shard_size)
     directory.mkdir(parents=True, exist_ok=True)
     weights_sha256, shards = _write_weights(directory, weights, max_shard_size, overwrite)
-    vocab_sha256 = _write_vocab(directory, model.vocab)
+    vocab_sha256 = earlier["vocab_sha256"] if VOCAB_NAME in kept else _write_vocab(directory, model.vocab)
     class_path = public_class_path(model)
     config = {
         "zoo_format_version": _format_version(model, weights, stored != compute_dtype, bool(shards)),
@@ -219,6 +234,8 @@ def save_pretrained(
     _write_json(directory / CONFIG_NAME, config)
     for name, content in extras.items():
         path = directory / name
+        if name == VOCAB_NAME:
+            continue  # written above
         if content is None:
             if name not in kept:
                 path.unlink(missing_ok=True)
@@ -232,14 +249,33 @@ def save_pretrained(
     return directory
 
 
-def _kept_extras(model: ZooModel, directory: Path, weights: dict[str, Tensor], given: dict) -> set[str]:
-    """The extras (``results.json`` ...) of an earlier save of this same model in ``directory`` that a
-    save not given them keeps; FileExistsError where the save would replace or remove a file that is
-    not an earlier save's of its own (save_pretrained's docstring)."""
+def _stored_weights(model: ZooModel, dtype: torch.dtype) -> dict[str, Tensor]:
+    """The state dict with its floating tensors in ``dtype``; ValueError where a finite value would be
+    stored as inf (float16 ends at 65504: e.g. a fitted input projection's 1 / std of a nearly constant
+    feature)."""
+    weights = {}
+    for name, t in model.state_dict().items():
+        stored = t.to(dtype) if t.is_floating_point() else t
+        if t.is_floating_point() and bool((torch.isinf(stored) & torch.isfinite(t)).any()):
+            kind = _dtype_name(dtype)
+            raise ValueError(
+                f"{name} holds values beyond {kind}'s range (its largest |value| is "
+                f"{float(t.detach().abs().max()):.6g}; {kind} ends at {torch.finfo(dtype).max:g}): they "
+                "would be stored as inf. Store the weights in the model's own dtype (storage_dtype=None) "
+                "or in bfloat16"
+            )
+        weights[name] = stored.detach().cpu().contiguous()
+    return weights
+
+
+def _earlier_save(model: ZooModel, directory: Path) -> dict[str, Any] | None:
+    """The config of an earlier save of this same model in ``directory`` (None where the folder holds
+    no checkpoint file); FileExistsError where the save would replace or remove a file that is not an
+    earlier save's of its own (save_pretrained's docstring)."""
     files = directory.iterdir() if directory.is_dir() else ()
     present = sorted(p.name for p in files if p.is_file() and _is_checkpoint_file(p.name))
     if not present:
-        return set()
+        return None
     try:
         config = read_config(directory)
     except CheckpointError:
@@ -248,19 +284,19 @@ def _kept_extras(model: ZooModel, directory: Path, weights: dict[str, Tensor], g
             f"there would replace or remove {', '.join(present)}: save to another folder, or pass "
             "overwrite=True (zoo export --overwrite) to replace them"
         ) from None
-    if not _same_model(model, directory, config, weights):
+    if not _same_model(model, directory, config):
         raise FileExistsError(
             f"{directory} holds another model (a {config['class_path'].rsplit('.', 1)[-1]} with other "
-            f"arguments or weights than this one's): saving there would replace or remove its "
+            f"arguments, weights or vocabulary than this one's): saving there would replace or remove its "
             f"{', '.join(present)}. Save to another folder, or pass overwrite=True (zoo export --overwrite) "
             "to replace it"
         )
-    return {name for name, content in given.items() if content is None and name in present}
+    return config
 
 
-def _same_model(model: ZooModel, directory: Path, config: dict[str, Any], weights: dict[str, Tensor]) -> bool:
-    """Whether the folder's model is ``model``: class, arguments (defaults included) and weight values
-    (whatever dtype each was stored in)."""
+def _same_model(model: ZooModel, directory: Path, config: dict[str, Any]) -> bool:
+    """Whether the folder's model is ``model``: class, arguments (defaults included), weight values
+    (whatever dtype each was stored in) and vocabulary (the folder's may be one the model lacks)."""
     from zoo.models.base import family_class
 
     if config["class_path"] != public_class_path(model):
@@ -276,8 +312,12 @@ def _same_model(model: ZooModel, directory: Path, config: dict[str, Any], weight
         return False
     try:
         saved = model.upgrade_state_dict(read_weights(directory, config))
+        vocab = read_vocab(directory, config)
     except CheckpointError:
         return False
+    if model.vocab is not None and (vocab is None or vocab.to_dict() != model.vocab.to_dict()):
+        return False
+    weights = model.state_dict()
     return saved.keys() == weights.keys() and all(_same_values(saved[k], weights[k]) for k in weights)
 
 
@@ -344,9 +384,8 @@ def _write_weights(
 
 
 def _earlier_shards(directory: Path, overwrite: bool) -> list[Path]:
-    """The weight shards a save replaces: every file named like one with ``overwrite``; else those the
-    folder's earlier save of the same model lists (a file of the user's that only looks like a shard,
-    e.g. model-backup-of-monday.safetensors, is kept)."""
+    """The weight shards a save replaces: every file named as one (``SHARD_PATTERN``) with
+    ``overwrite``; else those the folder's earlier save of the same model lists."""
     if overwrite:
         return list(directory.glob(SHARD_PATTERN))
     try:
