@@ -123,6 +123,20 @@ def test_a_value_beyond_the_storage_dtypes_range_is_refused(tmp_path):
     assert torch.isfinite(next(loaded.parameters())).all()
 
 
+def test_float16_weights_without_a_compute_dtype_run_in_float32(tmp_path):
+    """A folder whose float16 weights record no compute_dtype (written by hand or another tool) loaded in
+    float16 and failed at its first use (audit V)."""
+    folder, bundled = tmp_path / "copy", WEIGHTS / "hmm_categorical_n512_d64.ptb_exact"
+    shutil.copytree(bundled, folder)
+    config = json.loads((folder / "config.json").read_text())
+    del config["compute_dtype"]
+    (folder / "config.json").write_text(json.dumps(config))
+    model = zoo.from_pretrained(folder)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    batch = example_batch(model)
+    assert torch.equal(scores(model, batch), scores(zoo.from_pretrained(bundled), batch))
+
+
 def test_a_float16_model_is_refused_at_save(tmp_path):
     """A float16 model saved and loaded, then failed at its first use with a TypeError (audit V)."""
     with pytest.raises(ValueError, match=r"runs in float16.*model.float\(\).*storage_dtype='float16'"):

@@ -122,7 +122,7 @@ def parse_dtype(name: str | torch.dtype, what: str = "dtype") -> torch.dtype:
     """The floating torch dtype that ``name`` ("float16", "torch.bfloat16" or a dtype) names."""
     dtype = name if isinstance(name, torch.dtype) else getattr(torch, str(name).removeprefix("torch."), None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"{what} must name a floating torch dtype (e.g. 'float16'), got {name!r}")
+        raise ValueError(f"{what} must name a floating torch dtype (e.g. 'float32'), got {name!r}")
     return dtype
 
 
@@ -781,9 +781,13 @@ def load_into(
 
 def load_folder(directory: str | os.PathLike, dtype: str | torch.dtype | None = None) -> ZooModel:
     """The model saved in a local pretrained-model folder (with its vocabulary, if any), in eval mode,
-    cast to ``dtype`` (default: the folder's ``compute_dtype``, else its weights' dtype)."""
+    cast to ``dtype`` (default: the folder's ``compute_dtype``, else its weights' dtype; float32 for
+    float16, which no dynamic program accepts: a folder written without a ``compute_dtype``)."""
     config = read_config(directory)
-    dtype = parse_dtype(config.get("compute_dtype", config["dtype"]) if dtype is None else dtype)
+    if dtype is None:
+        dtype = parse_dtype(config.get("compute_dtype", config["dtype"]))
+        dtype = torch.float32 if dtype == torch.float16 else dtype
+    dtype = parse_dtype(dtype)
     model = build_model(config, str(directory))
     vocab = read_vocab(directory, config)
     try:
