@@ -299,6 +299,29 @@ def test_a_draw_that_keeps_no_path_is_an_estimate_of_zero():
     assert ((mean - exact).abs() < 4 * error).all(), (mean, exact, error)
 
 
+def test_estimates_of_zero_in_a_large_batch_take_one_pass(monkeypatch):
+    """Where some sequences keep no path, the others' estimates were redone one sequence at a time:
+    17.5 s against 0.04 s at B = 20,000 with a fixed start state (audit U). Now the forward runs three
+    times (the batch, the chain's own check that it has a path, the live sequences) and each live
+    sequence's estimate is the one it gets on its own."""
+    base = fixed_start_chain()
+    chain = DenseChain(base.unary.repeat(32, 1, 1), base.transition, base.init[0])  # B = 64
+    lengths = torch.arange(64) % 5 + 1
+    options = RDPOptions(1, 1, proposal="uniform", generator=torch.Generator().manual_seed(0))
+    dist = LinearChain(chain, lengths, backend="randomized", options=options)
+    runs = []
+    original = exact.fast_log_partition
+    monkeypatch.setattr(exact, "fast_log_partition", lambda *a: runs.append(1) or original(*a))
+    log_z = dist.log_partition
+    assert len(runs) == 3
+    dead = torch.isneginf(log_z)
+    assert 0 < int(dead.sum()) < 64
+    small = reduced_chain(dist.factors, dist.engine.kept_states(dist.factors))
+    for b in (~dead).nonzero().flatten().tolist():
+        one = DenseChain(small.unary[b : b + 1], small.transition[b : b + 1])
+        assert log_z[b].item() == pytest.approx(original(one, lengths[b : b + 1]).item(), rel=1e-12)
+
+
 def test_a_chain_without_a_path_still_names_its_sequence():
     chain = fixed_start_chain()
     chain.unary[1, 3] = float("-inf")  # sequence 1: no state can be at position 3

@@ -50,22 +50,31 @@ def reduced_chain(factors: ChainFactors, kept: KeptStates) -> DenseChain:
 def zero_estimates(estimate, small: DenseChain, factors: ChainFactors, lengths: Tensor) -> Tensor:
     """log Z_hat (B,) where the kept states leave some sequence no path: Z_hat = 0 there is a value of
     the unbiased estimator, not an error, so its log is -inf (with a zero gradient: its marginals are
-    0) and the other sequences keep theirs, each computed on its own. Where the chain itself has no
-    path (its exact forward on the native backend raises ``ZeroProbability``), that error is raised."""
+    0) and the other sequences keep theirs, computed together. Where the chain itself has no path (its
+    exact forward on the native backend raises ``ZeroProbability``), that error is raised."""
     from zoo.inference.chain.distribution import LinearChain  # the distribution imports this engine
 
     with torch.no_grad():
         LinearChain(factors, lengths).log_partition  # noqa: B018  (raises where the chain has no path)
-    out = []
-    for b in range(len(lengths)):
-        one = DenseChain(small.unary[b : b + 1], small.transition[b : b + 1])
-        try:
-            out.append(estimate(one, lengths[b : b + 1]))
-        except ZeroProbability:
-            unary = one.unary
-            nothing = torch.where(torch.isfinite(unary), unary, 0.0).sum() * 0.0  # in the graph, gradient 0
-            out.append((nothing + float("-inf")).view(1))
-    return torch.cat(out)
+        live = has_path(small, lengths).nonzero().flatten()
+    unary = small.unary
+    out = torch.where(torch.isfinite(unary), unary, 0.0).sum((1, 2)) * 0.0 + float("-inf")  # gradient 0
+    if len(live) == 0:
+        return out
+    return out.index_put((live,), estimate(DenseChain(unary[live], small.transition[live]), lengths[live]))
+
+
+def has_path(chain: DenseChain, lengths: Tensor) -> Tensor:
+    """Whether each sequence of a chain with per-position transitions has a path of finite score: (B,)
+    bool, by a forward over which states are reachable (B x K x K products of 0 / 1 entries)."""
+    allowed = torch.isfinite(chain.transition).to(chain.unary.dtype)  # B x (T-1) x K x K
+    open_ = torch.isfinite(chain.unary)  # B x T x K
+    reach = open_[:, 0] & torch.isfinite(chain.init)
+    ends = [reach.any(-1)]
+    for t in range(1, chain.max_length):
+        reach = ((reach.to(allowed.dtype).unsqueeze(-2) @ allowed[:, t - 1]).squeeze(-2) > 0) & open_[:, t]
+        ends.append(reach.any(-1))
+    return torch.stack(ends, -1).gather(-1, (lengths - 1).unsqueeze(-1)).squeeze(-1)
 
 
 @register_engine("chain", "randomized")
