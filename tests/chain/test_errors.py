@@ -219,6 +219,14 @@ def test_unknown_proposal():
         run_dense(backend="randomized", options=RDPOptions(1, 1, proposal="nearest"))
 
 
+def test_a_generator_that_is_not_one():
+    """A seed as the generator failed inside torch.multinomial, for every structure (audit U)."""
+    from zoo.inference import RDPOptions
+
+    with pytest.raises(TypeError, match=r"must be a torch.Generator or None, got int 123 .*manual_seed"):
+        RDPOptions(2, 2, "local", 123)
+
+
 def test_negative_proposal_tensor():
     from zoo.inference import RDPOptions
 

@@ -36,7 +36,9 @@ class RDPOptions:
             (their average, Eq. 34), or a B x T x N tensor of positive proposal weights.
             Trees take "uniform", "local" (leaves by their terms) or a span tensor: see
             ``zoo.inference.tree.randomized``.
-        generator: a torch.Generator for the index draws and Gumbel noise (reproducible runs).
+        generator: a torch.Generator for the index draws and the randomized relaxed samples' Gumbel
+            noise (a chain's ``rsample``, Alg. 4), for reproducible runs. The exact fallbacks (``sample``,
+            a semi-Markov chain's ``rsample``) draw from their own ``generator`` argument.
     """
 
     k1: int
@@ -53,7 +55,13 @@ class RDPOptions:
             raise ValueError(f"k1 + k2 must be at least 1, got k1={self.k1}, k2={self.k2}")
         if isinstance(self.proposal, str) and self.proposal not in PROPOSALS:
             raise ValueError(
-                f"unknown proposal {self.proposal!r}; expected one of {PROPOSALS} or a B x T x N tensor"
+                f"unknown proposal {self.proposal!r}; expected one of {PROPOSALS} or a tensor of proposal "
+                "weights (chains: B x T x N; trees take 'uniform', 'local' or a span tensor)"
+            )
+        if self.generator is not None and not isinstance(self.generator, torch.Generator):
+            raise TypeError(
+                f"generator must be a torch.Generator or None, got {type(self.generator).__name__} "
+                f"{self.generator!r} (a seed: torch.Generator().manual_seed(seed))"
             )
 
 
