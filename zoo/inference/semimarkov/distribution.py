@@ -13,7 +13,7 @@ from zoo.inference.distribution import StructuredDistribution
 from zoo.inference.inference_mode import autograd_ready
 from zoo.inference.numerics import needs_grad
 from zoo.inference.rdp import RDPOptions
-from zoo.inference.semimarkov import exact, low_rank, randomized  # noqa: F401  (register the engines)
+from zoo.inference.semimarkov import divergence, exact, low_rank, randomized  # noqa: F401  (register the engines)
 from zoo.inference.semimarkov.engine import segmentation_score
 from zoo.inference.semimarkov.factors import SemiMarkovFactors
 from zoo.inference.semimarkov.rank_space import rank_space_argmax
@@ -120,6 +120,19 @@ class SemiMarkovChain(StructuredDistribution):
         )
         segmentation = segmentation.to(self.lengths.device)
         return self.engine.log_prob(self.factors, self.lengths, segmentation, self._known_log_partition())
+
+    @autograd_ready
+    def cross_entropy(self, other: SemiMarkovChain) -> Tensor:
+        """H(p, q) = -E_p[log q(y)], p this chain and q ``other`` (the same B, T, D, N and lengths; any
+        containers and backends): (B,), +inf where p gives mass to a segmentation q forbids.
+        Differentiable in both; exact (``semimarkov.divergence``: O(T (D N + N^2)) for dense and
+        low-rank containers, on the per-segment forms for rank-space and edge ones)."""
+        return divergence.cross_entropy(self, other)
+
+    @autograd_ready
+    def kl(self, other: SemiMarkovChain) -> Tensor:
+        """KL(p || q) = H(p, q) - H(p), p this chain and q ``other``: (B,) (as ``cross_entropy``)."""
+        return divergence.kl(self, other)
 
     @autograd_ready
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
