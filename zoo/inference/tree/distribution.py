@@ -19,7 +19,7 @@ from zoo.inference.checks import (
 from zoo.inference.distribution import StructuredDistribution
 from zoo.inference.inference_mode import autograd_ready
 from zoo.inference.numerics import needs_grad
-from zoo.inference.tree import engine, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
+from zoo.inference.tree import divergence, engine, low_rank, randomized, rank_space  # noqa: F401  (register the engines)
 from zoo.inference.tree.chart import mask_terms, mbr_tree
 from zoo.inference.tree.factors import GrammarFactors
 from zoo.inference.tree.trees import tree_score
@@ -159,6 +159,18 @@ class TreeDistribution(StructuredDistribution):
     def log_prob(self, trees: Tensor) -> Tensor:
         """log p(trees): trees B x (2T-1) x 3 or S x B x (2T-1) x 3 -> (B,) or (S, B)."""
         return self.engine.log_prob(*self._args, trees, self.node_scores, self._known_log_partition())
+
+    @autograd_ready
+    def cross_entropy(self, other: TreeDistribution) -> Tensor:
+        """H(p, q) = -E_p[log q(tree)], p this distribution and q ``other`` (the same B, T, NT, PT and
+        lengths; any grammars and backends): (B,), +inf where p gives mass to a tree q forbids.
+        Differentiable in both; exact, on the dense grammars (``tree.divergence``)."""
+        return divergence.cross_entropy(self, other)
+
+    @autograd_ready
+    def kl(self, other: TreeDistribution) -> Tensor:
+        """KL(p || q) = H(p, q) - H(p), p this distribution and q ``other``: (B,) (as ``cross_entropy``)."""
+        return divergence.kl(self, other)
 
     @autograd_ready
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> Tensor:
