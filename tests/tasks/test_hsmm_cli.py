@@ -16,9 +16,11 @@ from cli_testlib import cpu_trainer, logged, predict
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from test_segment_data import write_crosstask, write_npy_folder  # noqa: E402
 
+import zoo  # noqa: E402
 from zoo.cli import main  # noqa: E402
 from zoo.data import SmartwatchDataModule  # noqa: E402
 from zoo.hub.bundled import bundled_folders  # noqa: E402
+from zoo.hub.pretrained import CheckpointError  # noqa: E402
 from zoo.tasks import SegmentationTask  # noqa: E402
 
 SMARTWATCH = {"class_path": "zoo.data.SmartwatchDataModule", "init_args": {"window": 100, "batch_size": 4}}
@@ -222,3 +224,27 @@ def test_segment_metrics_do_not_depend_on_the_batching(tmp_path):
         (logged[batch_size],) = trainer.test(task, datamodule=data, verbose=False)
     for name in ("test/boundary_f1", "test/segment_ratio", "test/frame_accuracy"):
         assert logged[1][name] == pytest.approx(logged[2][name]), name
+
+
+def test_init_from_refuses_a_model_that_reads_the_weights_otherwise(tmp_path):
+    """The bundled HSMMs' projections were fitted on per-recording standardized frames; a fine-tuning model
+    with standardize_sequences false (the default) loaded them silently and applied them to raw frames:
+    val/nll 17,989 nats a frame against 20.2 (audit Y). A folder and a task checkpoint are checked alike."""
+    name = "hsmm_gaussian_n8_dur32_in12_f12_d32.smartwatch_exact"
+    source = zoo.from_pretrained(name)
+    config = dict(source.config)
+    assert config["standardize_sequences"] is True
+    config["standardize_sequences"] = False
+    spec = {"class_path": "zoo.models.GaussianHSMM", "init_args": config}
+    message = r"was trained with standardize_sequences=True \(the model has False\)"
+    with pytest.raises(CheckpointError, match=message):
+        SegmentationTask(spec, init_from=name)
+    checkpoint = tmp_path / "run.ckpt"
+    model_spec = {"class_path": "zoo.models.hsmm.model.GaussianHSMM", "init_args": dict(source.config)}
+    torch.save({"state_dict": {f"model.{k}": v for k, v in source.state_dict().items()},
+                "hyper_parameters": {"model": model_spec}}, checkpoint)  # fmt: skip
+    with pytest.raises(CheckpointError, match=message):
+        SegmentationTask(spec, init_from=str(checkpoint))
+    same = SegmentationTask({"class_path": "zoo.models.GaussianHSMM", "init_args": dict(source.config)},
+                            init_from=str(checkpoint))  # fmt: skip
+    assert torch.equal(same.model.input_projection.mean, source.input_projection.mean)

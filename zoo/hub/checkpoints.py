@@ -36,6 +36,7 @@ def load_model_weights(
         name, wanted = config["class_path"].rsplit(".", 1)[-1], type(model).__name__
         if name != wanted:
             raise CheckpointError(f"init_from={source!r} holds a {name}, but the task's model is a {wanted}")
+        _check_read_the_same(source, config["init_args"], model)
         differences = {
             k: (v, model.config.get(k)) for k, v in config["init_args"].items() if model.config.get(k) != v
         }
@@ -59,8 +60,29 @@ def load_model_weights(
     state = checkpoint.get("state_dict")
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} is not a Lightning checkpoint of a zoo task (no 'state_dict')")
+    recorded = (checkpoint.get("hyper_parameters") or {}).get("model")
+    if isinstance(recorded, dict) and isinstance(recorded.get("init_args"), dict):
+        _check_read_the_same(source, recorded["init_args"], model)
     weights = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}
     if not weights:
         raise CheckpointError(f"{path} holds no model weights (no 'model.*' keys in its state_dict)")
     vocab = checkpoint.get("vocab")
     return weights, None if vocab is None else Vocabulary.from_dict(vocab)
+
+
+def _check_read_the_same(source: str, init_args: dict, model: ZooModel) -> None:
+    """CheckpointError where the source's model differs from ``model`` in an argument that says how the
+    weights are read (``ZooModel.weights_read_with``): the shapes fit, the numbers would mean something
+    else (an HSMM projection fitted on per-recording standardized frames, applied to raw ones)."""
+    differ = {
+        name: (init_args[name], model.config.get(name))
+        for name in model.weights_read_with
+        if name in init_args and init_args[name] != model.config.get(name)
+    }
+    if differ:
+        listing = ", ".join(f"{name}={ours!r} (the model has {theirs!r})" for name, (ours, theirs)
+                            in differ.items())  # fmt: skip
+        raise CheckpointError(
+            f"init_from={source!r} was trained with {listing}: its weights are read with that value, and "
+            f"another would score the data with them wrongly; set the same value in the model's arguments"
+        )

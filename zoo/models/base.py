@@ -215,6 +215,10 @@ class ZooModel(nn.Module):
     # the backend heads of checkpoint format 3 took over the parameters): weights saved under the old
     # names keep loading, through ``upgrade_state_dict`` and a ``load_state_dict`` pre-hook
     legacy_keys: ClassVar[dict[str, str]] = {}
+    # arguments that say how the weights are read without changing their shapes (an HSMM's
+    # standardize_sequences: whether its input projection was fitted on per-recording standardized
+    # frames): initial weights (``init_from``) fit only a model with the same values
+    weights_read_with: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         super().__init__()

@@ -115,6 +115,7 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
 
     exact_evaluation = ("num_states", "exact_max_states")
     legacy_keys = TRANSITION_LEGACY_KEYS
+    weights_read_with = ("standardize_sequences",)
 
     def eval_memory(self, batch_size: int, length: int) -> int:
         """Three float64 copies of the B x T x D x N duration windows and three float32 copies of the raw
