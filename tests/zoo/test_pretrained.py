@@ -191,7 +191,7 @@ def test_foreign_newer_and_unknown_configs(saved):
     with pytest.raises(CheckpointError, match="not valid JSON .*corrupt or truncated"):
         zoo.from_pretrained(folder)
     cases = [
-        ({"zoo_format_version": 5, "zoo_version": "9.0"}, "format 5 .*reads formats 1..4: upgrade"),
+        ({"zoo_format_version": 6, "zoo_version": "9.0"}, "format 6 .*reads formats 1..5: upgrade"),
         ({"zoo_format_version": "1"}, "must be an int >= 1"),
         ({"class_path": "os.system"}, "only zoo model classes"),
         ({"class_path": "zoo.models.NoSuchModel"}, "cannot build zoo.models.NoSuchModel"),
@@ -243,7 +243,8 @@ def _resave(folder: Path, weights: dict) -> None:
             lambda w: w.update(state_emb=torch.zeros(7, 8)),
             r"state_emb: shape \(7, 8\), the model has \(6, 8\)",
         ),
-        (lambda w: w.update(state_emb=w["state_emb"].double()), "state_emb: dtype torch.float64"),
+        (lambda w: w.update(state_emb=w["state_emb"].double()),
+         "state_emb is stored in float64, but config.json records float32"),  # fmt: skip
     ],
 )
 def test_mismatched_weights_are_rejected_whole(saved, edit, message):
@@ -530,3 +531,39 @@ def test_pushing_to_an_unreachable_hub_is_one_clear_error(tmp_path, monkeypatch,
     assert main(["push", str(folder), "org/x", "--token", "t"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("zoo push: error: org/x: the Hub") and err.count("\n") == 1
+
+
+def test_fitted_statistics_keep_full_precision_in_narrow_storage(tmp_path):
+    """storage_dtype=float16 rounded an HSMM's fitted projection mean (1000.275 -> 1000.5, one standard
+    deviation of that feature) and moved a 50-frame log p by 39 nats (audit Y). Its projection is kept
+    in the model's dtype (format 5); the other weights are narrowed as asked."""
+    from safetensors import safe_open
+
+    from zoo.data.features import fit_feature_transform
+    from zoo.models import GaussianHSMM
+
+    g = torch.Generator().manual_seed(0)
+    center, spread = torch.tensor([1000.3, 1500.7, 3.0]), torch.tensor([0.2, 0.5, 1.0])
+    train = center + spread * torch.randn(500, 3, generator=g, dtype=torch.float64)
+    torch.manual_seed(0)
+    model = GaussianHSMM(num_states=3, feature_dim=3, input_dim=3, max_duration=4, embedding_dim=8,
+                         hidden_dim=8).eval()  # fmt: skip
+    model.input_projection.set(*fit_feature_transform(train.numpy(), 3))
+    frames = (center + spread * torch.randn(1, 50, 3, generator=g)).float()
+    batch = {"features": frames, "lengths": torch.tensor([50])}
+    folder = model.save_pretrained(tmp_path / "half", storage_dtype="float16")
+    config = read_config(folder)
+    stored_as = (config["zoo_format_version"], config["dtype"], config["compute_dtype"])
+    assert stored_as == (5, "float16", "float32")
+    with safe_open(str(folder / "model.safetensors"), "pt") as stored:
+        dtypes = {key: stored.get_tensor(key).dtype for key in stored.keys()}  # noqa: SIM118
+    assert dtypes.pop("input_projection.mean") == dtypes.pop("input_projection.matrix") == torch.float32
+    assert {d for d in dtypes.values() if d.is_floating_point} == {torch.float16}
+    loaded = zoo.from_pretrained(folder)
+    assert torch.equal(loaded.input_projection.mean, model.input_projection.mean)
+    rounded = model.log_likelihood(batch).item()
+    assert abs(loaded.log_likelihood(batch).item() - rounded) < 0.5  # the float16 rest: not 39 nats
+    config["dtype"] = "bfloat16"  # a config that misstates its weights' storage
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"is stored in float16, but config.json records bfloat16"):
+        zoo.from_pretrained(folder)

@@ -6,7 +6,8 @@ A pretrained model is a folder (locally, or one Hugging Face Hub repo per model)
   "architecture", "dtype", "weights_sha256", "vocab_sha256"}``: the model class and every constructor
   argument; ``dtype`` is the weights' dtype in the file. Format 2 adds ``compute_dtype``: weights
   stored narrower (e.g. float16) than the dtype the model runs in (e.g. float32), cast up on load;
-* ``model.safetensors``: the state dict (no pickle); or, saved with ``max_shard_size`` and larger than
+* ``model.safetensors``: the state dict (no pickle; format 5: the model's ``full_precision_keys`` in
+  ``compute_dtype`` beside the others in ``dtype``); or, saved with ``max_shard_size`` and larger than
   it (format 4), the Hugging Face sharded layout: ``model-00001-of-0000N.safetensors`` ... and
   ``model.safetensors.index.json`` (which shard holds each tensor), with ``weights_sha256`` the
   index's checksum and ``weight_shards`` each shard's;
@@ -46,10 +47,10 @@ if TYPE_CHECKING:
 
     from zoo.data.vocab import Vocabulary
 
-FORMAT_VERSION = 4  # bump when config.json or the weights' layout changes; older versions keep loading
+FORMAT_VERSION = 5  # bump when config.json or the weights' layout changes; older versions keep loading
 # a folder is written in the lowest format that describes it: 2 with a ``compute_dtype``, 3 when its keys
 # include names that a family gave its parameters in format 3 (the backend heads; ``legacy_keys``), 4
-# when its weights are sharded
+# when its weights are sharded, 5 when it keeps some in full precision beside narrower ones
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"  # a sharded folder's map of tensor -> shard (Hugging Face's)
@@ -93,8 +94,13 @@ def _sha256(path: Path) -> str:
 
 
 def _format_version(model: ZooModel, weights: dict[str, Tensor], compute_dtype: bool, sharded: bool) -> int:
-    """The lowest format that describes a folder: 4 if its weights are sharded, 3 if a key has a name
-    given in format 3 (a reader of formats 1-2 would not know it), else 2 with a ``compute_dtype``, else 1."""
+    """The lowest format that describes a folder: 5 if it stores some weights in full precision beside
+    narrower ones (``ZooModel.full_precision_keys``; a reader of formats 1-4 casts the model to the
+    narrower dtype first and refuses them), 4 if its weights are sharded, 3 if a key has a name given in
+    format 3 (a reader of formats 1-2 would not know it), else 2 with a ``compute_dtype``, else 1."""
+    floating = {t.dtype for t in weights.values() if t.is_floating_point()}
+    if len(floating) > 1:
+        return 5
     if sharded:
         return 4
     if any(is_under(key, name) for key in weights for name in model.legacy_keys.values()):
@@ -250,12 +256,11 @@ def save_pretrained(
 
 
 def _stored_weights(model: ZooModel, dtype: torch.dtype) -> dict[str, Tensor]:
-    """The state dict with its floating tensors in ``dtype``; ValueError where a finite value would be
-    stored as inf (float16 ends at 65504: e.g. a fitted input projection's 1 / std of a nearly constant
-    feature)."""
+    """The state dict with its floating tensors in ``dtype`` (``ZooModel.full_precision_keys`` in the
+    model's own); ValueError where a finite value would be stored as inf (float16 ends at 65504)."""
     weights = {}
     for name, t in model.state_dict().items():
-        stored = t.to(dtype) if t.is_floating_point() else t
+        stored = t.to(dtype) if t.is_floating_point() and name not in model.full_precision_keys else t
         if t.is_floating_point() and bool((torch.isinf(stored) & torch.isfinite(t)).any()):
             kind = _dtype_name(dtype)
             raise ValueError(
@@ -788,14 +793,32 @@ def load_folder(directory: str | os.PathLike, dtype: str | torch.dtype | None = 
         dtype = parse_dtype(config.get("compute_dtype", config["dtype"]))
         dtype = torch.float32 if dtype == torch.float16 else dtype
     dtype = parse_dtype(dtype)
-    model = build_model(config, str(directory))
+    model = build_model(config, str(directory)).to(dtype)
     vocab = read_vocab(directory, config)
     try:
         model.vocab = vocab
     except ValueError as error:
         raise CheckpointError(f"{directory}: {VOCAB_NAME} does not fit the model: {error}") from None
-    load_into(model, read_weights(directory, config), str(directory))
-    return model.to(dtype).eval()
+    weights = model.upgrade_state_dict(read_weights(directory, config))
+    _check_stored_dtypes(weights, config, model, directory)
+    weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}  # exact upward
+    load_into(model, weights, str(directory))
+    return model.eval()
+
+
+def _check_stored_dtypes(weights: dict[str, Tensor], config: dict[str, Any], model: ZooModel,
+                         directory: Path) -> None:  # fmt: skip
+    """CheckpointError unless every floating weight is stored in the folder's ``dtype``, or in its
+    ``compute_dtype`` where the model keeps it in full precision (``ZooModel.full_precision_keys``)."""
+    stored = parse_dtype(config["dtype"])
+    compute = parse_dtype(config.get("compute_dtype", config["dtype"]))
+    for key, value in weights.items():
+        allowed = {stored, compute} if key in model.full_precision_keys else {stored}
+        if value.is_floating_point() and value.dtype not in allowed:
+            raise CheckpointError(
+                f"{directory}: {key} is stored in {_dtype_name(value.dtype)}, but {CONFIG_NAME} records "
+                f"{_dtype_name(stored)}"
+            )
 
 
 def resolve(

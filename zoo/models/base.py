@@ -219,6 +219,10 @@ class ZooModel(nn.Module):
     # standardize_sequences: whether its input projection was fitted on per-recording standardized
     # frames): initial weights (``init_from``) fit only a model with the same values
     weights_read_with: ClassVar[tuple[str, ...]] = ()
+    # state-dict keys saved in the model's own dtype whatever ``save_pretrained``'s storage_dtype:
+    # statistics fitted from data, whose rounding moves every score (an HSMM's input projection: a mean
+    # of 1000.275 stored as 1000.5 in float16 moved a 50-frame log p by 39 nats)
+    full_precision_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         super().__init__()

@@ -116,6 +116,7 @@ class GaussianHSMM(RandomizedEvaluation, ZooModel):
     exact_evaluation = ("num_states", "exact_max_states")
     legacy_keys = TRANSITION_LEGACY_KEYS
     weights_read_with = ("standardize_sequences",)
+    full_precision_keys = ("input_projection.mean", "input_projection.matrix")
 
     def eval_memory(self, batch_size: int, length: int) -> int:
         """Three float64 copies of the B x T x D x N duration windows and three float32 copies of the raw
