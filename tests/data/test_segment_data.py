@@ -136,7 +136,7 @@ def test_npy_folder_errors(tmp_path):
         (tmp_path / "b" / "train").mkdir(parents=True)
         NpyFolderDataModule(str(tmp_path / "b"))
     np.save(root / "train" / "seq0.labels.npy", np.zeros(5, dtype=np.int64))
-    with pytest.raises(ValueError, match="6 frames but labels of shape \\(5,\\)"):
+    with pytest.raises(ValueError, match=r"seq0.labels.npy: expected one integer .* \(6\), got shape \(5,\)"):
         NpyFolderDataModule(str(root)).setup()
     np.save(root / "train" / "seq0.labels.npy", np.zeros(6))
     with pytest.raises(ValueError, match="expected one integer label"):
@@ -352,7 +352,8 @@ def test_npy_folder_says_what_it_does_not_read(tmp_path):
         NpyFolderDataModule(str(root)).setup()
     (train / "orphan.labels.npy").unlink()
     np.save(root / "test" / "seq0.labels.npy", np.zeros(5, dtype=np.int64))
-    with pytest.raises(ValueError, match=re.escape(f"{root / 'test' / 'seq0.npy'}: 6 frames but labels")):
+    named = re.escape(f"{root / 'test' / 'seq0.labels.npy'}: expected one integer")  # not the features file
+    with pytest.raises(ValueError, match=named):
         NpyFolderDataModule(str(root)).setup()
 
 
@@ -366,3 +367,43 @@ def test_float64_features_beyond_float32_say_why_they_are_inf(tmp_path):
     dm.setup()
     with pytest.raises(ValueError, match=r"NaN or inf in 1 frame\(s\) \(first at frame 4\).*float32.*3.4e38"):
         dm.datasets["train"].features(0)
+
+
+def test_audit_y_feature_files_and_rows(tmp_path):
+    """A labels file of the wrong length is named (the features file was); complex features are refused
+    (their imaginary part was dropped); a standardized dimension of small spread is scaled (std 3e-9 was
+    taken for constant); a null labels cell of a Smartwatch hf_dataset row is an unlabelled recording (a
+    TypeError before) (audit Y)."""
+    root = write_npy_folder(tmp_path / "npy")
+    labels = root / "train" / "seq0.labels.npy"
+    np.save(labels, np.zeros(5, dtype=np.int64))  # seq0 has 6 frames
+    message = re.escape(f"{labels}: expected one integer label >= -1 per frame (6)")
+    with pytest.raises(ValueError, match=message):
+        NpyFolderDataModule(str(root)).setup()
+    complex_root = write_npy_folder(tmp_path / "complex", labelled=False)
+    np.save(complex_root / "valid" / "seq0.npy", np.ones((6, 3), dtype=np.complex64))
+    with pytest.raises(ValueError, match="expected a numeric frames x dims array, got shape .*complex64"):
+        NpyFolderDataModule(str(complex_root)).setup()
+    rng = np.random.default_rng(0)
+    frames = np.stack([rng.normal(0, 1, 1000), rng.normal(5e-9, 3e-9, 1000), np.full(1000, 7.0)], 1)
+    mean, matrix = fit_feature_transform(frames, 3)
+    y = (torch.tensor(frames) - mean.double()) @ matrix.double()
+    spread = y.std(0, unbiased=False)[:2]
+    torch.testing.assert_close(spread, torch.ones(2, dtype=torch.float64), rtol=1e-3, atol=0)
+    assert matrix[2, 2] == 1.0  # the constant one keeps scale 1
+    import json
+
+    rows, splits = tmp_path / "hf", ("train", "validation", "test")
+    rows.mkdir()
+    for split in splits:
+        with open(rows / f"{split}.jsonl", "w") as out:
+            for i in range(3):
+                own = [int(v) for v in np.repeat(rng.integers(0, 3, 3), 100)]
+                row = {"features": rng.normal(size=(300, 6)).round(3).tolist(),
+                       "labels": None if split == "test" and i == 1 else own}  # fmt: skip
+                out.write(json.dumps(row) + "\n")
+    files = {s: str(rows / f"{s}.jsonl") for s in splits}
+    dm = SmartwatchDataModule(window=25, hf_dataset={"path": "json", "data_files": files, "labels": "labels"})
+    dm.setup()
+    shapes = [None if lab is None else tuple(lab.shape) for lab in dm.datasets["test"].labels]
+    assert shapes == [(12,), None, (12,)]

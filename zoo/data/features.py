@@ -51,7 +51,9 @@ def collate_features(items: Sequence[dict[str, Any]]) -> dict[str, Tensor]:
 def fit_feature_transform(frames: np.ndarray, output_dim: int, seed: int = 0) -> tuple[Tensor, Tensor]:
     """The linear map (mean F_in, matrix F_in x F_out) that ``zoo.models.InputProjection`` applies.
 
-    ``output_dim == F_in``: standardization, matrix = diag(1 / std) (constant dimensions keep scale 1).
+    ``output_dim == F_in``: standardization, matrix = diag(1 / std); a constant dimension (every training
+    frame equal there) keeps scale 1, any other is scaled however small its spread (a signal in small
+    units: std 3e-9 was once taken for constant).
     ``output_dim < F_in``: whitened PCA (``sklearn.decomposition.PCA(whiten=True)``, as in the HSMM video
     papers' 200-dimensional projection of CrossTask features), matrix = components^T / sqrt(explained
     variance), so every output dimension has unit variance on the training frames.
@@ -72,7 +74,8 @@ def fit_feature_transform(frames: np.ndarray, output_dim: int, seed: int = 0) ->
     mean = frames.mean(0)
     if output_dim == F_in:
         std = frames.std(0)
-        matrix = np.diag(1.0 / np.where(std > 1e-8, std, 1.0))
+        constant = frames.max(0) == frames.min(0)
+        matrix = np.diag(1.0 / np.where(constant, 1.0, std))
     else:
         if output_dim > n:
             raise ValueError(f"a PCA to {output_dim} dimensions needs at least {output_dim} frames, got {n}")

@@ -22,7 +22,7 @@ import torch
 from zoo.data.datamodule import SPLITS
 from zoo.data.hf_source import load_feature_sequences, replacing
 from zoo.data.left_out import few
-from zoo.data.segments import SegmentDataModule, SequenceFeatures
+from zoo.data.segments import SegmentDataModule, SequenceFeatures, load_feature_file
 
 __all__ = ["NpyFolderDataModule", "read_npy_folder"]
 
@@ -108,7 +108,8 @@ def read_npy_folder(folder: str | Path) -> SequenceFeatures:
         if not label_path.exists():
             labels.append(None)
             continue
-        labels.append(frame_labels(np.load(label_path, allow_pickle=False), str(label_path)))
+        frames = len(load_feature_file(path, mmap=True))  # named with the labels file where they differ
+        labels.append(frame_labels(np.load(label_path, allow_pickle=False), str(label_path), frames))
     any_labels = any(lab is not None for lab in labels)
     return SequenceFeatures(files, labels if any_labels else None, [p.stem for p in files])
 

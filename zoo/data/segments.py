@@ -38,6 +38,7 @@ def load_feature_file(path: Path, mmap: bool = False) -> np.ndarray:
         or array.shape[0] < 1
         or array.shape[1] < 1
         or not np.issubdtype(array.dtype, np.number)
+        or np.iscomplexobj(array)  # its imaginary part would be dropped
     ):
         raise ValueError(
             f"{path}: expected a numeric frames x dims array, got shape {array.shape}, dtype {array.dtype}"

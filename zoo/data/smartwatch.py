@@ -96,8 +96,9 @@ def pooled_recordings(source: dict, split: str, window: int) -> SequenceFeatures
                 f"hf_dataset {split} row {i}: expected at least window = {window} samples, got {len(samples)}"
             )
         features.append(torch.tensor(pool_windows(samples.double().numpy(), window), dtype=torch.float32))
-        if raw.labels is not None:
-            labels.append(raw.labels[i][window // 2 :: window][: len(features[-1])])
+        if raw.labels is not None:  # a null cell: an unlabelled recording
+            own = raw.labels[i]
+            labels.append(None if own is None else own[window // 2 :: window][: len(features[-1])])
     return SequenceFeatures(features, labels if raw.labels is not None else None, raw.names)
 
 
