@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from zoo.errors import SetupError
 from zoo.metrics import BoundaryF1, MatchedFrameAccuracy, NegativeLogLikelihood, SegmentRatio
 from zoo.models.base import ZooModel
 from zoo.tasks.likelihood import DEFAULT_EVAL_MEMORY, LikelihoodTask
@@ -122,7 +123,7 @@ class SegmentationTask(LikelihoodTask):
                     f"the pretrained model of init_from={self.init_from!r} takes {wanted}-dim "
                     f"features, so give it those, or train from scratch (without init_from) with {setting}"
                 )
-            raise ValueError(
+            raise SetupError(  # zoo fit: one line, not a traceback
                 f"the data have {given} features per frame but the model expects {wanted} ({key}): {advice}"
             )
         if stage == "fit" and projected and not model.input_projection.fitted:
