@@ -15,6 +15,27 @@ from torch import Tensor
 from zoo.inference.backend import Backend
 
 
+def divergences(
+    expected_score: Callable[[Any, Any], Tensor],
+    shape_of: Callable[[Any], tuple[int, ...]],
+    names: str,
+    exact: Callable[[Any], Any] | None = None,
+) -> tuple[Callable[[Any, Any], Tensor], Callable[[Any, Any], Tensor]]:
+    """A structure's ``(cross_entropy, kl)`` from its ``expected_score(p, q)`` (E_p[score_q], (B,)):
+    H(p, q) = log Z_q - E_p[score_q] after ``check_pair`` (``shape_of``, spelled ``names``), and
+    KL(p || q) = H(p, q) - H(p), on exact distributions (``exact``, by default ``exactly``)."""
+    exact = exact or exactly
+
+    def cross_entropy(p, q) -> Tensor:
+        check_pair(p, q, shape_of, names)
+        return exact(q).log_partition - expected_score(p, q)
+
+    def kl(p, q) -> Tensor:
+        return cross_entropy(p, q) - exact(p).entropy
+
+    return cross_entropy, kl
+
+
 def expected_total(counts: Sequence[Tensor], potentials: Sequence[Tensor]) -> Tensor:
     """sum of counts x potentials over every axis but the batch's: (B,), each pair of B x ... tensors of
     one shape; -inf where a count > 0 meets a potential of -inf (p gives mass to what q forbids), with

@@ -14,31 +14,28 @@ import torch
 from torch import Tensor
 
 from zoo.inference.chain.factors import DenseChain
-from zoo.inference.divergence import check_pair, exactly, expected_total
+from zoo.inference.divergence import divergences, expected_total
 from zoo.inference.numerics import needs_grad
 
 
-def cross_entropy(p, q) -> Tensor:
-    """H(p, q): (B,) for two ``LinearChain``s of the same shape and lengths; +inf where p gives mass
-    to a sequence that q forbids (a -inf potential). Differentiable in both."""
-    check_pair(p, q, lambda c: (c.factors.batch, c.factors.max_length, c.factors.num_states), "B x T x N")
-    return exactly(q).log_partition - expected_score(p, q.factors.dense())
-
-
-def kl(p, q) -> Tensor:
-    """KL(p || q) = H(p, q) - H(p): (B,), >= 0 (to rounding), +inf where q forbids what p allows."""
-    return cross_entropy(p, q) - exactly(p).entropy
-
-
-def expected_score(p, q: DenseChain) -> Tensor:
+def expected_score(p, q) -> Tensor:
     """E_p[score_q(z)]: (B,), score_q the sum of q's log-potentials along z; -inf where p gives mass to
     a potential of -inf. p's expected counts are per sequence, so its transition probe is B x (T-1) x N
     x N even where q's transition is shared (the memory of ``pairwise_marginals``)."""
-    ours = p.factors.dense()
-    potentials = (q.unary, q.per_position(), q.init)  # B x T x N, B x (T-1) x N x N, B x N
+    ours, theirs = p.factors.dense(), q.factors.dense()
+    potentials = (theirs.unary, theirs.per_position(), theirs.init)  # B x T x N, B x (T-1) x N x N, B x N
     with torch.enable_grad():
         probes = [torch.zeros(x.shape, dtype=x.dtype, device=x.device).requires_grad_() for x in potentials]
         probed = DenseChain(ours.unary + probes[0], ours.per_position() + probes[1], ours.init + probes[2])
         log_z = type(p)(probed, p.lengths, backend="exact").log_partition
         counts = torch.autograd.grad(log_z.sum(), probes, create_graph=needs_grad(*p._potentials()))
     return expected_total(counts, potentials)
+
+
+def _shape(chain) -> tuple[int, ...]:
+    f = chain.factors
+    return f.batch, f.max_length, f.num_states
+
+
+# H(p, q) and KL(p || q) of two LinearChains of the same B x T x N and lengths: (B,) each
+cross_entropy, kl = divergences(expected_score, _shape, "B x T x N")

@@ -16,25 +16,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.inference.divergence import check_pair, exactly, expected_total
+from zoo.inference.divergence import divergences, expected_total
 from zoo.inference.numerics import needs_grad
 from zoo.inference.semimarkov.engine import check_covered
 from zoo.inference.semimarkov.exact import edge_log_partition
 from zoo.inference.semimarkov.factors import DenseSemiMarkov, EdgeSemiMarkov, cumulative
 from zoo.inference.semimarkov.forward import Problem, forward
 from zoo.inference.semiring import MatrixStep
-
-
-def cross_entropy(p, q) -> Tensor:
-    """H(p, q): (B,) for two ``SemiMarkovChain``s of the same B x T x D x N and lengths; +inf where p
-    gives mass to a segmentation q forbids (a -inf potential). Differentiable in both."""
-    check_pair(p, q, _shape, "B x T x D x N")
-    return exactly(q).log_partition - expected_score(p, q)
-
-
-def kl(p, q) -> Tensor:
-    """KL(p || q) = H(p, q) - H(p): (B,), >= 0 (to rounding), +inf where q forbids what p allows."""
-    return cross_entropy(p, q) - exactly(p).entropy
 
 
 def expected_score(p, q) -> Tensor:
@@ -88,3 +76,7 @@ def _per_segment(f) -> EdgeSemiMarkov:
 def _shape(chain) -> tuple[int, ...]:
     f = chain.factors
     return f.batch, f.max_length, f.max_duration, f.num_states
+
+
+# H(p, q) and KL(p || q) of two SemiMarkovChains of the same B x T x D x N and lengths: (B,) each
+cross_entropy, kl = divergences(expected_score, _shape, "B x T x D x N")

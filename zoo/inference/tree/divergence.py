@@ -15,21 +15,9 @@ import torch
 from torch import Tensor
 
 from zoo.inference.backend import Backend
-from zoo.inference.divergence import check_pair, expected_total
+from zoo.inference.divergence import divergences, expected_total
 from zoo.inference.numerics import needs_grad
 from zoo.inference.tree.factors import DenseGrammar
-
-
-def cross_entropy(p, q) -> Tensor:
-    """H(p, q): (B,) for two ``TreeDistribution``s of the same B x T x NT x PT and lengths; +inf where p
-    gives mass to a tree q forbids (a -inf potential). Differentiable in both."""
-    check_pair(p, q, _shape, "B x T x NT x PT")
-    return _exactly(q).log_partition - expected_score(p, q)
-
-
-def kl(p, q) -> Tensor:
-    """KL(p || q) = H(p, q) - H(p): (B,), >= 0 (to rounding), +inf where q forbids what p allows."""
-    return cross_entropy(p, q) - _exactly(p).entropy
 
 
 def expected_score(p, q) -> Tensor:
@@ -62,3 +50,7 @@ def _exactly(dist):
 def _shape(tree) -> tuple[int, ...]:
     B, T, PT = tree.terms.shape
     return B, T, tree.grammar.num_nonterminals, PT
+
+
+# H(p, q) and KL(p || q) of two TreeDistributions of the same B x T x NT x PT and lengths: (B,) each
+cross_entropy, kl = divergences(expected_score, _shape, "B x T x NT x PT", _exactly)
