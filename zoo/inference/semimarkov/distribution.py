@@ -13,7 +13,7 @@ from zoo.inference.distribution import StructuredDistribution
 from zoo.inference.inference_mode import autograd_ready
 from zoo.inference.numerics import needs_grad
 from zoo.inference.rdp import RDPOptions
-from zoo.inference.semimarkov import divergence, exact, low_rank, randomized  # noqa: F401  (register the engines)
+from zoo.inference.semimarkov import divergence, exact, kbest, low_rank, randomized  # noqa: F401  (register the engines)
 from zoo.inference.semimarkov.engine import segmentation_score
 from zoo.inference.semimarkov.factors import SemiMarkovFactors
 from zoo.inference.semimarkov.rank_space import rank_space_argmax
@@ -120,6 +120,16 @@ class SemiMarkovChain(StructuredDistribution):
         )
         segmentation = segmentation.to(self.lengths.device)
         return self.engine.log_prob(self.factors, self.lengths, segmentation, self._known_log_partition())
+
+    @autograd_ready
+    def topk(self, k: int) -> kbest.KBest:
+        """The k best segmentations, best first (k-best Viterbi in float64: O(T N k (N + D)) for dense
+        and low-rank containers, O(T D N^2 k) on the per-segment form for rank-space and edge ones):
+        ``(scores, segmentations)``, scores k x B (summed from the potentials: differentiable, as
+        ``max_score``) and segmentations k x B x T; ranks beyond a sequence's segmentations of non-zero
+        probability score -inf, their segmentations -1. ``topk(1)`` is ``(max_score, argmax)``."""
+        check_sample_count(k, "k")
+        return kbest.k_best(self.factors, self.lengths, k)
 
     @autograd_ready
     def cross_entropy(self, other: SemiMarkovChain) -> Tensor:
