@@ -46,8 +46,8 @@ def count_repairs(monkeypatch):
     seen = {"entries": 0}
     original = logmatmul.repair_index
 
-    def counting(h, k, live=None, second_order=False):
-        index = original(h, k, live, second_order)
+    def counting(h, matrix, live=None, second_order=False):
+        index = original(h, matrix, live, second_order)
         seen["entries"] += 0 if index is None else index[0].numel()
         return index
 

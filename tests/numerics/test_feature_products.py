@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from zoo.inference.logmatmul import Matrix, log_feature_matmul
+from zoo.inference.logmatmul import Matrix, log_feature_matmul, log_matmul
 from zoo.inference.numerics import log_inner, safe_log
 
 F32, F64 = torch.float32, torch.float64
@@ -73,3 +73,22 @@ def test_log_feature_matmul_against_log_sum_exp(dtype, weight_scale):
     assert torch.equal(torch.isfinite(actual), finite)
     logs = safe_log(f.double()).unsqueeze(-2) + safe_log(cols.double()) + w.double().unsqueeze(-2)
     assert (actual[finite] - expected[finite]).abs().max() <= tolerance(dtype, logs[torch.isfinite(logs)])
+
+
+def test_a_guarded_product_with_features_far_above_one():
+    """Features up to 2^39 (``column_scaled`` leaves them) multiply what a subnormal term loses: an entry
+    just above K tiny / eps came out 4e-4 nats off in float32 (130x its rounding), before the bound
+    counted the matrix's largest entry."""
+    x = torch.tensor([[0.0, -97.0], [0.0, -60.0]])
+    matrix = torch.tensor([[1.0, 0.0], [0.3, 2.0**39]])
+    expected = torch.logsumexp(x.double().unsqueeze(-1) + matrix.double().log(), -2)
+    actual = log_matmul(x, Matrix.from_prob(matrix)).double()
+    assert (actual - expected).abs().max() <= 8 * torch.finfo(torch.float32).eps * 70
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(64, 6, generator=g, dtype=F64) * 40
+    features = spread_features((6, 5), g, zeros=0.3, decades=12)  # entries up to 1e12 (2^40)
+    expected = torch.logsumexp(x.unsqueeze(-1) + safe_log(features), -2)
+    actual = log_matmul(x.float(), Matrix.from_prob(features.float())).double()
+    finite = torch.isfinite(expected)
+    assert torch.equal(torch.isfinite(actual), finite)
+    assert (actual[finite] - expected[finite]).abs().max() <= tolerance(F32, expected[finite], x)

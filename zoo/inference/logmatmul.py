@@ -7,8 +7,10 @@ M itself for non-negative features), is one BLAS call, but float32 flushes every
 at one step can be the only surviving path later (a forbidden transition, a left-to-right topology,
 an emission hundreds of nats lower), so the plain product is silently wrong exactly where real
 models live. Here each output entry of the product is
-checked: the flushed terms add at most K x tiny to it, so an entry h >= ``threshold(K, dtype)`` =
-K x tiny / eps is right to float precision, and only the entries below it are recomputed exactly
+checked: the flushed terms add at most K x tiny x (M's largest entry, 1 for log-potentials) to it, so
+an entry h >= ``threshold(K, dtype)`` = K x tiny x max(1, largest) / eps is right to float precision
+(features up to 2^40 multiply a flushed term's loss: 4e-4 nats off at an entry near K x tiny / eps,
+before the bound counted them), and only the entries below it are recomputed exactly
 by a log-sum-exp over their K inputs (their row of x and their column of log M). On inputs where
 nothing underflows the repair never runs; where it does, it costs K per repaired entry.
 
@@ -38,13 +40,14 @@ from zoo.inference.numerics import (
 SECOND_ORDER_MARGIN = 2.0**10  # room for the gradient that 1 / h^2 multiplies
 
 
-def threshold(k: int, dtype: torch.dtype, second_order: bool = False) -> float:
-    """The smallest product entry that flushed terms cannot have moved by more than eps: K tiny / eps.
+def threshold(k: int, dtype: torch.dtype, second_order: bool = False, largest: float = 1.0) -> float:
+    """The smallest product entry that flushed terms cannot have moved by more than eps: K tiny x
+    max(1, ``largest``) / eps, ``largest`` the matrix's largest entry (``Matrix.largest``).
     ``second_order``: also the smallest whose 1 / h^2 (the second derivative of log h, the first of a
     division by h) stays far from overflow, 2^10 / sqrt(max) (5.6e-17 in float32): below it the
     derivatives go through the exact log-sum-exp's softmax weights instead."""
     info = torch.finfo(dtype)
-    bound = k * info.tiny / info.eps
+    bound = k * info.tiny * max(1.0, largest) / info.eps
     return max(bound, SECOND_ORDER_MARGIN / math.sqrt(info.max)) if second_order else bound
 
 
@@ -89,13 +92,22 @@ class Matrix:
     def rows(self) -> int:
         return self.scaled.shape[-2]
 
+    @cached_property
+    def largest(self) -> float:
+        """The largest entry of ``scaled``: 1 from log-potentials (each column's max is 1), a
+        non-negative matrix's own (features up to 2^40: ``column_scaled``), one reduction."""
+        if self.given_prob is None or self.scaled.numel() == 0:
+            return 1.0
+        return float(self.scaled.detach().amax())
+
 
 def repair_index(
-    h: Tensor, k: int, live: Tensor | None = None, second_order: bool = False
+    h: Tensor, matrix: Matrix, live: Tensor | None = None, second_order: bool = False
 ) -> tuple[Tensor, ...] | None:
-    """The indices of ``h``'s entries below the threshold (None when there are none); ``live``
-    (``h``'s leading shape, bool) limits them to the rows that matter (e.g. inside a length)."""
-    bound = threshold(k, h.dtype, second_order)
+    """The indices of ``h``'s entries (a product with ``matrix``) below the threshold (None when there
+    are none); ``live`` (``h``'s leading shape, bool) limits them to the rows that matter (e.g. inside a
+    length)."""
+    bound = threshold(matrix.rows, h.dtype, second_order, matrix.largest)
     if h.numel() == 0 or float(h.amin()) >= bound:  # one reduction in the common case
         return None
     bad = h < bound
@@ -173,7 +185,7 @@ def _guarded(
     P = matrix.scaled
     h = times(v, P)
     shift = matrix.shift.unsqueeze(-2) if 2 < P.dim() == v.dim() else matrix.shift
-    index = repair_index(h.detach(), matrix.rows, live, second_order)
+    index = repair_index(h.detach(), matrix, live, second_order)
     if index is not None:  # the repaired entries' h leaves the graph (see ``outside``)
         h = torch.where(outside(h, index), h, 1.0)
     out = h.clamp_min(torch.finfo(h.dtype).tiny).log() + (m + shift)  # h below tiny is always repaired
@@ -208,10 +220,10 @@ def entropy_step(x: Tensor, H: Tensor, matrix: Matrix, live: Tensor | None = Non
     pair = torch.stack([v, carried], -2) @ P  # ... x 2 x M
     cross = (v.unsqueeze(-2) @ matrix.p_log_p).squeeze(-2)
     h = pair[..., 0, :]
-    index = repair_index(h.detach(), matrix.rows, live, second_order=True)  # its gradient divides by h
+    index = repair_index(h.detach(), matrix, live, second_order=True)  # its gradient divides by h
     # every entry below the bound leaves the graph: the repaired ones, and those of rows that are not
     # live (junk, but a double backward multiplied their 1 / h^2 by zero: NaN)
-    usable = h.detach() >= threshold(matrix.rows, h.dtype, second_order=True)
+    usable = h.detach() >= threshold(matrix.rows, h.dtype, second_order=True, largest=matrix.largest)
     safe = torch.where(usable, h, torch.ones_like(h))
     H_next = (pair[..., 1, :] - cross) / safe + safe.log()
     log_h = torch.where(h > 0, safe.log(), float("-inf")) + matrix.shift + m

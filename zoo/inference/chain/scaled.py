@@ -237,7 +237,7 @@ def _product(
 def _repaired(out: Tensor, saved: _Saved, mat: Matrix, live: Tensor, folded: bool, rows_of) -> tuple:
     """``out`` with its entries below the guard's threshold recomputed exactly (log-sum-exp over their
     rows of the product's log input, ``rows_of(lead)`` -> n x K), and ``saved`` completed with them."""
-    index = repair_index(saved.h, mat.rows, live)
+    index = repair_index(saved.h, mat, live)
     if index is None:
         return out, saved
     saved.index, saved.rows = index, rows_of(index[:-1])
