@@ -33,6 +33,16 @@ def tolerance(dtype, *logs):
     return 8 * torch.finfo(dtype).eps * (1.0 + largest)
 
 
+def test_log_feature_matmul_a_large_feature_under_a_vanishing_weight():
+    """A feature of 1e27 under a weight factor of e^-114 (0 in float32): the term, e^-50, was lost and the
+    entry was off by tens of nats (audit Z)."""
+    features, weights = torch.tensor([[1.0, 1e27]]), torch.tensor([[0.0, -120.0]])
+    matrix = torch.tensor([[1e-16], [1e12]])  # within column_scaled's 2^40
+    expected = torch.logsumexp(features.double().log() + weights.double() + matrix.double().log().T, -1)
+    actual = log_feature_matmul(features, weights, Matrix.from_prob(matrix)).double().squeeze(-1)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=1e-5)  # float32 rounding of logs near 62
+
+
 def test_log_inner_a_term_far_below_its_weight():
     """Each term is 1: a, b = e^-50 with a weight e^100 (a x b is subnormal in float32). A cap on the
     weight's factor gave log(1 + e^-20) = 0 in both dtypes, not log 2."""

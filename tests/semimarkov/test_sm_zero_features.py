@@ -9,7 +9,7 @@ import pytest
 import torch
 from one_sided import assert_gradients_match
 
-from zoo.inference import RankSpaceSemiMarkov, SemiMarkovChain
+from zoo.inference import LowRankSemiMarkov, RankSpaceSemiMarkov, SemiMarkovChain
 
 F64 = torch.float64
 LENGTHS = torch.tensor([5, 4])
@@ -37,3 +37,27 @@ def test_rank_space_gradients_at_a_zero_feature(backend, emission_scale):
         return dist.log_prob(SEGMENTATION).sum() + (dist.segment_marginals * weight).sum()
 
     assert_gradients_match(f, [U, V], ZEROS)
+
+
+@pytest.mark.parametrize("self_transitions", [True, False])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_low_rank_native_gradients_where_the_features_forbid_a_transition(normalize, self_transitions):
+    """left[1] . right[2] = 0 forbids 1 -> 2 outright. Without self-transitions, the columns whose own
+    state carried most of their mass were recomputed in log space: d log Z / d left[1, 0] came back 0.915
+    where it is 1.281 (audit Z). The native low-rank backend is right there (the dense form cannot be:
+    docs/chain-api.md)."""
+    g = torch.Generator().manual_seed(6)
+    unary = torch.randn(2, 5, 3, generator=g, dtype=F64)
+    duration = torch.randn(3, 3, generator=g, dtype=F64)
+    left, right = (torch.rand(3, 2, generator=g, dtype=F64) + 0.1 for _ in range(2))
+    left[1, 0] = right[2, 1] = 0.0
+    left[:, 0] *= 0.01  # state 1's self-transition (left[1, 1] right[1, 1]) carries most of its column's mass
+    weight = torch.linspace(-1.0, 1.0, 2 * 5 * 3, dtype=F64).view(2, 5, 3)
+
+    def f(left, right):
+        chain = LowRankSemiMarkov(unary, left, right, duration, normalize=normalize,
+                                  self_transitions=self_transitions)  # fmt: skip
+        dist = SemiMarkovChain(chain, LENGTHS)
+        return dist.log_partition.sum() + (dist.marginals * weight).sum()
+
+    assert_gradients_match(f, [left.requires_grad_(), right.requires_grad_()], ((0, (1, 0)), (1, (2, 1))))

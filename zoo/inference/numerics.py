@@ -137,13 +137,14 @@ def weighted_features(
     """exp(logs - top) for logs = log features + log_weights (non-negative features; broadcast shapes),
     formed as features x exp(log_weights - top) where that is exact: where a feature is 0 (``zero``;
     the value 0 with its gradient exp(log_weights - top), which exp(log 0) lacks) and where it is a
-    normal, finite number whose factor does not overflow; elsewhere as exp(logs - top) (a subnormal product of
-    features keeps its value). The factor is capped below the dtype's largest (exp rounds), so 0 x factor
-    is never NaN (a zero feature's gradient is then too small, where its true value is e^86 or more
-    times its row's largest term's: float32's and bfloat16's range ends at e^88.7)."""
+    normal, finite number whose factor neither overflows nor underflows (a feature of 1e27 under a
+    factor of e^-114, 0 in float32, was a lost term of e^-50); elsewhere as exp(logs - top) (a subnormal
+    product of features keeps its value). The factor is capped below the dtype's largest (exp rounds),
+    so 0 x factor is never NaN (a zero feature's gradient is then too small, where its true value is
+    e^86 or more times its row's largest term's: float32's and bfloat16's range ends at e^88.7)."""
     info = torch.finfo(logs.dtype)
-    cap = math.log(info.max) - 2.0
+    cap, floor = math.log(info.max) - 2.0, math.log(info.tiny)
     shift = log_weights - top
     normal = (features.detach() >= info.tiny) & (features.detach() <= info.max)  # a x b may overflow
-    exact = zero | (normal & (shift.detach() <= cap))
+    exact = zero | (normal & (shift.detach() <= cap) & (shift.detach() >= floor))
     return torch.where(exact, features * shift.clamp_max(cap).exp(), (logs - top).exp())

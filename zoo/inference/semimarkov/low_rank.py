@@ -12,7 +12,7 @@ from torch import Tensor
 from zoo.inference.engines import register_engine
 from zoo.inference.kinds import FALLBACK, NATIVE
 from zoo.inference.logmatmul import Matrix, log_matmul
-from zoo.inference.numerics import logsumexp, safe_log
+from zoo.inference.numerics import log_inner, safe_log
 from zoo.inference.semimarkov.engine import SemiMarkovEngine, one_frame_log_partition
 from zoo.inference.semimarkov.exact import ExactEngine, factorized_sample
 from zoo.inference.semimarkov.factors import LowRankSemiMarkov, cumulative
@@ -45,9 +45,10 @@ class LowRankStep:
         if not bool(bad.any()):
             return out
         b, j = bad.nonzero(as_tuple=True)
-        cols = safe_log(self.scaled_left @ self.features[j].T).T  # n x N: log trans(:, j) with i = j
-        cols = cols.scatter(-1, j.unsqueeze(-1), float("-inf"))
-        return out.index_put((b, j), logsumexp(beta[b] + cols))
+        cols = (self.scaled_left @ self.features[j].T).T  # n x N: trans(:, j), then without i = j
+        cols = cols.scatter(-1, j.unsqueeze(-1), 0.0)
+        # in probability space: a transition the features forbid (trans(i, j) = 0) keeps its gradient
+        return out.index_put((b, j), log_inner(cols, cols.new_ones(()), beta[b]))
 
 
 def low_rank_problem(f: LowRankSemiMarkov, second_order: bool = False) -> Problem:
