@@ -109,6 +109,26 @@ def test_resaving_keeps_the_storage_dtype(tmp_path):
     assert read_config(folder)["dtype"] == "float32" and "compute_dtype" not in read_config(folder)
 
 
+def test_a_trained_model_re_saves_into_its_own_narrow_folder(tmp_path):
+    """The same-model check compared the folder's float16 weights with the model's float32 ones: a
+    trained model re-saved into its own float16 folder was "another model", and overwrite=True, the
+    way out, deleted its results (audit H). A loaded bundled HSMM re-saves in its own format (its
+    projection is float16-exact: format 5 only where a projection needs float32)."""
+    model = tiny("exact")
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1e-3 * torch.randn_like(parameter))  # not float16-exact
+    folder = model.save_pretrained(tmp_path / "half", storage_dtype="float16", results={"test/ppl": 9.0})
+    model.save_pretrained(folder, storage_dtype="float16")
+    model.save_pretrained(folder)  # the folder's float16 kept
+    assert read_config(folder)["dtype"] == "float16" and (folder / "results.json").exists()
+    copy = tmp_path / "hsmm"
+    shutil.copytree(WEIGHTS / "hsmm_gaussian_n8_dur32_in12_f12_d32.smartwatch_exact", copy)
+    before = read_config(copy)["zoo_format_version"]
+    zoo.from_pretrained(copy).save_pretrained(copy)
+    assert read_config(copy)["zoo_format_version"] == max(before, 3)  # its keys moved in format 3
+
+
 def test_a_value_beyond_the_storage_dtypes_range_is_refused(tmp_path):
     """storage_dtype=float16 stored 99,504 (a fitted input projection's 1 / std) as inf: the save and the
     load passed, and the first use blamed the input (audit V)."""
@@ -244,7 +264,7 @@ def _resave(folder: Path, weights: dict) -> None:
             r"state_emb: shape \(7, 8\), the model has \(6, 8\)",
         ),
         (lambda w: w.update(state_emb=w["state_emb"].double()),
-         "state_emb is stored in float64, but config.json records float32"),  # fmt: skip
+         "state_emb is stored in float64, but config.json records dtype float32"),  # fmt: skip
     ],
 )
 def test_mismatched_weights_are_rejected_whole(saved, edit, message):
@@ -565,5 +585,5 @@ def test_fitted_statistics_keep_full_precision_in_narrow_storage(tmp_path):
     assert abs(loaded.log_likelihood(batch).item() - rounded) < 0.5  # the float16 rest: not 39 nats
     config["dtype"] = "bfloat16"  # a config that misstates its weights' storage
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"is stored in float16, but config.json records bfloat16"):
+    with pytest.raises(CheckpointError, match=r"stored in float16, but config.json records dtype bfloat16"):
         zoo.from_pretrained(folder)

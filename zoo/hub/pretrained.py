@@ -206,7 +206,8 @@ def save_pretrained(
             "storage_dtype='float16'"
         )
     directory = Path(directory)
-    earlier = None if overwrite else _earlier_save(model, directory)
+    asked = None if storage_dtype is None else parse_dtype(storage_dtype, "storage_dtype")
+    earlier = None if overwrite else _earlier_save(model, directory, asked)
     if storage_dtype is not None:
         stored = _dtype_name(parse_dtype(storage_dtype, "storage_dtype"))
     elif earlier is not None and earlier.get("compute_dtype") == compute_dtype:
@@ -256,11 +257,14 @@ def save_pretrained(
 
 
 def _stored_weights(model: ZooModel, dtype: torch.dtype) -> dict[str, Tensor]:
-    """The state dict with its floating tensors in ``dtype`` (``ZooModel.full_precision_keys`` in the
-    model's own); ValueError where a finite value would be stored as inf (float16 ends at 65504)."""
+    """The state dict with its floating tensors in ``dtype``, ``ZooModel.full_precision_keys`` in the
+    model's own unless ``dtype`` holds them exactly (a folder loaded from float16 stays float16);
+    ValueError where a finite value would be stored as inf (float16 ends at 65504)."""
     weights = {}
     for name, t in model.state_dict().items():
-        stored = t.to(dtype) if t.is_floating_point() and name not in model.full_precision_keys else t
+        stored = t.to(dtype) if t.is_floating_point() else t
+        if name in model.full_precision_keys and not torch.equal(stored.to(t.dtype), t):
+            stored = t
         if t.is_floating_point() and bool((torch.isinf(stored) & torch.isfinite(t)).any()):
             kind = _dtype_name(dtype)
             raise ValueError(
@@ -273,10 +277,11 @@ def _stored_weights(model: ZooModel, dtype: torch.dtype) -> dict[str, Tensor]:
     return weights
 
 
-def _earlier_save(model: ZooModel, directory: Path) -> dict[str, Any] | None:
+def _earlier_save(model: ZooModel, directory: Path, storage: torch.dtype | None) -> dict[str, Any] | None:
     """The config of an earlier save of this same model in ``directory`` (None where the folder holds
-    no checkpoint file); FileExistsError where the save would replace or remove a file that is not an
-    earlier save's of its own (save_pretrained's docstring)."""
+    no checkpoint file), ``storage`` the dtype the save stores it in (None: the folder's own);
+    FileExistsError where the save would replace or remove a file that is not an earlier save's of its
+    own (save_pretrained's docstring)."""
     files = directory.iterdir() if directory.is_dir() else ()
     present = sorted(p.name for p in files if p.is_file() and _is_checkpoint_file(p.name))
     if not present:
@@ -289,7 +294,7 @@ def _earlier_save(model: ZooModel, directory: Path) -> dict[str, Any] | None:
             f"there would replace or remove {', '.join(present)}: save to another folder, or pass "
             "overwrite=True (zoo export --overwrite) to replace them"
         ) from None
-    if not _same_model(model, directory, config):
+    if not _same_model(model, directory, config, storage or parse_dtype(config["dtype"])):
         raise FileExistsError(
             f"{directory} holds another model (a {config['class_path'].rsplit('.', 1)[-1]} with other "
             f"arguments, weights or vocabulary than this one's): saving there would replace or remove its "
@@ -299,9 +304,10 @@ def _earlier_save(model: ZooModel, directory: Path) -> dict[str, Any] | None:
     return config
 
 
-def _same_model(model: ZooModel, directory: Path, config: dict[str, Any]) -> bool:
-    """Whether the folder's model is ``model``: class, arguments (defaults included), weight values
-    (whatever dtype each was stored in) and vocabulary (the folder's may be one the model lacks)."""
+def _same_model(model: ZooModel, directory: Path, config: dict[str, Any], storage: torch.dtype) -> bool:
+    """Whether the folder's model is ``model``: class, arguments (defaults included), weight values as
+    the save would store them (in ``storage``: a trained model re-saved into its own float16 folder is
+    the same model) and vocabulary (the folder's may be one the model lacks)."""
     from zoo.models.base import family_class
 
     if config["class_path"] != public_class_path(model):
@@ -322,7 +328,7 @@ def _same_model(model: ZooModel, directory: Path, config: dict[str, Any]) -> boo
         return False
     if model.vocab is not None and (vocab is None or vocab.to_dict() != model.vocab.to_dict()):
         return False
-    weights = model.state_dict()
+    weights = _stored_weights(model, storage)
     return saved.keys() == weights.keys() and all(_same_values(saved[k], weights[k]) for k in weights)
 
 
@@ -813,11 +819,15 @@ def _check_stored_dtypes(weights: dict[str, Tensor], config: dict[str, Any], mod
     stored = parse_dtype(config["dtype"])
     compute = parse_dtype(config.get("compute_dtype", config["dtype"]))
     for key, value in weights.items():
-        allowed = {stored, compute} if key in model.full_precision_keys else {stored}
+        full = key in model.full_precision_keys
+        allowed = {stored, compute} if full else {stored}
         if value.is_floating_point() and value.dtype not in allowed:
+            recorded = f"dtype {_dtype_name(stored)}"
+            if full:
+                recorded += f" (compute_dtype {_dtype_name(compute)} for it)"
             raise CheckpointError(
                 f"{directory}: {key} is stored in {_dtype_name(value.dtype)}, but {CONFIG_NAME} records "
-                f"{_dtype_name(stored)}"
+                f"{recorded}"
             )
 
 
