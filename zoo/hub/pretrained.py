@@ -208,8 +208,8 @@ def save_pretrained(
     directory = Path(directory)
     asked = None if storage_dtype is None else parse_dtype(storage_dtype, "storage_dtype")
     earlier = None if overwrite else _earlier_save(model, directory, asked)
-    if storage_dtype is not None:
-        stored = _dtype_name(parse_dtype(storage_dtype, "storage_dtype"))
+    if asked is not None:
+        stored = _dtype_name(asked)
     elif earlier is not None and earlier.get("compute_dtype") == compute_dtype:
         stored = earlier["dtype"]  # a re-save keeps the storage its card describes
     else:

@@ -1,4 +1,4 @@
-"""What the cross-entropies of every structure share (``chain.divergence``, ``semimarkov.divergence``):
+"""What the cross-entropies of every structure share (``chain``, ``semimarkov`` and ``tree.divergence``):
 H(p, q) = log Z_q - E_p[score_q], E_p[score_q] the inner product of p's expected counts with q's
 log-potentials; the pair's checks; a randomized distribution's exact counterpart. Structure-neutral.
 """
